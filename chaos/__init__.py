@@ -1,0 +1,1 @@
+"""The chaos controller: faults on a schedule, always healed, logged on a timeline (Jepsen's nemesis)."""

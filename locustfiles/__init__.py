@@ -1,0 +1,1 @@
+"""Locust side: ChatUser conversations, the journal writer, online judgement, load shapes."""
