@@ -1,0 +1,113 @@
+"""Shared fixtures: real servers on free loopback ports, always stopped afterwards.
+
+Area-specific helpers live in tests/support_<area>.py; keep this file to what every area needs.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition, timeout: float = 15.0, interval: float = 0.02, what: str = "condition"):
+    """Poll ``condition`` until it returns a truthy value; fail the test with ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    last_error = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - polling tolerates transient errors
+            last_error = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error!r})")
+
+
+class RedisServer:
+    """A real redis-server on a free loopback port, in its own directory."""
+
+    def __init__(self, workdir: Path, persistence: str = "none"):
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.persistence = persistence
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def args(self) -> list[str]:
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+                "--save", "", "--appendonly", "no", "--protected-mode", "no"]
+        if self.persistence == "rdb":
+            args[args.index("--save") + 1] = "1 1"
+        elif self.persistence.startswith("aof"):
+            args[args.index("--appendonly") + 1] = "yes"
+            args += ["--appendfsync", "always" if self.persistence == "aof-always" else "everysec"]
+        return args
+
+    def start(self) -> "RedisServer":
+        log = open(self.dir / "redis.log", "ab")
+        self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        client = redis.Redis.from_url(self.url)
+        wait_until(lambda: client.ping(), what=f"redis-server on port {self.port}")
+        return self
+
+    def client(self, **kw) -> redis.Redis:
+        return redis.Redis.from_url(self.url, **kw)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture
+def redis_factory(tmp_path):
+    """Start real redis-servers: ``redis_factory(persistence="aof-always")``; all stopped at teardown."""
+    if not shutil.which("redis-server"):
+        pytest.fail("redis-server is not installed: run `make setup` (apt-get install redis-server)")
+    started: list[RedisServer] = []
+
+    def start(persistence: str = "none") -> RedisServer:
+        server = RedisServer(tmp_path / f"redis-{len(started)}", persistence).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def redis_server(redis_factory) -> RedisServer:
+    """One real redis-server with no persistence, flushed and private to the test."""
+    return redis_factory()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_proxy_for_loopback():
+    """Keep any HTTP(S)_PROXY in the environment away from loopback traffic."""
+    os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
+    os.environ.setdefault("no_proxy", "127.0.0.1,localhost")
+    yield
