@@ -1,0 +1,277 @@
+"""The embedded local stack: redis-server + N refbot replicas + HAProxy, on loopback.
+
+``up`` starts them, waits until each is healthy and records them in the state file
+(refbot/state.py); ``down`` stops exactly what the state file names, by pid and process
+group; ``status`` reports each member. The state file is written after every member starts,
+so even an interrupted ``up`` leaves nothing untracked — and ``up`` cleans up after itself
+when anything fails.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import refbot
+from refbot import haproxy, state
+from refbot.config import parse_mode
+
+PERSISTENCE = ("none", "rdb", "aof-everysec", "aof-always")
+APT_PACKAGE = {"redis-server": "redis-server", "haproxy": "haproxy"}
+PACKAGE_ROOT = Path(refbot.__file__).resolve().parent.parent
+
+
+class StackError(RuntimeError):
+    """The stack cannot be brought up or down as asked; the message says why and what to do."""
+
+
+class AlreadyUp(StackError):
+    pass
+
+
+class BadOption(StackError):
+    """An option value that can never work (exit code 2, like an argparse error)."""
+
+
+@dataclass
+class StackOptions:
+    replicas: int = 3
+    mode: str = "correct"
+    releases: list[str] = field(default_factory=lambda: ["v1"])
+    persistence: str = "none"
+    think_ms: float = 30.0
+    jitter_ms: float = 20.0
+    flush_ms: float = 1000.0
+    state_dir: str | Path | None = None
+    port: int | None = None          # HAProxy's frontend port (free one if None)
+    redis_port: int | None = None
+    lb_retries: int = 0
+    timeout: float = 60.0            # per member, to become healthy
+
+    def release_of(self, index: int) -> str:
+        return self.releases[index] if len(self.releases) > 1 else self.releases[0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def find_binary(name: str) -> str:
+    """The path of ``redis-server`` or ``haproxy``; $REFBOT_REDIS_SERVER / $REFBOT_HAPROXY may name another.
+
+    Without an override, /usr/sbin and /sbin are searched too: Debian puts haproxy there and
+    leaves them off ordinary users' PATH.
+    """
+    variable = "REFBOT_" + name.upper().replace("-", "_")
+    wanted = os.environ.get(variable) or name
+    path = shutil.which(wanted)
+    if not path and wanted == name:
+        path = shutil.which(name, path="/usr/local/sbin:/usr/sbin:/sbin")
+    if not path:
+        raise StackError(f"{wanted} not found: install it with `sudo apt-get install {APT_PACKAGE[name]}` "
+                         f"(or `make setup`), or set ${variable} to its path")
+    return path
+
+
+def validate(opts: StackOptions) -> None:
+    """Reject bad options before anything starts."""
+    parse_mode(opts.mode)  # ConfigError names the known modes
+    if opts.replicas < 1:
+        raise BadOption(f"--replicas must be at least 1 (got {opts.replicas})")
+    if opts.persistence not in PERSISTENCE:
+        raise BadOption(f"unknown --persistence {opts.persistence!r}; choose one of {', '.join(PERSISTENCE)}")
+    if not opts.releases or any(not r.strip() for r in opts.releases):
+        raise BadOption("--releases must be a comma-separated list of non-empty release names")
+    if len(opts.releases) not in (1, opts.replicas):
+        raise BadOption(f"--releases names {len(opts.releases)} releases for {opts.replicas} replicas; "
+                         "give one (for all) or one per replica")
+    for flag, port in (("--port", opts.port), ("--redis-port", opts.redis_port)):
+        if port is not None and not port_free(port):
+            raise StackError(f"{flag} {port}: 127.0.0.1:{port} is already in use; pick another port or omit {flag}")
+
+
+def redis_args(binary: str, port: int, directory: Path, persistence: str) -> list[str]:
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),
+            "--protected-mode", "no", "--daemonize", "no", "--save", "", "--appendonly", "no"]
+    if persistence == "rdb":
+        args[args.index("--save") + 1] = "1 1"
+    elif persistence.startswith("aof"):
+        args[args.index("--appendonly") + 1] = "yes"
+        args += ["--appendfsync", "always" if persistence == "aof-always" else "everysec"]
+    return args
+
+
+def plan(opts: StackOptions, directory: Path) -> dict:
+    """The state the stack will have: every member's command, env, ports, log and health spec."""
+    redis_bin, haproxy_bin = find_binary("redis-server"), find_binary("haproxy")
+    taken: set[int] = set()
+
+    def pick(port):
+        while port is None or port in taken:
+            port = free_port()
+        taken.add(port)
+        return port
+
+    redis_port, lb_port = pick(opts.redis_port), pick(opts.port)
+    store_url = f"redis://127.0.0.1:{redis_port}/0"
+    sock = haproxy.socket_path(directory)
+    members = {"redis": {
+        "name": "redis", "role": "redis", "pid": None, "port": redis_port,
+        "cmd": redis_args(redis_bin, redis_port, directory / "redis", opts.persistence), "env": {},
+        "cwd": str(directory / "redis"), "log": str(directory / "redis.log"),
+        "health": {"redis": store_url}, "persistence": opts.persistence}}
+    for i in range(opts.replicas):
+        name, port, release = f"bot-{i + 1}", pick(None), opts.release_of(i)
+        members[name] = {
+            "name": name, "role": "bot", "pid": None, "port": port,
+            "cmd": [sys.executable, "-m", "refbot", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            "env": {"REFBOT_MODE": opts.mode, "REFBOT_RELEASE": release, "REFBOT_REPLICA": name,
+                    "REFBOT_REDIS_URL": store_url, "REFBOT_THINK_MS": str(opts.think_ms),
+                    "REFBOT_JITTER_MS": str(opts.jitter_ms), "REFBOT_FLUSH_MS": str(opts.flush_ms),
+                    "REFBOT_STATE_DIR": str(directory), "PYTHONUNBUFFERED": "1"},
+            "cwd": str(PACKAGE_ROOT), "log": str(directory / f"{name}.log"),
+            "health": {"http": f"http://127.0.0.1:{port}/healthz"},
+            "release": release, "mode": opts.mode, "lb_server": f"{haproxy.BACKEND}/{name}"}
+    config = directory / "haproxy.cfg"
+    members["haproxy"] = {
+        "name": "haproxy", "role": "lb", "pid": None, "port": lb_port,
+        "cmd": [haproxy_bin, "-db", "-f", str(config)], "env": {},
+        "cwd": str(directory), "log": str(directory / "haproxy.log"),
+        "health": {"tcp": ["127.0.0.1", lb_port]}, "config": str(config), "lb_retries": opts.lb_retries}
+    return {"version": state.VERSION, "dir": str(directory), "url": f"http://127.0.0.1:{lb_port}",
+            "store_url": store_url, "haproxy_socket": str(sock), "mode": opts.mode,
+            "persistence": opts.persistence, "started": time.time(), "members": members}
+
+
+def live_members(st: dict) -> list[str]:
+    return [name for name, m in st.get("members", {}).items() if state.member_alive(m)]
+
+
+def up(opts: StackOptions, say=print) -> dict:
+    """Bring the stack up and return its state; on any failure stop what was started and raise."""
+    validate(opts)
+    directory = state.state_dir(opts.state_dir)
+    with state.locked_state(directory, missing_ok=True) as existing:
+        if existing:
+            alive = live_members(existing)
+            if alive:
+                raise AlreadyUp(f"a stack is already up in {directory} ({', '.join(alive)} running; "
+                                f"load balancer {existing.get('url')}); run `python -m refbot down"
+                                f"{_dir_flag(opts.state_dir)}` first")
+            say(f"note: replacing a stale state file in {directory} (none of its processes runs)")
+        st = plan(opts, directory)
+        servers = {n: m["port"] for n, m in st["members"].items() if m["role"] == "bot"}
+        Path(st["members"]["haproxy"]["config"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(st["members"]["haproxy"]["config"]).write_text(
+            haproxy.render_config(st["members"]["haproxy"]["port"], servers, Path(st["haproxy_socket"]),
+                                  opts.lb_retries))
+        Path(st["haproxy_socket"]).unlink(missing_ok=True)
+        try:
+            _start(st, "redis", opts.timeout, say)
+            for name in servers:  # start replicas together: their imports overlap
+                state.start_member(st["members"][name])
+                state.save(st, directory)
+            for name in servers:
+                state.wait_healthy(st["members"][name], opts.timeout)
+                say(f"{name} up on 127.0.0.1:{st['members'][name]['port']} "
+                    f"(release {st['members'][name]['release']}, mode {opts.mode})")
+            _start(st, "haproxy", opts.timeout, say)
+            _wait_lb_sees_all(st, opts.timeout)
+        except BaseException:
+            _stop_all(st)
+            state.remove(directory)
+            raise
+    say(f"stack up: {st['url']}  store {st['store_url']}  state {directory / state.STATE_NAME}")
+    return st
+
+
+def _start(st: dict, name: str, timeout: float, say) -> None:
+    member = st["members"][name]
+    state.start_member(member)
+    state.save(st, st["dir"])
+    state.wait_healthy(member, timeout)
+    say(f"{name} up on 127.0.0.1:{member['port']}")
+
+
+def _wait_lb_sees_all(st: dict, timeout: float) -> None:
+    bots = [n for n, m in st["members"].items() if m["role"] == "bot"]
+    deadline = time.monotonic() + timeout
+    seen: dict = {}
+    while time.monotonic() < deadline:
+        try:
+            seen = haproxy.server_status(st["haproxy_socket"])
+            if all(seen.get(b, "").startswith("UP") for b in bots):
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise StackError(f"HAProxy does not see every replica up after {timeout:.0f}s: {seen}")
+
+
+def _stop_all(st: dict, sig: int = signal.SIGTERM) -> list[str]:
+    """Stop members load balancer first, store last; return the names that were running."""
+    order = sorted(st.get("members", {}), key=lambda n: {"lb": 0, "bot": 1}.get(st["members"][n]["role"], 2))
+    return [name for name in order if state.stop_member(st["members"][name], sig)]
+
+
+def down(state_dir=None, say=print) -> list[str] | None:
+    """Stop everything the state file names and remove it; None when nothing was up."""
+    directory = state.state_dir(state_dir)
+    with state.locked_state(directory, missing_ok=True) as st:
+        if not st:
+            return None
+        stopped = _stop_all(st)
+        Path(st.get("haproxy_socket", directory / "haproxy.sock")).unlink(missing_ok=True)
+        state.remove(directory)
+    say(f"stack down: stopped {', '.join(stopped) if stopped else 'nothing (no member was running)'}")
+    return stopped
+
+
+def status(state_dir=None) -> list[dict] | None:
+    """One row per member: name, role, pid, port, alive, healthy, release, mode, lb (HAProxy's view)."""
+    st = state.load(state_dir)
+    if st is None:
+        return None
+    lb_view = {}
+    try:
+        lb_view = haproxy.server_status(st["haproxy_socket"])
+    except OSError:
+        pass
+    rows = []
+    for name, m in st["members"].items():
+        alive = state.member_alive(m)
+        rows.append({"name": name, "role": m["role"], "pid": m.get("pid"), "port": m.get("port"),
+                     "alive": alive, "healthy": alive and state.check_health(m),
+                     "release": m.get("release", ""), "mode": m.get("mode", ""),
+                     "lb": lb_view.get(name, "") if m["role"] == "bot" else ""})
+    return rows
+
+
+def format_status(rows: list[dict]) -> str:
+    header = f"{'member':<9} {'role':<6} {'pid':>8} {'port':>6} {'state':<6} {'release':<8} {'mode':<22} haproxy"
+    lines = [header]
+    for r in rows:
+        lines.append(f"{r['name']:<9} {r['role']:<6} {r['pid'] or '-':>8} {r['port']:>6} "
+                     f"{'up' if r['healthy'] else 'down':<6} {r['release']:<8} {r['mode']:<22} {r['lb']}")
+    return "\n".join(lines)
+
+
+def _dir_flag(state_dir) -> str:
+    return f" --state-dir {state_dir}" if state_dir else ""

@@ -1,0 +1,233 @@
+"""The embedded stack's state file (docs/CONTRACTS.md, "Stack state file") and member control.
+
+`python -m refbot up` writes ``<dir>/state.json``; `refbot down`, `refbot status` and the
+chaos controller's local backend read it and update it. Everything a process needs to stop,
+check or restart a member is in its record, so any process can do it:
+
+    from refbot import state
+    with state.locked_state(".stack") as st:          # flock on .stack/state.lock
+        member = st["members"]["bot-2"]
+        state.stop_member(member, sig=signal.SIGKILL)
+        state.start_member(member)                    # same cmd/env/cwd/port; records the new pid
+    state.wait_healthy(member, timeout=30)
+
+Kept to the standard library plus redis-py so other parts can import it cheaply.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+
+VERSION = 1
+DEFAULT_DIR = ".stack"
+STATE_NAME = "state.json"
+LOCK_NAME = "state.lock"
+
+
+class StateError(RuntimeError):
+    """The state file is missing, unreadable or inconsistent; the message says which file."""
+
+
+class MemberUnhealthy(RuntimeError):
+    """A member did not become healthy in time (its log tail is in the message)."""
+
+
+def state_dir(path: str | os.PathLike | None = None) -> Path:
+    """The absolute state directory: ``path``, else $REFBOT_STATE_DIR, else ``.stack``."""
+    return Path(path or os.environ.get("REFBOT_STATE_DIR") or DEFAULT_DIR).absolute()
+
+
+def state_path(path=None) -> Path:
+    return state_dir(path) / STATE_NAME
+
+
+def load(path=None) -> dict | None:
+    """The state in ``path`` (a state dir), or None when nothing is up there."""
+    file = state_path(path)
+    try:
+        text = file.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        state = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StateError(f"{file}: not valid JSON ({exc}); remove it once you have stopped its processes") from None
+    if not isinstance(state, dict) or state.get("version") != VERSION or "members" not in state:
+        raise StateError(f"{file}: not a version-{VERSION} refbot state file")
+    return state
+
+
+def save(state: dict, path=None) -> Path:
+    """Write ``state`` atomically (temp file + rename), so a reader never sees half a file."""
+    directory = state_dir(path or state.get("dir"))
+    directory.mkdir(parents=True, exist_ok=True)
+    file = directory / STATE_NAME
+    tmp = directory / f".{STATE_NAME}.{os.getpid()}.tmp"
+    with open(tmp, "w") as out:
+        json.dump(state, out, indent=2, sort_keys=False)
+        out.write("\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, file)
+    return file
+
+
+def remove(path=None) -> None:
+    state_path(path).unlink(missing_ok=True)
+
+
+@contextmanager
+def locked_state(path=None, missing_ok: bool = False):
+    """Hold the stack's lock, yield its state dict, and save it on exit if it changed.
+
+    Raises StateError when nothing is up, unless ``missing_ok`` (then yields ``{}``).
+    """
+    directory = state_dir(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / LOCK_NAME, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            state = load(directory)
+            if state is None:
+                if not missing_ok:
+                    raise StateError(f"nothing is up: no state file at {directory / STATE_NAME}")
+                state = {}
+            before = json.dumps(state, sort_keys=True)
+            yield state
+            if state and json.dumps(state, sort_keys=True) != before:
+                save(state, directory)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# --- processes ---------------------------------------------------------------------------
+
+def pid_alive(pid: int | None) -> bool:
+    """True while ``pid`` runs (a zombie counts as dead; our own dead children are reaped)."""
+    if not pid:
+        return False
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def member_alive(member: dict) -> bool:
+    """The member's recorded pid runs and is still that program (guards against pid reuse)."""
+    pid = member.get("pid")
+    if not pid_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return os.path.basename(member["cmd"][0]) in cmdline
+
+
+def start_member(member: dict) -> subprocess.Popen:
+    """Start ``member`` from its record: cmd with env over os.environ, in cwd, log appended,
+    in a new session (its own process group). Records the new pid in ``member``; the
+    caller saves the state (inside ``locked_state``)."""
+    Path(member["cwd"]).mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **member.get("env", {})}
+    with open(member["log"], "ab") as log:
+        proc = subprocess.Popen(member["cmd"], env=env, cwd=member["cwd"], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    member["pid"] = proc.pid
+    return proc
+
+
+def stop_member(member: dict, sig: int = signal.SIGTERM, timeout: float = 10.0) -> bool:
+    """Stop the member's process group (SIGCONT too, in case chaos paused it); SIGKILL after
+    ``timeout``. Returns whether it was running. Never signals a pid that is not the member."""
+    if not member_alive(member):
+        return False
+    pid = member["pid"]
+    _signal_group(pid, sig)
+    if sig not in (signal.SIGKILL, signal.SIGCONT):
+        _signal_group(pid, signal.SIGCONT)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pid_alive(pid):
+        _signal_group(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return True
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        if os.getpgid(pid) == pid:  # started with start_new_session: its own group
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+# --- health ------------------------------------------------------------------------------
+
+_no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def check_health(member: dict, timeout: float = 1.0) -> bool:
+    """One probe of the member's ``health`` spec: ``{"http": url}``, ``{"redis": url}`` or ``{"tcp": [host, port]}``."""
+    health = member.get("health", {})
+    try:
+        if "http" in health:
+            with _no_proxy.open(health["http"], timeout=timeout) as response:
+                return response.status == 200
+        if "redis" in health:
+            client = redis.Redis.from_url(health["redis"], socket_timeout=timeout, socket_connect_timeout=timeout)
+            try:
+                return bool(client.ping())
+            finally:
+                client.close()
+        if "tcp" in health:
+            host, port = health["tcp"]
+            with socket.create_connection((host, port), timeout=timeout):
+                return True
+    except (OSError, redis.RedisError):
+        return False
+    raise StateError(f"member {member.get('name', '?')}: unknown health spec {health!r}")
+
+
+def wait_healthy(member: dict, timeout: float = 30.0) -> None:
+    """Poll the member's health until it passes; raise MemberUnhealthy (with its log tail) on
+    timeout or as soon as its process exits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if check_health(member):
+            return
+        if member.get("pid") and not pid_alive(member["pid"]):
+            raise MemberUnhealthy(f"{member.get('name', member['cmd'][0])} exited while starting; "
+                                  f"last lines of {member['log']}:\n{log_tail(member)}")
+        if time.monotonic() > deadline:
+            raise MemberUnhealthy(f"{member.get('name', member['cmd'][0])} not healthy after {timeout:.0f}s; "
+                                  f"last lines of {member['log']}:\n{log_tail(member)}")
+        time.sleep(0.05)
+
+
+def log_tail(member: dict, lines: int = 15) -> str:
+    try:
+        text = Path(member["log"]).read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
