@@ -1,0 +1,120 @@
+"""``python -m chaos run|validate|heal`` — the standalone entry points.
+
+Exit codes: 0 ok; 1 a recovery failed (run/heal: see the timeline and outstanding.json);
+2 bad plan or arguments (nothing touched).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+from chaos.backends import REGISTRY, make_backend
+from chaos.controller import Controller, heal_run
+from chaos.plan import PlanError, load_plan
+
+
+class Interrupted(Exception):
+    """SIGINT/SIGTERM: stop scheduling and heal before exiting."""
+
+
+def _backend_kwargs(args) -> dict:
+    kw = {}
+    if args.backend == "local" and args.state_dir:
+        kw["state_dir"] = args.state_dir
+    for item in args.backend_opt or []:
+        key, _, value = item.partition("=")
+        kw[key] = json.loads(value) if value[:1] in "[{0123456789" or value in ("true", "false") else value
+    return kw
+
+
+def cmd_validate(args) -> int:
+    plan = load_plan(args.plan)
+    print(f"{args.plan}: ok — {len(plan.faults)} fault(s), {len(plan.schedule())} occurrence(s), "
+          f"ends at {plan.horizon:g}s" if plan.horizon is not None else f"{args.plan}: ok (runs until stopped)")
+    if args.backend:
+        Controller(plan, make_backend(args.backend, **_backend_kwargs(args)), args.run_dir or "/tmp").validate()
+        print(f"{args.plan}: ok against backend {args.backend}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    plan = load_plan(args.plan)
+    if plan.horizon is None:
+        raise PlanError([f"{args.plan}: the plan repeats forever; give it a 'duration' to run it standalone"])
+    backend = make_backend(args.backend, **_backend_kwargs(args))
+    run_dir = Path(args.run_dir or f"results/chaos-{time.strftime('%Y%m%d-%H%M%S')}")
+    ctl = Controller(plan, backend, run_dir, toxiproxy=args.toxiproxy)
+    if args.dry_run:
+        print(f"dry run of {args.plan} on backend {backend.name} (nothing is touched):")
+        print("\n".join(ctl.dry_run()))
+        return 0
+
+    def interrupt(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    ctl.start()
+    print(f"chaos: running {args.plan} ({plan.horizon:g}s) on {backend.name}; timeline {ctl.timeline.path}",
+          flush=True)
+    via = "end"
+    try:
+        while not ctl.wait(0.2):
+            pass
+    except Interrupted as exc:
+        via = exc.args[0].lower()
+        # Heal to the end even if the user presses Ctrl-C again (SIGKILL still works; then `heal`).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print(f"chaos: {exc.args[0]}: stopping and healing everything outstanding...", flush=True)
+        ctl.stop(via=via)
+    failed = ctl.outstanding.entries()
+    print(f"chaos: done ({via}); {len(failed)} fault(s) left outstanding", flush=True)
+    for e in failed:
+        print(f"  NOT healed: {e['key']} — run `python -m chaos heal {run_dir}`", flush=True)
+    return 1 if failed else 0
+
+
+def cmd_heal(args) -> int:
+    recovered, failed = heal_run(args.run)
+    print(f"chaos heal {args.run}: {recovered} recovered, {len(failed)} failed")
+    for e in failed:
+        print(f"  still outstanding: {e['key']}")
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("run", "validate"):
+        s = sub.add_parser(name)
+        s.add_argument("plan")
+        s.add_argument("--backend", choices=sorted(REGISTRY), default="local" if name == "run" else None)
+        s.add_argument("--state-dir", help="local backend: the stack's state dir (default .stack)")
+        s.add_argument("--backend-opt", action="append", metavar="KEY=VALUE",
+                       help="backend constructor option (e.g. namespace=chat for kubernetes)")
+        s.add_argument("--run-dir", help="where chaos.jsonl and chaos/outstanding.json go")
+        s.add_argument("--toxiproxy", help="Toxiproxy API URL for toxic faults")
+        if name == "run":
+            s.add_argument("--dry-run", action="store_true", help="print what would be touched; touch nothing")
+    h = sub.add_parser("heal", help="recover what a killed controller left outstanding")
+    h.add_argument("run", help="the run folder (results/<run>)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
+    try:
+        return {"run": cmd_run, "validate": cmd_validate, "heal": cmd_heal}[args.cmd](args)
+    except PlanError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The local backend: the embedded stack of ``python -m refbot up`` (state file in docs/CONTRACTS.md).
+
+Processes are signalled by the pids in the state file (their whole process group: members run
+in their own sessions), restarted from their recorded cmd/env/cwd with refbot.state, and the
+new pid is written back under the state lock. HAProxy is driven through its runtime API socket;
+Redis through redis-py on the member's health URL.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import time
+
+import redis
+
+from chaos import faults as F
+from chaos.backend import Backend, UnsupportedFault, refuse_own_process
+from chaos.faults import Fault
+from refbot import state
+
+REDIS_KINDS = {F.REDIS_RESTART, F.REDIS_CLIENT_KILL, F.REDIS_STALL}
+LB_KINDS = {F.LB_DROP, F.LB_DISABLE}
+
+
+def _natural(name: str):
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+class LocalBackend(Backend):
+    name = "local"
+    kinds = frozenset({F.KILL, F.RESTART, F.PAUSE, F.REDIS_RESTART, F.REDIS_CLIENT_KILL, F.REDIS_STALL,
+                       F.LB_DROP, F.LB_DISABLE, F.ROLLING_RESTART})
+
+    def __init__(self, state_dir: str | None = None, health_timeout: float = 60.0):
+        self.state_dir = str(state.state_dir(state_dir))
+        self.health_timeout = health_timeout
+
+    def config(self) -> dict:
+        return {"state_dir": self.state_dir, "health_timeout": self.health_timeout}
+
+    # ---- resolving --------------------------------------------------------------------------
+    def _state(self) -> dict:
+        st = state.load(self.state_dir)
+        if st is None:
+            raise state.StateError(f"nothing is up: no state file at {state.state_path(self.state_dir)} "
+                                   f"(start the stack with `python -m refbot up`)")
+        return st
+
+    def instances(self, target: str) -> list[str]:
+        members = self._state()["members"]
+        if target in members:
+            return [target]
+        return sorted((n for n, m in members.items() if m.get("role") == target), key=_natural)
+
+    def check(self, fault: Fault) -> None:
+        super().check(fault)
+        st = self._state()
+        names = self.instances(fault.target)
+        roles = {st["members"][n].get("role") for n in names}
+        if fault.kind in REDIS_KINDS and names and roles != {"redis"}:
+            raise UnsupportedFault(f"{fault.kind} needs a redis target, {fault.target!r} is {sorted(roles)}")
+        if fault.kind in LB_KINDS:
+            if not st.get("haproxy_socket"):
+                raise UnsupportedFault(f"{fault.kind} needs HAProxy: the state file has no haproxy_socket")
+            if any(not st["members"][n].get("lb_server") for n in names):
+                raise UnsupportedFault(f"{fault.kind} targets members behind the load balancer (e.g. bot); "
+                                       f"{fault.target!r} has no lb_server")
+        if fault.kind == F.ROLLING_RESTART and names and roles != {"bot"}:
+            raise UnsupportedFault(f"rolling-restart needs the bot replicas as target, {fault.target!r} is {sorted(roles)}")
+
+    def describe(self, instance: str) -> str:
+        st = self._state()
+        if instance not in st["members"]:
+            return f"{instance}: " + ", ".join(self.describe(n) for n in self.instances(instance))
+        m = st["members"][instance]
+        pid = m.get("pid")
+        alive = state.member_alive(m)
+        up = _uptime(pid) if alive else None
+        extra = "".join(f" {k} {m[k]}" for k in ("release", "lb_server", "persistence") if m.get(k))
+        return (f"{instance} (role {m.get('role')}) pid {pid} {'running' if alive else 'NOT running'}"
+                f"{f' up {up:.1f}s' if up is not None else ''} port {m.get('port')}{extra}")
+
+    # ---- faults -----------------------------------------------------------------------------
+    def apply(self, fault: Fault, instance: str) -> dict:
+        k = fault.kind
+        if k in (F.KILL, F.RESTART) or (k == F.REDIS_RESTART):
+            graceful = k == F.RESTART or (k == F.REDIS_RESTART and fault.params.get("mode") == "shutdown")
+            with state.locked_state(self.state_dir) as st:
+                m = self._running(st, instance)
+                pid = m["pid"]
+                state.stop_member(m, signal.SIGTERM if graceful else signal.SIGKILL,
+                                  timeout=float(fault.params.get("grace", 10.0)))
+            return {"pid": pid}
+        if k == F.PAUSE:
+            with state.locked_state(self.state_dir) as st:
+                m = self._running(st, instance)
+                _signal_group(m["pid"], signal.SIGSTOP)
+                return {"pid": m["pid"]}
+        if k == F.REDIS_CLIENT_KILL:
+            with self._redis(instance) as r:
+                killed = r.execute_command("CLIENT", "KILL", "TYPE", fault.params.get("type", "normal"), "SKIPME", "yes")
+            return {"killed": int(killed)}
+        if k == F.REDIS_STALL:
+            # The pause carries its own timeout, so Redis resumes by itself even if the controller
+            # dies. ALL cannot be ended early (Redis 7.0 postpones CLIENT UNPAUSE too): exact
+            # duration. WRITE is ended by UNPAUSE; 2 s of slack cover a late recovery.
+            mode = fault.params.get("mode", "all").upper()
+            ms = int((fault.duration or 0) * 1000) + (0 if mode == "ALL" else 2000)
+            with self._redis(instance) as r:
+                r.execute_command("CLIENT", "PAUSE", ms, mode)
+            return {"pause_ms": ms, "mode": mode}
+        if k == F.LB_DROP:
+            server = self._lb_server(instance)
+            self._haproxy(f"shutdown sessions server {server}")
+            return {"server": server}
+        if k == F.LB_DISABLE:
+            server = self._lb_server(instance)
+            self._haproxy(f"set server {server} state maint")
+            return {"server": server}
+        if k == F.ROLLING_RESTART:
+            return self._rolling_restart(fault, instance)
+        raise UnsupportedFault(f"local backend cannot do {k!r}")
+
+    def recover(self, fault: Fault, instance: str, undo: dict) -> None:
+        k = fault.kind
+        if k in (F.KILL, F.RESTART, F.REDIS_RESTART):
+            self._ensure_running(instance)
+        elif k == F.PAUSE:
+            st = self._state()
+            m = st["members"][instance]
+            pid = undo.get("pid") or m.get("pid")
+            if state.pid_alive(pid):
+                refuse_own_process(pid, instance)
+                _signal_group(pid, signal.SIGCONT)
+            self._ensure_running(instance)
+        elif k == F.REDIS_STALL:
+            # Under ALL this returns when the pause ends (it is postponed like any command).
+            with self._redis(instance, timeout=10 + (fault.duration or 0)) as r:
+                r.execute_command("CLIENT", "UNPAUSE")
+        elif k == F.LB_DISABLE:
+            self._haproxy(f"set server {undo.get('server') or self._lb_server(instance)} state ready")
+        elif k == F.ROLLING_RESTART:
+            for name in self.instances(instance):
+                self._ensure_running(name)
+                server = self._state()["members"][name].get("lb_server")
+                if server and self._state().get("haproxy_socket"):
+                    self._haproxy(f"set server {server} state ready")
+        # redis-client-kill and lb-drop are instant: nothing to undo.
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def _running(self, st: dict, instance: str) -> dict:
+        m = st["members"].get(instance)
+        if m is None:
+            raise state.StateError(f"no member {instance!r} in {state.state_path(self.state_dir)}")
+        if not state.member_alive(m):
+            raise RuntimeError(f"{instance} is not running (pid {m.get('pid')})")
+        refuse_own_process(m["pid"], instance)
+        return m
+
+    def _ensure_running(self, instance: str) -> None:
+        """Start the member if it is down (idempotent), then wait until it is healthy."""
+        with state.locked_state(self.state_dir) as st:
+            m = st["members"][instance]
+            if not state.member_alive(m):
+                state.start_member(m)
+            member = dict(m, name=instance)
+        state.wait_healthy(member, timeout=self.health_timeout)
+
+    def _rolling_restart(self, fault: Fault, target: str) -> dict:
+        release = fault.params["release"]
+        done = []
+        for name in self.instances(target):
+            with state.locked_state(self.state_dir) as st:
+                m = self._running(st, name)
+                server = m.get("lb_server") if st.get("haproxy_socket") else None
+            if server:
+                self._haproxy(f"set server {server} state maint")
+            with state.locked_state(self.state_dir) as st:
+                m = st["members"][name]
+                state.stop_member(m, signal.SIGTERM)
+                m["env"] = {**m.get("env", {}), **(fault.params.get("env") or {}), "REFBOT_RELEASE": release}
+                m["release"] = release
+                state.start_member(m)
+                member = dict(m, name=name)
+            state.wait_healthy(member, timeout=self.health_timeout)
+            if server:
+                self._haproxy(f"set server {server} state ready")
+            done.append(name)
+            if fault.params.get("pause"):
+                time.sleep(float(fault.params["pause"]))
+        return {"members": done, "release": release}
+
+    def _redis(self, instance: str, timeout: float = 10) -> redis.Redis:
+        m = self._state()["members"][instance]
+        url = m.get("health", {}).get("redis") or f"redis://127.0.0.1:{m['port']}/0"
+        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=5)
+
+    def _lb_server(self, instance: str) -> str:
+        server = self._state()["members"][instance].get("lb_server")
+        if not server:
+            raise UnsupportedFault(f"{instance} has no lb_server in the state file")
+        return server
+
+    def _haproxy(self, command: str) -> str:
+        """One HAProxy runtime API command; raise with HAProxy's answer when it is not a success."""
+        path = self._state()["haproxy_socket"]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(path)
+            s.sendall(command.encode() + b"\n")
+            chunks = []
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+        answer = b"".join(chunks).decode(errors="replace").strip()
+        if answer:
+            raise RuntimeError(f"HAProxy refused {command!r}: {answer}")
+        return answer
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal the member's process group (members run in their own session), else the pid."""
+    refuse_own_process(pid, f"pid {pid}")
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _uptime(pid: int) -> float | None:
+    """Seconds since the process started (from /proc), for the dry run's proof of nothing touched."""
+    try:
+        start_ticks = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
+        boot_uptime = float(open("/proc/uptime").read().split()[0])
+        return boot_uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None

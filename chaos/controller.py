@@ -1,0 +1,288 @@
+"""The controller: runs a plan against a backend on monotonic deadlines, and always heals.
+
+Every applied fault is outstanding (chaos/outstanding.py) until recovered. Plan end, stop()
+(Ctrl-C, SIGTERM, Locust's test_stop), or an exception in the scheduler all end in heal(), which
+recovers everything outstanding, logs each recovery on the timeline, and never raises: a failed
+recovery is recorded, stays in outstanding.json for ``python -m chaos heal``, and is returned.
+
+Runs as plain threads (the CLI) and inside Locust, where gevent's monkey-patching turns each
+threading.Thread into a greenlet. Each occurrence waits for ``t0 + offset`` on the monotonic
+clock (never cumulative sleeps), so one slow fault does not delay the next one.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+from chaos.backend import Backend, UnsupportedFault
+from chaos.faults import KINDS, TOXIC, WHOLE_TARGET_KINDS, Fault
+from chaos.outstanding import Outstanding
+from chaos.plan import Plan, PlanError, PlanFault
+from chaos.timeline import Timeline
+
+log = logging.getLogger("chaos")
+PREPARE_S = 0.1   # occurrences start this early to do their bookkeeping before the planned time
+
+
+class Controller:
+    def __init__(self, plan: Plan, backend: Backend, run_dir: str | Path, toxiproxy: str | None = None,
+                 stop_timeout: float = 120.0):
+        self.plan, self.backend, self.run_dir = plan, backend, Path(run_dir)
+        self.stop_timeout = stop_timeout
+        url = toxiproxy or plan.toxiproxy
+        self.toxiproxy = None
+        if url:
+            from chaos.backends.toxiproxy import ToxiproxyBackend
+            self.toxiproxy = ToxiproxyBackend(url)
+        self.timeline = Timeline(self.run_dir, backend.name)
+        self.outstanding = Outstanding(self.run_dir, backend.name, backend.config())
+        self.failures: list[dict] = []        # failed recoveries (also on the timeline)
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._claimed: set[str] = set()
+        self._threads: list[threading.Thread] = []
+        self._scheduler: threading.Thread | None = None
+        self.t0_mono = self.t0_wall = None
+
+    # ---- validation and dry run -------------------------------------------------------------
+    def backend_for(self, kind: str) -> Backend:
+        if kind == TOXIC:
+            if self.toxiproxy is None:
+                raise UnsupportedFault("toxic faults need a Toxiproxy: set 'toxiproxy: http://...' in the plan "
+                                       "or pass --toxiproxy URL")
+            return self.toxiproxy
+        return self.backend
+
+    def validate(self) -> list[tuple[float, PlanFault, int, list[str]]]:
+        """Check every fault against the backend before anything is touched; PlanError otherwise.
+
+        Returns the concrete schedule: (offset s, plan fault, occurrence, instances it would hit)."""
+        problems, resolved, unreachable = [], {}, set()
+        for f in self.plan.faults:
+            where = self.plan.where(f, "kind")
+            try:
+                be = self.backend_for(f.kind)
+                be.check(f.occurrence(0))
+                instances = be.instances(f.target)
+            except UnsupportedFault as exc:
+                problems.append(f"{where}: kind: {exc} (fault {f.id})")
+                continue
+            except Exception as exc:  # noqa: BLE001 - report any backend failure as a plan problem
+                if str(exc) in unreachable:       # the backend itself is down: say it once
+                    continue
+                unreachable.add(str(exc))
+                problems.append(f"{where}: target: cannot resolve {f.target!r} on backend "
+                                f"{self.backend.name!r}: {exc} (fault {f.id})")
+                continue
+            where = self.plan.where(f, "target")
+            if not instances:
+                problems.append(f"{where}: target: {f.target!r} has no instances on backend "
+                                f"{self.backend.name!r} (fault {f.id})")
+                continue
+            if f.kind not in WHOLE_TARGET_KINDS:
+                n = f.count.of(len(instances))
+                cwhere = self.plan.where(f, "count") if "count" in f.lines else where
+                if f.count.percent is None and f.count.n > len(instances):
+                    problems.append(f"{cwhere}: count: {f.count.n} is more than the {len(instances)} "
+                                    f"instance(s) of {f.target!r} (fault {f.id})")
+                elif self.plan.max_blast is not None and n > self.plan.max_blast.of(len(instances)):
+                    problems.append(f"{cwhere}: count: {f.count} hits {n} of {len(instances)} instance(s) of "
+                                    f"{f.target!r}, above max_blast {self.plan.max_blast} (fault {f.id})")
+            resolved[f.id] = instances
+        if problems:
+            raise PlanError(problems)
+        return [(t, f, k, f.choose(resolved[f.id], k, self.plan.seed)) for t, f, k in self.plan.schedule()]
+
+    def dry_run(self) -> list[str]:
+        """What the plan would do, with the concrete instances; touches nothing."""
+        lines = []
+        for t, f, k, chosen in self.validate():
+            be = self.backend_for(f.kind)
+            dur = f" for {f.duration:g}s" if f.duration else ""
+            lines.append(f"+{t:g}s {f.id}#{k} {f.kind}{dur} on {f.target}:")
+            for inst in chosen:
+                lines.append(f"    {be.describe(inst)}")
+        return lines
+
+    # ---- running ----------------------------------------------------------------------------
+    def start(self) -> "Controller":
+        """Validate, then schedule in a background thread (a greenlet under Locust)."""
+        schedule = self.validate()
+        self.t0_mono, self.t0_wall = time.monotonic(), time.time()
+        self._scheduler = threading.Thread(target=self._run, args=(schedule,), name="chaos-scheduler", daemon=True)
+        self._scheduler.start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the plan has ended and healed; True when done."""
+        return self._done.wait(timeout)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def _run(self, schedule) -> None:
+        try:
+            for t, f, k, _chosen in schedule:
+                # Wake a little early: the occurrence resolves its instances and writes its
+                # intent first, then waits for the exact deadline to act.
+                if self._wait_until(self.t0_mono + t - PREPARE_S):
+                    break
+                th = threading.Thread(target=self._occurrence, args=(f, k, t), name=f"chaos-{f.id}#{k}", daemon=True)
+                self._threads.append(th)
+                th.start()
+            for th in list(self._threads):
+                th.join()
+        except Exception:  # noqa: BLE001 - the scheduler must never die without healing
+            log.exception("chaos scheduler failed; healing everything outstanding")
+        finally:
+            if not self._stop.is_set():
+                self.heal(via="end")
+                self._done.set()
+
+    def _wait_until(self, deadline: float) -> bool:
+        """Sleep until a monotonic deadline (never early); True when stop() came first."""
+        while (remaining := deadline - time.monotonic()) > 0:
+            if self._stop.wait(remaining):
+                return True
+        return self._stop.is_set()
+
+    def _occurrence(self, pf: PlanFault, k: int, offset: float) -> None:
+        fault = pf.occurrence(k)
+        planned = self.t0_wall + offset
+        try:
+            be = self.backend_for(fault.kind)
+            instances = be.instances(pf.target)
+        except Exception as exc:  # noqa: BLE001
+            self.timeline.record("apply", fault, pf.target, "error", f"cannot resolve target: {exc}", planned=planned)
+            return
+        keys, reason = self._claim(pf, k, fault, instances, planned)
+        if not keys:
+            # Instances still busy with an earlier fault may be free by the planned time: ask again then.
+            if self._wait_until(self.t0_mono + offset):
+                return
+            keys, reason = self._claim(pf, k, fault, instances, planned)
+            if not keys:
+                self.timeline.record("apply", fault, pf.target, "error", reason, planned=planned)
+                return
+        elif self._wait_until(self.t0_mono + offset):
+            for key, _inst in keys:           # stopped before acting: nothing was applied
+                self.outstanding.remove(key)
+            return
+        for key, inst in keys:
+            started = time.time()
+            try:
+                undo = be.apply(fault, inst)
+            except Exception as exc:  # noqa: BLE001 - log, then make sure nothing is left half-done
+                self.timeline.record("apply", fault, inst, "error", f"{type(exc).__name__}: {exc}",
+                                     planned=planned, when=started)
+                self._recover(key, via="apply-failed")
+                continue
+            self.outstanding.update(key, state="applied", undo=undo or {}, applied=started)
+            self.timeline.record("apply", fault, inst, "ok", planned=planned, detail=undo or None, when=started)
+        if KINDS[fault.kind].duration != "none":
+            if self._wait_until(self.t0_mono + offset + (fault.duration or 0)):
+                return          # stop() heals what is outstanding
+        for key, _inst in keys:
+            self._recover(key, via="schedule")
+
+    def _claim(self, pf: PlanFault, k: int, fault: Fault, instances: list[str], planned: float):
+        """Pick free instances and write the intent to outstanding.json before acting.
+
+        Returns ([(key, instance)], reason-if-none). One fault per instance at a time."""
+        with self._lock:
+            busy = self.outstanding.instances()
+            if pf.kind in WHOLE_TARGET_KINDS:
+                chosen = [] if busy & (set(instances) | {pf.target}) else [pf.target]
+            else:
+                free = [i for i in instances if i not in busy]
+                chosen = pf.choose(free, k, self.plan.seed) if free else []
+            limit = self.plan.max_concurrent
+            if limit is not None and chosen and len(self.outstanding) + len(chosen) > limit:
+                return [], f"skipped: max_concurrent {limit} reached ({len(self.outstanding)} outstanding)"
+            if not chosen:
+                return [], "skipped: every instance of the target is already under a fault"
+            keys = []
+            for inst in chosen:
+                key = Outstanding.key(fault.id, inst)
+                keys.append((key, inst))
+                self.outstanding.add({"key": key, "fault": fault.to_dict(), "instance": inst, "state": "applying",
+                                      "undo": {}, "applied": None, "planned": planned,
+                                      "toxiproxy": self.toxiproxy.url if fault.kind == TOXIC else None})
+            return keys, None
+
+    def _recover(self, key: str, via: str) -> bool:
+        """Recover one outstanding entry unless another thread already is; never raises."""
+        with self._lock:
+            if key in self._claimed:
+                return True
+            entry = next((e for e in self.outstanding.entries() if e["key"] == key), None)
+            if entry is None:
+                return True
+            self._claimed.add(key)
+        fault, inst = Fault.from_dict(entry["fault"]), entry["instance"]
+        try:
+            be = self.backend_for(fault.kind)
+            be.recover(fault, inst, entry.get("undo") or {})
+        except Exception as exc:  # noqa: BLE001 - a failed heal is recorded and reported, never raised
+            err = f"{type(exc).__name__}: {exc}"
+            self.timeline.record("recover", fault, inst, "error", err, via=via)
+            self.failures.append({"fault": fault.id, "kind": fault.kind, "instance": inst, "error": err})
+            with self._lock:
+                self._claimed.discard(key)
+            return False
+        self.outstanding.remove(key)
+        self.timeline.record("recover", fault, inst, "ok", via=via)
+        with self._lock:
+            self._claimed.discard(key)
+        return True
+
+    def heal(self, via: str = "heal") -> list[dict]:
+        """Recover everything outstanding; returns the failures (also on the timeline). Never raises."""
+        failed = []
+        for entry in self.outstanding.entries():
+            try:
+                if not self._recover(entry["key"], via=via):
+                    failed.append(entry)
+            except Exception:  # noqa: BLE001
+                log.exception("chaos heal of %s failed", entry.get("key"))
+                failed.append(entry)
+        return failed
+
+    def stop(self, via: str = "stop") -> list[dict]:
+        """Stop scheduling, let in-flight applies finish (bounded), heal everything; never raises."""
+        try:
+            self._stop.set()
+            deadline = time.monotonic() + self.stop_timeout
+            if self._scheduler is not None and self._scheduler is not threading.current_thread():
+                self._scheduler.join(max(0.0, deadline - time.monotonic()))
+            for th in list(self._threads):
+                if th is not threading.current_thread():
+                    th.join(max(0.0, deadline - time.monotonic()))
+            return self.heal(via=via)
+        except Exception:  # noqa: BLE001
+            log.exception("chaos stop failed")
+            return self.outstanding.entries()
+        finally:
+            self._done.set()
+
+
+def heal_run(run_dir: str | Path, backend: Backend | None = None) -> tuple[int, list[dict]]:
+    """Recover what a dead controller left in run_dir (``python -m chaos heal``).
+
+    Rebuilds the backend from outstanding.json unless one is given. Returns (recovered, failed)."""
+    from chaos.backends import make_backend
+    left = Outstanding.load(run_dir)
+    entries = left.entries()
+    if not entries:
+        return 0, []
+    backend = backend or make_backend(left.backend, **left.backend_config)
+    toxi_url = next((e.get("toxiproxy") for e in entries if e.get("toxiproxy")), None)
+    plan = Plan(faults=[], path=str(run_dir))
+    ctl = Controller(plan, backend, run_dir, toxiproxy=toxi_url)
+    ctl.outstanding = left
+    failed = ctl.heal(via="heal-cli")
+    return len(entries) - len(failed), failed

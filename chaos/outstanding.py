@@ -1,0 +1,77 @@
+"""Outstanding faults: applied (or being applied) and not yet recovered, in memory and on disk.
+
+The file ``results/<run>/chaos/outstanding.json`` is rewritten atomically (temp file + rename)
+on every change, so a SIGKILLed controller always leaves a readable list for
+``python -m chaos heal``. An entry is written *before* the fault is applied (state
+``applying``), so even a kill between the signal and the bookkeeping leaves a trace.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+
+class Outstanding:
+    def __init__(self, run_dir: str | Path, backend: str = "", backend_config: dict | None = None):
+        self.path = Path(run_dir) / "chaos" / "outstanding.json"
+        self.backend = backend
+        self.backend_config = backend_config or {}
+        self._entries: dict[str, dict] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(fault_id: str, instance: str) -> str:
+        return f"{fault_id}@{instance}"
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> "Outstanding":
+        """Read what a previous controller left (empty when there is no file)."""
+        self = cls(run_dir)
+        if self.path.exists():
+            data = json.loads(self.path.read_text())
+            self.backend = data.get("backend", "")
+            self.backend_config = data.get("backend_config") or {}
+            self._entries = {e["key"]: e for e in data.get("faults", [])}
+        return self
+
+    def add(self, entry: dict) -> None:
+        """entry: key, fault (Fault.to_dict()), instance, target, state, undo, applied."""
+        with self._lock:
+            self._entries[entry["key"]] = entry
+            self._write()
+
+    def update(self, key: str, **changes) -> None:
+        with self._lock:
+            if key in self._entries:
+                self._entries[key].update(changes)
+                self._write()
+
+    def remove(self, key: str) -> None:
+        with self._lock:
+            if self._entries.pop(key, None) is not None:
+                self._write()
+
+    def entries(self) -> list[dict]:
+        with self._lock:
+            return [dict(e) for e in self._entries.values()]
+
+    def instances(self) -> set[str]:
+        with self._lock:
+            return {e["instance"] for e in self._entries.values()}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def _write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"backend": self.backend, "backend_config": self.backend_config,
+                "faults": list(self._entries.values())}
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".outstanding.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.flush()   # no fsync: rename is atomic against a killed process, which is the risk here
+        os.replace(tmp, self.path)

@@ -1,0 +1,386 @@
+"""The plan language: a YAML list of faults on a schedule, validated with file:line:field messages.
+
+We compose the YAML (node tree with marks) instead of loading it, so every error can name the
+line of the offending field. See docs/chaos.md for the language.
+"""
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+
+from chaos.faults import KINDS, WHOLE_TARGET_KINDS, Fault
+
+COMMON_KEYS = {"id", "kind", "target", "at", "every", "start", "until", "duration", "count"}
+PLAN_KEYS = {"name", "description", "faults", "max_concurrent", "max_blast", "seed", "duration", "toxiproxy"}
+_TIME_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
+_PCT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+class PlanError(ValueError):
+    """A plan that cannot run; ``problems`` holds one ``file:line: field: message`` string each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid chaos plan:\n  " + "\n  ".join(problems))
+
+
+def parse_time(value: Any) -> float:
+    """Seconds from ``20s``, ``500ms``, ``2m`` or a plain number of seconds; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a time like 20s, 500ms, 2m, got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        m = _TIME_RE.match(str(value))
+        if not m:
+            raise ValueError(f"expected a time like 20s, 500ms, 2m, got {value!r}")
+        seconds = float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
+    if seconds < 0 or math.isinf(seconds) or math.isnan(seconds):
+        raise ValueError(f"time must be a finite number >= 0, got {value!r}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Count:
+    """How many instances one occurrence hits: an absolute number, a percentage, or all."""
+    n: int | None = 1
+    percent: float | None = None
+
+    @classmethod
+    def parse(cls, value: Any) -> "Count":
+        if value == "all":
+            return cls(None, 100.0)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 1:
+                raise ValueError(f"count must be >= 1, got {value}")
+            return cls(value)
+        m = _PCT_RE.match(str(value)) if isinstance(value, str) else None
+        if m and 0 < float(m.group(1)) <= 100:
+            return cls(None, float(m.group(1)))
+        raise ValueError(f"count must be a whole number >= 1, a percentage like 50% (0-100], or 'all', got {value!r}")
+
+    def of(self, available: int) -> int:
+        """Instances hit out of ``available`` (percentages round up, so 1% of anything is one)."""
+        if self.percent is not None:
+            return min(available, math.ceil(available * self.percent / 100))
+        return self.n
+
+    def __str__(self) -> str:
+        return f"{self.n}" if self.percent is None else f"{self.percent:g}%"
+
+
+@dataclass
+class PlanFault:
+    id: str
+    kind: str
+    target: str
+    at: float | None = None
+    every: float | None = None
+    start: float | None = None
+    until: float | None = None
+    duration: float | None = None
+    count: Count = field(default_factory=Count)
+    params: dict[str, Any] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)   # field -> 1-based line in the plan file
+
+    def times(self, horizon: float | None) -> list[float]:
+        """Occurrence offsets (s from plan start). ``every`` without ``until`` stops at horizon."""
+        if self.at is not None:
+            return [self.at]
+        start = self.every if self.start is None else self.start
+        end = self.until if self.until is not None else horizon
+        if end is None:
+            raise ValueError(f"fault {self.id}: 'every' without 'until' needs a plan duration")
+        out, k = [], 0
+        while start + k * self.every < end - 1e-9:
+            out.append(start + k * self.every)
+            k += 1
+        return out
+
+    def occurrence(self, k: int) -> Fault:
+        return Fault(f"{self.id}#{k}", self.kind, self.target, self.duration, dict(self.params))
+
+    def choose(self, instances: list[str], k: int, seed: int) -> list[str]:
+        """Deterministic choice of instances for occurrence k (so the dry run shows the real pick)."""
+        if self.kind in WHOLE_TARGET_KINDS:
+            return [self.target]
+        n = self.count.of(len(instances))
+        return sorted(random.Random(f"{seed}:{self.id}#{k}").sample(instances, min(n, len(instances))))
+
+
+@dataclass
+class Plan:
+    faults: list[PlanFault]
+    path: str = "<plan>"
+    name: str = ""
+    max_concurrent: int | None = None
+    max_blast: Count | None = None
+    seed: int = 0
+    duration: float | None = None
+    toxiproxy: str | None = None
+    text: str = ""
+    lines: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def horizon(self) -> float | None:
+        """When the plan ends (s): its duration, else the last occurrence plus its duration."""
+        if self.duration is not None:
+            return self.duration
+        ends = []
+        for f in self.faults:
+            if f.at is None and f.until is None:
+                return None
+            ends += [t + (f.duration or 0) for t in f.times(None)]
+        return max(ends, default=0.0)
+
+    def schedule(self) -> list[tuple[float, PlanFault, int]]:
+        """Every occurrence (offset s, fault, occurrence index) in time order, within the horizon."""
+        horizon = self.duration if self.duration is not None else self.horizon
+        items = [(t, f, k) for f in self.faults for k, t in enumerate(f.times(horizon))]
+        return sorted(items, key=lambda x: (x[0], x[1].id, x[2]))
+
+    def where(self, fault: PlanFault | None, key: str) -> str:
+        line = (fault.lines if fault else self.lines).get(key)
+        return f"{self.path}:{line}" if line else self.path
+
+
+def load_plan(path: str | Path) -> Plan:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PlanError([f"{path}: cannot read plan: {exc.strerror or exc}"]) from None
+    return parse_plan(text, str(path))
+
+
+def _value(node: yaml.Node) -> Any:
+    c = SafeConstructor()
+    return c.construct_document(node)
+
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+def parse_plan(text: str, path: str = "<plan>") -> Plan:
+    """Parse and validate a plan (everything that needs no backend); PlanError lists all problems."""
+    problems: list[str] = []
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else path
+        raise PlanError([f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}"]) from None
+    if root is None:
+        raise PlanError([f"{path}: the plan is empty (expected a mapping with a 'faults' list)"])
+    if isinstance(root, yaml.SequenceNode):   # a bare list of faults is allowed
+        top, fault_nodes = {}, root
+        lines = {}
+    elif isinstance(root, yaml.MappingNode):
+        top, lines = {}, {}
+        for k, v in root.value:
+            key = _value(k)
+            top[key], lines[key] = v, _line(k)
+            if key not in PLAN_KEYS:
+                problems.append(f"{path}:{_line(k)}: {key}: unknown plan key (known: {', '.join(sorted(PLAN_KEYS))})")
+        fault_nodes = top.get("faults")
+        if fault_nodes is None:
+            raise PlanError(problems + [f"{path}:{_line(root)}: faults: missing (a list of faults is required)"])
+        if not isinstance(fault_nodes, yaml.SequenceNode):
+            raise PlanError(problems + [f"{path}:{_line(fault_nodes)}: faults: must be a list of faults"])
+    else:
+        raise PlanError([f"{path}:{_line(root)}: the plan must be a mapping with a 'faults' list"])
+
+    plan = Plan(faults=[], path=path, text=text, lines=lines)
+
+    def top_value(key, conv):
+        if key in top:
+            try:
+                return conv(_value(top[key]))
+            except (ValueError, TypeError) as exc:
+                problems.append(f"{path}:{_line(top[key])}: {key}: {exc}")
+        return None
+
+    plan.name = str(top_value("name", str) or Path(path).stem)
+    plan.max_concurrent = top_value("max_concurrent", _positive_int)
+    plan.max_blast = top_value("max_blast", Count.parse)
+    plan.seed = top_value("seed", int) or 0
+    plan.duration = top_value("duration", parse_time)
+    plan.toxiproxy = top_value("toxiproxy", _url)
+
+    if not fault_nodes.value:
+        problems.append(f"{path}:{_line(fault_nodes)}: faults: the list is empty")
+    seen: dict[str, int] = {}
+    for i, node in enumerate(fault_nodes.value):
+        f = _parse_fault(node, i, path, problems)
+        if f is None:
+            continue
+        if f.id in seen:
+            problems.append(f"{path}:{f.lines.get('id', _line(node))}: id: duplicate fault id {f.id!r} "
+                            f"(first at line {seen[f.id]})")
+        seen.setdefault(f.id, _line(node))
+        plan.faults.append(f)
+    for f in plan.faults:
+        if f.every is not None and f.until is None and plan.duration is None:
+            problems.append(f"{plan.where(f, 'every')}: every: repeats forever — give 'until' or a plan-level 'duration'")
+            f.until = float("inf")
+        if f.until is not None and plan.duration is not None and f.until > plan.duration and f.until != float("inf"):
+            problems.append(f"{plan.where(f, 'until')}: until: {f.until:g}s is after the plan duration {plan.duration:g}s")
+    if problems:
+        raise PlanError(problems)
+    _check_concurrency(plan, problems)
+    if problems:
+        raise PlanError(problems)
+    return plan
+
+
+def _positive_int(v):
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"must be a whole number >= 1, got {v!r}")
+    return v
+
+
+def _url(v):
+    if not isinstance(v, str) or not re.match(r"^https?://", v):
+        raise ValueError(f"must be an http(s) URL, got {v!r}")
+    return v.rstrip("/")
+
+
+def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault | None:
+    where = f"{path}:{_line(node)}"
+    if not isinstance(node, yaml.MappingNode):
+        problems.append(f"{where}: faults[{index}]: each fault must be a mapping (kind, target, at/every, ...)")
+        return None
+    fields, lines = {}, {}
+    for k, v in node.value:
+        key = _value(k)
+        if key in fields:
+            problems.append(f"{path}:{_line(k)}: {key}: given twice in faults[{index}]")
+        try:
+            fields[key] = _value(v)
+        except yaml.YAMLError as exc:
+            problems.append(f"{path}:{_line(v)}: {key}: {exc}")
+            continue
+        lines[key] = _line(k)
+    fid = str(fields.get("id", f"f{index + 1}"))
+    label = f"fault {fid}"
+    before = len(problems)
+
+    def bad(key, msg):
+        problems.append(f"{path}:{lines.get(key, _line(node))}: {key}: {msg} ({label})")
+
+    kind = fields.get("kind")
+    spec = KINDS.get(kind) if isinstance(kind, str) else None
+    if kind is None:
+        bad("kind", f"missing (one of: {', '.join(sorted(KINDS))})")
+    elif spec is None:
+        bad("kind", f"unknown fault kind {kind!r} (one of: {', '.join(sorted(KINDS))})")
+    target = fields.get("target")
+    if target is None:
+        bad("target", "missing (a logical name: bot, redis, lb, or a member name such as bot-2)")
+    elif not isinstance(target, str) or not target.strip():
+        bad("target", f"must be a non-empty name, got {target!r}")
+    if "id" in fields and not re.match(r"^[A-Za-z0-9_.-]+$", fid):
+        bad("id", f"must be letters, digits, '_', '.', '-' only, got {fid!r}")
+
+    times = {}
+    for key in ("at", "every", "start", "until", "duration"):
+        if key in fields:
+            try:
+                times[key] = parse_time(fields[key])
+            except ValueError as exc:
+                bad(key, str(exc))
+    if "at" in fields and "every" in fields:
+        bad("every", "give either 'at' (once) or 'every' (repeating), not both")
+    elif "at" not in fields and "every" not in fields:
+        bad("at", "missing: give 'at: 20s' (once) or 'every: 30s' (repeating)")
+    if "at" in fields:
+        for key in ("start", "until"):
+            if key in fields:
+                bad(key, "only goes with 'every'")
+    if times.get("every") == 0:
+        bad("every", "must be > 0")
+    if "until" in times and times.get("start", times.get("every", 0)) >= times["until"]:
+        bad("until", "must be after start (start defaults to one period)")
+    if spec is not None:
+        if spec.duration == "required" and "duration" not in fields:
+            bad("duration", f"missing: a {kind} fault must say how long it lasts")
+        if spec.duration == "none" and "duration" in fields:
+            bad("duration", f"a {kind} fault is instant; remove 'duration'")
+        if "every" in times and "duration" in times and times["every"] and times["duration"] >= times["every"]:
+            bad("duration", f"{times['duration']:g}s is not shorter than every {times['every']:g}s "
+                            f"(occurrences would overlap)")
+
+    count = Count()
+    if "count" in fields:
+        try:
+            count = Count.parse(fields["count"])
+        except ValueError as exc:
+            bad("count", str(exc))
+        if kind in WHOLE_TARGET_KINDS:
+            bad("count", f"a {kind} goes through every instance of the target; remove 'count'")
+
+    params = {}
+    if spec is not None:
+        for key, value in fields.items():
+            if key in COMMON_KEYS:
+                continue
+            p = spec.params.get(key)
+            if p is None:
+                allowed = sorted(COMMON_KEYS | set(spec.params))
+                bad(key, f"unknown field for kind {kind} (allowed: {', '.join(allowed)})")
+                continue
+            if p.type is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if p.type in (int, float) and isinstance(value, str) and key in ("latency", "jitter", "timeout"):
+                try:
+                    value = int(round(parse_time(value) * 1000)) if p.type is int else parse_time(value)
+                except ValueError as exc:
+                    bad(key, str(exc))
+                    continue
+            if not isinstance(value, p.type) or isinstance(value, bool):
+                bad(key, f"must be {p.type.__name__}, got {value!r}")
+                continue
+            if p.choices and value not in p.choices:
+                bad(key, f"must be one of {', '.join(p.choices)}, got {value!r}")
+                continue
+            params[key] = value
+        for key, p in spec.params.items():
+            if key not in params:
+                if p.required and key not in fields:
+                    bad(key, f"missing: required for kind {kind}")
+                elif p.default is not None:
+                    params[key] = p.default
+    if len(problems) > before:
+        return None
+    return PlanFault(id=fid, kind=kind, target=target, at=times.get("at"), every=times.get("every"),
+                     start=times.get("start"), until=times.get("until"), duration=times.get("duration"),
+                     count=count, params=params, lines=lines)
+
+
+def _check_concurrency(plan: Plan, problems: list[str]) -> None:
+    """Refuse a plan whose own schedule would hold more than max_concurrent faults at once.
+
+    Counts occurrences (not instances) whose [start, start+duration) intervals overlap; instant
+    faults last no time. The controller also enforces it at run time (slow recoveries)."""
+    if plan.max_concurrent is None or plan.horizon is None:
+        return
+    events = []
+    for t, f, _k in plan.schedule():
+        if f.duration:
+            events += [(t, 1, f), (t + f.duration, -1, f)]
+    active = 0
+    for t, delta, f in sorted(events, key=lambda e: (e[0], e[1])):
+        active += delta
+        if active > plan.max_concurrent:
+            problems.append(f"{plan.where(f, 'at' if f.at is not None else 'every')}: max_concurrent: "
+                            f"{active} faults would be active at {t:g}s, above max_concurrent "
+                            f"{plan.max_concurrent} (fault {f.id})")
+            return
