@@ -13,9 +13,14 @@ $(VENV)/.goldfish-installed: pyproject.toml scripts/setup.sh
 	touch $@
 
 demo: setup
-	$(PY) -m refbot demo --mode $(MODE)
+	MODE=$(MODE) VENV=$(VENV) bash scripts/demo.sh
 
-test: setup
+# The whole suite also needs the container tooling and chromium (scripts/setup.sh says which).
+$(VENV)/.goldfish-installed-full: pyproject.toml scripts/setup.sh
+	GOLDFISH_SETUP=full VENV=$(VENV) bash scripts/setup.sh
+	touch $@ $(VENV)/.goldfish-installed
+
+test: $(VENV)/.goldfish-installed-full
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 bench: setup

@@ -6,10 +6,17 @@ cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 
+# redis-server and haproxy: the embedded stack. The rest only for the whole test suite
+# (GOLDFISH_SETUP=full, what `make test` asks for): podman + runc + podman-compose + debootstrap
+# + socat for the container path, chromium for the report's browser test.
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v haproxy >/dev/null || need+=(haproxy)
-if [ "${GOLDFISH_BROWSER:-0}" = 1 ] && ! command -v chromium >/dev/null; then need+=(chromium); fi
+if [ "${GOLDFISH_SETUP:-}" = full ]; then
+    for tool in podman runc podman-compose debootstrap socat chromium; do
+        command -v "$tool" >/dev/null || need+=("$tool")
+    done
+fi
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing system packages: ${need[*]}"
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -12,7 +12,9 @@ Optional labels on a service (docker-compose.yml sets them): ``goldfish.role``,
 role), ``goldfish.haproxy-admin`` (the HAProxy container's runtime API port, default 9999).
 
 Redis faults run ``redis-cli`` inside the Redis container; HAProxy faults talk to its runtime
-API on the port the lb container publishes. Undo records hold container ids and names only, so
+API on the port the lb container publishes. A rolling restart replaces each bot container by a
+copy with the new release (a container's environment cannot change in place) and rolls back to
+the old one when the copy does not come up. Undo records hold container ids and names only, so
 ``python -m chaos heal`` rebuilds everything from JSON after a SIGKILL.
 """
 from __future__ import annotations
@@ -166,6 +168,9 @@ class DockerBackend(Backend):
             self._admin_address()   # raises when no lb container publishes its runtime API
 
     def describe(self, instance: str) -> str:
+        names = self.instances(instance)
+        if names and names != [instance]:   # a whole target (rolling-restart): describe each member
+            return f"{instance}: " + "; ".join(self.describe(n) for n in names)
         c = self._container(instance)
         c.reload()
         st = c.attrs.get("State", {})
@@ -233,6 +238,7 @@ class DockerBackend(Backend):
         grace = int(round(float(fault.params.get("grace", 10.0))))
         done = []
         for name in self.instances(target):
+            self._finish_replacement(name)   # a replacement a killed controller left half done
             old = self._container(name)
             self._require_running(old, name)
             server = self._lb_server(old, name) if self._has_lb() else None
