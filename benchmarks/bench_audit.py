@@ -1,0 +1,174 @@
+"""Audit throughput vs a raw pipelined LRANGE dump of the same keys, and peak memory at two sizes.
+
+A scratch redis-server (free loopback port, own directory, no persistence) is filled with N
+sessions x 20 messages in LangChain's layout (LPUSH of pre-serialised JSON) plus a matching
+journal. In the same process, one after the other, it measures:
+  raw   pipelined LRANGE of every key, nothing kept (the floor any reader pays)
+  audit oracle.audit.audit_run(run, StoreOptions(url)): journal + read + snapshot + decode +
+        check + write findings and tables
+Each size runs in its own child process so its peak RSS (ru_maxrss) is its own.
+
+    python benchmarks/bench_audit.py                      # 100,000 sessions (and 25,000)
+    python benchmarks/bench_audit.py --sessions 20000     # smaller machines
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MESSAGES_PER_SESSION = 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_redis(workdir: Path):
+    import redis
+    port = free_port()
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
+                             "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+                            stdout=open(workdir / "redis.log", "wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            client.ping()
+            return proc, port, client
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit("redis-server did not start")
+            time.sleep(0.05)
+
+
+def entry(kind: str, content: str) -> bytes:
+    return json.dumps({"type": kind, "data": {"content": content, "additional_kwargs": {}, "response_metadata": {},
+                                              "type": kind, "name": None, "id": None, "example": False}}).encode()
+
+
+def fill(client, run: Path, sessions: int) -> list[str]:
+    """LangChain layout (LPUSH, newest first) and the matching journal, written in bulk."""
+    ids = [f"gf{i:016x}" for i in range(sessions)]
+    journal = run / "journal"
+    journal.mkdir(parents=True)
+    t0 = time.time() - 3600
+    pipe = client.pipeline(transaction=False)
+    with open(journal / "local-1.jsonl", "w") as fh:
+        for n, s in enumerate(ids):
+            values = []
+            lines = []
+            base = t0 + n * 0.01
+            for turn in range(MESSAGES_PER_SESSION // 2):
+                token = f"{s}t{turn}"
+                message = f"[{token}] Tell me something about turn {turn}."
+                reply = f"Noted. You said: {message}"
+                values += [entry("human", message), entry("ai", reply)]
+                sent = base + turn
+                lines.append(json.dumps({"run": run.name, "session": s, "turn": turn, "kind": "chatter",
+                                         "token": token, "message": message, "fact": None, "nonce": None,
+                                         "sent": sent, "received": sent + 0.05, "outcome": "ok", "status": 200,
+                                         "reply": reply, "error": None, "verdict": None, "crosstalk": [],
+                                         "step": None, "user": "bench"}))
+            pipe.lpush(f"message_store:{s}", *values)
+            fh.write("\n".join(lines) + "\n")
+            if n % 1000 == 999:
+                pipe.execute()
+    pipe.execute()
+    return ids
+
+
+def raw_dump(client, ids: list[str], batch: int = 1000) -> tuple[int, float]:
+    start = time.perf_counter()
+    total = 0
+    for i in range(0, len(ids), batch):
+        pipe = client.pipeline(transaction=False)
+        for s in ids[i:i + batch]:
+            pipe.lrange(f"message_store:{s}", 0, -1)
+        total += sum(len(v) for v in pipe.execute())
+    return total, time.perf_counter() - start
+
+
+def child(sessions: int) -> dict:
+    import scipy.stats  # noqa: F401 - import once before timing: seconds of import are not throughput
+
+    from oracle.audit import audit_run
+    from oracle.store import StoreOptions
+    work = Path(tempfile.mkdtemp(prefix="bench-audit-"))
+    proc = None
+    try:
+        (work / "redis").mkdir()
+        proc, port, client = start_redis(work / "redis")
+        t = time.perf_counter()
+        ids = fill(client, work / "run", sessions)
+        fill_s = time.perf_counter() - t
+        raw_messages, raw_s = raw_dump(client, ids)
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t = time.perf_counter()
+        summary = audit_run(work / "run", StoreOptions(url=f"redis://127.0.0.1:{port}/0"))
+        audit_s = time.perf_counter() - t
+        assert summary["anomalies"] == {}, summary["anomalies"]
+        return {"sessions": sessions, "messages": raw_messages, "fill_s": fill_s, "raw_s": raw_s,
+                "audit_s": audit_s, "timings": summary.get("timings", {}), "rss_before_audit_mb": rss_before / 1024,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    finally:
+        if proc is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sessions", type=int, default=100_000, help="sessions at the large size (default 100000)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds allowed per size")
+    p.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child)))
+        return 0
+    rows = []
+    for n in (max(1, args.sessions // 4), args.sessions):
+        out = subprocess.run([sys.executable, __file__, "--child", str(n)], capture_output=True, text=True,
+                             timeout=args.timeout)
+        if out.returncode != 0:
+            print(out.stderr, file=sys.stderr)
+            return 1
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print("ratio = audit rate / raw dump rate; 'stream' is read + decode + check + write findings alone "
+          "(without loading the journal and building the tables)")
+    print(f"{'sessions':>9} {'messages':>10} {'raw msg/s':>11} {'audit msg/s':>12} {'ratio':>6} "
+          f"{'stream msg/s':>13} {'ratio':>6} {'peak RSS MB':>12}  seconds")
+    for r in rows:
+        raw_rate, audit_rate = r["messages"] / r["raw_s"], r["messages"] / r["audit_s"]
+        stream_rate = r["messages"] / r["timings"]["read_check"]
+        parts = " ".join(f"{k}={v:.1f}" for k, v in {"raw": r["raw_s"], "audit": r["audit_s"],
+                                                      **r["timings"]}.items())
+        print(f"{r['sessions']:>9} {r['messages']:>10} {raw_rate:>11,.0f} {audit_rate:>12,.0f} "
+              f"{audit_rate / raw_rate:>6.2f} {stream_rate:>13,.0f} {stream_rate / raw_rate:>6.2f} "
+              f"{r['peak_rss_mb']:>12,.0f}  {parts}")
+    small, large = rows
+    growth = (large["peak_rss_mb"] - small["peak_rss_mb"]) / max(1, large["messages"] - small["messages"]) * 1e6
+    print(f"memory growth: {growth:,.0f} MB per million messages (x{large['messages'] / small['messages']:.0f} "
+          f"messages -> x{large['peak_rss_mb'] / small['peak_rss_mb']:.2f} peak RSS); goal ratio >= 0.5")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""``python -m oracle audit RUN``: (re-)audit a run folder, print a short summary, gate on thresholds.
+
+Exit codes: 0 clean, 1 thresholds breached, 2 bad input or an unreadable store.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from oracle.history import JournalError
+from oracle.snapshot import SnapshotError
+from oracle.store import StoreError, StoreOptions
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m oracle audit", description=__doc__.splitlines()[0])
+    p.add_argument("run", help="the run folder (results/<run>)")
+    s = p.add_argument_group("store (omit all three to re-audit from the run's store/ snapshot)")
+    s.add_argument("--store-url", help="redis://[:password@]host:port/db to read live (and snapshot)")
+    s.add_argument("--http-url", help="URL template returning a session's history, e.g. http://h/sessions/{session}/history")
+    s.add_argument("--reader", help="module:function reading a batch of sessions (see docs/oracle.md)")
+    d = StoreOptions()
+    s.add_argument("--key-template", default=d.key_template, help="Redis key per session (default %(default)s)")
+    s.add_argument("--format", default=d.format, choices=["auto", "list", "blob"],
+                   help="list: one entry per message; blob: one JSON list in a string key; auto: by key type")
+    s.add_argument("--direction", default=d.direction, choices=["lpush", "rpush"],
+                   help="lpush: newest first (LangChain, default); rpush: oldest first")
+    s.add_argument("--role-field", default=d.role_field, help="dotted path of the role (default %(default)s)")
+    s.add_argument("--content-field", default=d.content_field, help="dotted path of the text (default %(default)s)")
+    s.add_argument("--user-role", action="append", help="role name(s) of user entries (default human, user)")
+    s.add_argument("--assistant-role", action="append", help="role name(s) of assistant entries (default ai, assistant)")
+    s.add_argument("--http-messages-field", default=d.http_messages_field,
+                   help="dotted path of the message list in the HTTP reply ('' = the reply itself)")
+    s.add_argument("--batch", type=int, default=d.batch, help="sessions per pipeline round trip")
+    s.add_argument("--no-scan", action="store_true", help="do not SCAN the namespace for foreign keys")
+    p.add_argument("--window", type=float, default=5.0, help="window length in seconds (default 5)")
+    p.add_argument("--recovery", type=float, default=5.0, help="recovery margin after each fault, s (default 5)")
+    t = p.add_argument_group("thresholds (exit 1 when crossed)")
+    t.add_argument("--max-probe-amnesia", type=float, help="max failed probes / answered probes, e.g. 0.01")
+    t.add_argument("--max-stored-loss", type=float, help="max lost ok turns / ok turns, e.g. 0")
+    t.add_argument("--max-crosstalk", type=int, default=0, help="max sessions with cross-talk (default 0)")
+    return p
+
+
+def store_options(args) -> StoreOptions | None:
+    if not (args.store_url or args.http_url or args.reader):
+        return None
+    return StoreOptions(
+        url=args.store_url, http_url=args.http_url, reader=args.reader, key_template=args.key_template,
+        format=args.format, direction=args.direction, role_field=args.role_field,
+        content_field=args.content_field,
+        user_roles=tuple(args.user_role or StoreOptions.user_roles),
+        assistant_roles=tuple(args.assistant_role or StoreOptions.assistant_roles),
+        http_messages_field=args.http_messages_field, batch=max(1, args.batch), scan_foreign=not args.no_scan)
+
+
+def _pct(m: dict) -> str:
+    if m.get("rate") is None:
+        return f"{'n/a':>9}  ({m['count']}/{m['total']})"
+    return f"{m['rate']:>8.3%}  ({m['count']}/{m['total']}, 95% CI {m['low']:.3%}-{m['high']:.3%})"
+
+
+def render(summary: dict, run: Path) -> str:
+    m, t = summary["metrics"], summary["turns"]
+    lines = [f"audit of {run} ({summary['store']['source']} read via {summary['store']['reader']})",
+             f"  sessions {summary['sessions']}  turns {t['total']} (ok {t['ok']}, fail {t['fail']}, "
+             f"info {t['info']}, info stored {t['info_stored']})",
+             f"  throughput {summary['throughput']:.1f} acked turns/s",
+             f"  probe amnesia   {_pct(m['probe_amnesia'])}",
+             f"  stored loss     {_pct(m['stored_loss'])}",
+             f"  session amnesia {_pct(m['session_amnesia'])}",
+             f"  cross-talk      {_pct(m['crosstalk'])}",
+             "  anomalies       " + (", ".join(f"{k} {v}" for k, v in summary["anomalies"].items()) or "none")]
+    for row in summary["by_fault"]:
+        lines.append(f"  during {row['kind']:<14} probe amnesia {_pct(row['probe_amnesia'])}; "
+                     f"stored loss {_pct(row['stored_loss'])}")
+    if summary["by_fault"]:
+        b = summary["baseline"]
+        lines.append(f"  quiet baseline      probe amnesia {_pct(b['probe_amnesia'])}; stored loss {_pct(b['stored_loss'])}")
+        charged = [(row["kind"], row["lost_after"]) for row in summary["by_fault"] if row.get("lost_after")]
+        if b.get("lost_after", {}).get("total"):
+            charged.append(("no fault", b["lost_after"]))
+            lines.append("  lost turns charged to the first fault after their acknowledgement: "
+                         + ", ".join(f"{kind} {m['count']}" for kind, m in charged if m["count"]))
+    for problem in summary["problems"][:10]:
+        lines.append(f"  warning: {problem}")
+    if len(summary["problems"]) > 10:
+        lines.append(f"  ... {len(summary['problems']) - 10} more warnings in audit/summary.json")
+    for breach in summary["breaches"]:
+        lines.append(f"  THRESHOLD BREACHED: {breach}")
+    lines.append(f"  tables in {run / 'audit'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    run = Path(args.run)
+    from oracle.audit import audit_run  # after argument errors, which need no pandas
+    thresholds = {"max_probe_amnesia": args.max_probe_amnesia, "max_stored_loss": args.max_stored_loss,
+                  "max_crosstalk": args.max_crosstalk}
+    try:
+        summary = audit_run(run, store=store_options(args), window_s=args.window, recovery_s=args.recovery,
+                            thresholds=thresholds)
+    except (JournalError, SnapshotError, StoreError) as exc:
+        print(f"oracle audit: {exc}", file=sys.stderr)
+        return 2
+    print(render(summary, run))
+    return 1 if summary["breaches"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

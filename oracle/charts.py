@@ -1,0 +1,370 @@
+"""The report's charts, drawn with matplotlib (Agg) from a loaded run folder.
+
+Every chart that has a time axis shades each fault's interval in the colour of its kind, and
+that colour is the same in every chart and every run (see ``fault_color``), so a reader learns
+"orange = kill" once. Each function writes one PNG and returns its path.
+"""
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from oracle.report_data import RATE_TITLES, RunData, wilson  # noqa: E402
+
+QUIET = "#8a94a6"
+INK = "#1f2933"
+SERIES = {"p50": "#2563eb", "p95": "#7c3aed", "p99": "#db2777", "throughput": "#0f766e",
+          "probes_failed": "#dc2626", "lost": "#1e3a8a", "crosstalk": "#f59e0b",
+          "other": "#64748b"}
+EVENT_CLASSES = ("lost", "crosstalk")  # the classes windows.csv counts; the others come from anomalies.jsonl
+_KNOWN_FAULTS = {"kill": "#f97316", "restart": "#ef4444", "pause": "#a855f7", "redis-restart": "#be123c",
+                 "redis-client-kill": "#ec4899", "redis-stall": "#6366f1", "lb-drop": "#eab308",
+                 "lb-disable": "#0ea5e9", "rolling-restart": "#92400e", "toxic": "#14b8a6"}  # chaos/faults.py kinds
+_PALETTE = ["#f97316", "#a855f7", "#0ea5e9", "#eab308", "#14b8a6", "#e11d48", "#84cc16", "#b45309",
+            "#6366f1", "#ec4899"]
+RUN_COLORS = ["#2563eb", "#dc2626", "#059669", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04"]
+
+STYLE = {
+    "font.family": "DejaVu Sans", "font.size": 10, "axes.titlesize": 11, "axes.titleweight": "bold",
+    "axes.titlelocation": "left", "axes.edgecolor": "#cbd2d9", "axes.labelcolor": INK,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.color": "#e4e7eb",
+    "grid.linewidth": 0.8, "axes.axisbelow": True, "xtick.color": "#52606d", "ytick.color": "#52606d", "legend.frameon": False,
+    "figure.facecolor": "white", "savefig.facecolor": "white",
+}
+
+
+def fault_color(kind: str) -> str:
+    """A stable colour per fault kind: fixed for the common kinds, a hash of the name otherwise."""
+    return _KNOWN_FAULTS.get(kind) or _PALETTE[zlib.crc32(kind.encode()) % len(_PALETTE)]
+
+
+def window_faults(windows: pd.DataFrame) -> list[list[str]]:
+    return [[k for k in str(v).split(";") if k] if pd.notna(v) else [] for v in windows["faults"]]
+
+
+def by_step(windows: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Window counts summed per load step; throughput is acked turns over the step's covered seconds."""
+    w = windows.dropna(subset=["step"])
+    if w.empty:
+        return pd.DataFrame(columns=["step", "users", "throughput", "acked", "lost", "probes", "probes_failed"])
+    w = w.assign(seconds=(w["end"] - w["start"]).astype(float))
+    g = w.groupby("step").agg(acked=("acked", "sum"), lost=("lost", "sum"), probes=("probes", "sum"),
+                              probes_failed=("probes_failed", "sum"), seconds=("seconds", "sum")).reset_index()
+    g["throughput"] = g["acked"] / g["seconds"].where(g["seconds"] > 0)
+    users = {} if steps is None or steps.empty else dict(zip(steps["step"], steps["users"]))
+    g["users"] = g["step"].map(users)
+    return g
+
+
+def throughput_bins(windows: pd.DataFrame, bins: int = 5) -> pd.DataFrame:
+    """Windows grouped into throughput quantile bins: the curve for a run without load steps."""
+    w = windows[windows["acked"].fillna(0) > 0]
+    if w.empty:
+        return pd.DataFrame(columns=["throughput", "acked", "lost", "probes", "probes_failed"])
+    q = min(bins, w["throughput"].nunique())
+    labels = pd.qcut(w["throughput"], q=q, duplicates="drop") if q > 1 else pd.Series(0, index=w.index)
+    return (w.groupby(labels, observed=True)
+            .agg(throughput=("throughput", "mean"), acked=("acked", "sum"), lost=("lost", "sum"),
+                 probes=("probes", "sum"), probes_failed=("probes_failed", "sum")).reset_index(drop=True))
+
+
+def _rates(frame: pd.DataFrame, count: str, total: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    values = [wilson(min(c, n), n) for c, n in zip(frame[count].fillna(0), frame[total].fillna(0))]
+    r = np.array([v[0] if v[0] is not None else np.nan for v in values], dtype=float)
+    lo = np.array([v[1] if v[1] is not None else np.nan for v in values], dtype=float)
+    hi = np.array([v[2] if v[2] is not None else np.nan for v in values], dtype=float)
+    return r * 100, (r - lo) * 100, (hi - r) * 100
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color=QUIET, fontsize=12)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _save(fig, out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
+def timeline(data: RunData, out: Path) -> Path:
+    """Jepsen-style: one lane per fault kind on top, then throughput, latency and amnesia events below."""
+    t0 = data.t0
+    kinds = list(dict.fromkeys(data.faults["kind"])) if not data.faults.empty else []
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(4, 1, figsize=(12, 2.0 + 0.35 * max(1, len(kinds)) + 6.6), sharex=True,
+                                 gridspec_kw={"height_ratios": [max(0.6, 0.35 * len(kinds)), 2.2, 2.2, 2.2],
+                                              "hspace": 0.18})
+        lanes, tput, lat, events = axes
+        w = data.windows.sort_values("start")
+        x_end = data.t_end - t0
+        if w.empty:
+            for ax in (tput, lat, events):
+                _empty(ax, "no windows in audit/windows.csv")
+        else:
+            x = np.append(w["start"].to_numpy(float) - t0, w["end"].to_numpy(float)[-1] - t0)
+            tput.step(x, np.append(w["throughput"].to_numpy(float), w["throughput"].iloc[-1]), where="post",
+                      color=SERIES["throughput"], lw=1.8)
+            tput.fill_between(x, np.append(w["throughput"].to_numpy(float), w["throughput"].iloc[-1]),
+                              step="post", color=SERIES["throughput"], alpha=0.12)
+            tput.set_ylabel("acked turns/s")
+            tput.set_title("Throughput", pad=4)
+            mid = ((w["start"] + w["end"]) / 2).to_numpy(float) - t0
+            for q in ("p50", "p95", "p99"):
+                lat.plot(mid, w[f"latency_{q}"].astype(float) * 1000, color=SERIES[q], lw=1.5, label=q,
+                         marker="o", ms=2.5)
+            lat.set_ylabel("latency (ms)")
+            lat.set_title("Latency quantiles", pad=4)
+            lat.legend(loc="lower right", bbox_to_anchor=(1, 1.0), ncol=3, fontsize=9)
+            width = (w["end"] - w["start"]).to_numpy(float) * 0.8
+            bottom = np.zeros(len(w))
+            edges = np.append(w["start"].to_numpy(float), w["end"].to_numpy(float)[-1])
+            other_times = [float(a["time"]) for a in data.anomalies
+                           if a.get("class") not in EVENT_CLASSES and a.get("class") != "foreign"
+                           and isinstance(a.get("time"), (int, float))]
+            other = np.histogram(other_times, bins=edges)[0].astype(float) if len(edges) > 1 else np.zeros(len(w))
+            series = [("probes_failed", "failed probes", w["probes_failed"]), ("lost", "lost turns", w["lost"]),
+                      ("crosstalk", "cross-talk", w["crosstalk"])]
+            if other.any():
+                series.append(("other", "other anomalies", other))
+            for column, name, raw in series:
+                values = pd.Series(raw).fillna(0).to_numpy(float)
+                events.bar(mid, values, width=width, bottom=bottom, color=SERIES[column], label=name, zorder=3)
+                bottom = bottom + values
+            events.set_ylabel("events per window")
+            events.yaxis.set_major_locator(MaxNLocator(integer=True))
+            events.set_title("Amnesia events", pad=4)
+            events.legend(loc="lower right", bbox_to_anchor=(1, 1.0), ncol=4, fontsize=9)
+            events.set_ylim(0, max(1.0, float(bottom.max()) * 1.1))
+            if bottom.max() == 0:
+                events.text(0.5, 0.5, "none", ha="center", va="center", transform=events.transAxes, color=QUIET)
+        # fault lanes and shading
+        lanes.set_title("Faults (one lane per kind)", pad=4)
+        if not kinds:
+            lanes.text(0.5, 0.5, "no chaos in this run", ha="center", va="center", transform=lanes.transAxes,
+                       color=QUIET)
+            lanes.set_yticks([])
+        for lane, kind in enumerate(kinds):
+            rows = data.faults[data.faults["kind"] == kind]
+            # instant faults (lb-drop, redis-client-kill) get a sliver wide enough to see
+            spans = [(s - t0, max(e - s, max(x_end, 1) * 0.004)) for s, e in zip(rows["start"], rows["end"])]
+            lanes.broken_barh(spans, (lane - 0.38, 0.76), color=fault_color(kind),
+                              hatch=None, edgecolor="white")
+            for (start, length), instance, open_ended in zip(spans, rows["instance"], rows["open"]):
+                label = f"{instance or ''}{' (not recovered)' if open_ended else ''}"
+                if label and length > max(x_end, 1) * 0.04:
+                    lanes.text(start + length / 2, lane, label, ha="center", va="center", fontsize=8,
+                               color="white", clip_on=True)
+            for ax in (tput, lat, events):
+                for start, length in spans:
+                    ax.axvspan(start, start + length, color=fault_color(kind), alpha=0.14, lw=0, zorder=0)
+        if kinds:
+            lanes.set_yticks(range(len(kinds)), kinds)
+            lanes.set_ylim(len(kinds) - 0.5, -0.5)
+            lanes.grid(False, axis="y")
+        # load-step boundaries
+        if not data.steps.empty:
+            for _, step in data.steps.iterrows():
+                if pd.isna(step["start"]):
+                    continue
+                s = float(step["start"]) - t0
+                for ax in axes:
+                    ax.axvline(s, color="#52606d", lw=0.9, ls="--", alpha=0.7)
+                users = "" if pd.isna(step.get("users")) else f" · {int(step['users'])} users"
+                tput.annotate(f"step {int(step['step'])}{users}", (s, 1), xycoords=("data", "axes fraction"),
+                              xytext=(3, -2), textcoords="offset points", va="top", fontsize=8, color="#52606d")
+        events.set_xlabel("seconds since run start")
+        events.set_xlim(0, max(x_end, 1))
+        return _save(fig, out)
+
+
+def amnesia_vs_throughput(data: RunData, out: Path) -> Path:
+    """One point per window (small) and per load step (large), with Wilson intervals, coloured by fault."""
+    w = data.windows
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+        kinds_seen: dict[str, str] = {}
+        for ax, (count, total, title, events) in zip(axes, (
+                ("probes_failed", "probes", "Probe amnesia rate", "failed probes"),
+                ("lost", "acked", "Stored loss rate", "lost turns"))):
+            ax.set_title(f"{title} against throughput", pad=6)
+            ax.set_xlabel("throughput (acked turns/s)")
+            ax.set_ylabel("rate (%) with 95% Wilson interval")
+            measured = w[w[total].fillna(0) > 0] if not w.empty else w
+            if measured.empty:
+                _empty(ax, f"nothing measured (no {total})")
+                continue
+            r, lo, hi = _rates(measured, count, total)
+            faults = window_faults(measured)
+            colors = [fault_color(f[0]) if f else QUIET for f in faults]
+            for f in faults:
+                if f:
+                    kinds_seen[f[0]] = fault_color(f[0])
+            ax.errorbar(measured["throughput"], r, yerr=[lo, hi], fmt="none", ecolor="#e3e7ec", lw=0.8, zorder=1)
+            top = np.nanmax(r) if np.isfinite(r).any() else 0.0
+            seen_any = top > 0
+            ax.scatter(measured["throughput"], r, c=colors, s=22, zorder=2, edgecolors="white", linewidths=0.4)
+            steps = by_step(w, data.steps)
+            steps = steps[steps[total] > 0]
+            if not steps.empty:
+                sr, slo, shi = _rates(steps, count, total)
+                ax.errorbar(steps["throughput"], sr, yerr=[slo, shi], fmt="D-", color=INK, ms=8, lw=1.2,
+                            capsize=4, zorder=3, mfc="white", mew=1.8, label="per load step")
+                top = max(top, np.nanmax(sr + shi))
+                seen_any = seen_any or bool(np.nanmax(sr) > 0)
+                for (_, s), y in zip(steps.iterrows(), sr):
+                    text = f"step {int(s['step'])}" if pd.isna(s.get("users")) else f"{int(s['users'])} users"
+                    ax.annotate(text, (s["throughput"], y), xytext=(6, 6),
+                                textcoords="offset points", fontsize=8, color=INK)
+            ax.set_ylim(0, max(top * 1.15, 1.0))
+            if not seen_any:
+                ax.text(0.5, 0.6, f"no {events} in any window", ha="center", transform=ax.transAxes,
+                        color=QUIET, fontsize=11, bbox={"facecolor": "white", "edgecolor": "none"})
+        handles = [Patch(color=QUIET, label="quiet window")]
+        handles += [Patch(color=c, label=f"window during {k}") for k, c in kinds_seen.items()]
+        if not by_step(w, data.steps).empty:
+            handles.append(plt.Line2D([], [], marker="D", color=INK, mfc="white", ls="-", label="load step"))
+        fig.tight_layout()
+        fig.legend(handles=handles, loc="upper center", ncol=min(5, len(handles)), bbox_to_anchor=(0.5, 0.0))
+        return _save(fig, out)
+
+
+ATTRIBUTED = ("probe_amnesia", "stored_loss", "anomalies")
+
+
+def attribution(data: RunData, out: Path) -> Path:
+    """Each fault kind's rates (incl. its recovery margin, as the audit counts it) against quiet windows."""
+    rows = fault_rows(data)
+    metrics = [m for m in ATTRIBUTED
+               if any((r.get(m) or {}).get("total") for r in rows)]
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, max(1, len(metrics)), figsize=(12, 1.4 + 0.55 * max(2, len(rows))),
+                                 squeeze=False)
+        axes = axes[0]
+        if not metrics:
+            _empty(axes[0], "no rates to attribute (no probes and no acknowledged turns)")
+            return _save(fig, out)
+        names = [r["name"] for r in rows]
+        for ax, metric in zip(axes, metrics):
+            ax.set_title(RATE_TITLES[metric], pad=6)
+            for y, row in enumerate(rows):
+                m = row.get(metric) or {}
+                if not m.get("total"):
+                    ax.text(0, y, "  n=0", va="center", fontsize=8, color=QUIET)
+                    continue
+                r, lo, hi = (m["rate"] * 100, m["low"] * 100, m["high"] * 100)
+                color = QUIET if row["kind"] is None else fault_color(row["kind"])
+                if row["kind"] is None:
+                    ax.axvspan(lo, hi, color=QUIET, alpha=0.15, lw=0)
+                    ax.axvline(r, color=QUIET, ls="--", lw=1)
+                ax.errorbar([r], [y], xerr=[[r - lo], [hi - r]], fmt="o", color=color, ms=8, capsize=4, lw=2)
+                ax.annotate(f"{m['count']}/{m['total']}", (hi, y), xytext=(5, 0), textcoords="offset points",
+                            va="center", fontsize=8, color="#52606d")
+            ax.set_yticks(range(len(rows)), names if ax is axes[0] else [""] * len(rows))
+            ax.set_ylim(len(rows) - 0.5, -0.5)
+            ax.set_xlabel("rate (%)")
+            highs = [(r.get(metric) or {}).get("high") for r in rows]
+            ax.set_xlim(0, max([h * 100 for h in highs if h is not None] + [1.0]) * 1.18)
+        fig.tight_layout()
+        return _save(fig, out)
+
+
+def fault_rows(data: RunData) -> list[dict]:
+    """Baseline first, then each fault kind; from summary.json, else recomputed from windows.csv."""
+    from oracle.report_data import rate
+
+    s = data.summary
+    rows = []
+    if s.get("baseline") is not None or s.get("by_fault"):
+        baseline = s.get("baseline") or {}
+        rows.append({"name": "quiet baseline", "kind": None, "windows": baseline.get("windows"),
+                     **{k: rate(v) for k, v in baseline.items() if isinstance(v, dict)}})
+        for f in s.get("by_fault") or []:
+            rows.append({"name": f"during {f.get('kind')}", "kind": str(f.get("kind")), "windows": f.get("windows"),
+                         **{k: rate(v) for k, v in f.items() if isinstance(v, dict)}})
+        return rows
+    w = data.windows
+    if w.empty:
+        return rows
+    faults = window_faults(w)
+    groups = {"quiet baseline": (None, [not f for f in faults])}
+    for kind in dict.fromkeys(k for f in faults for k in f):
+        groups[f"during {kind}"] = (kind, [kind in f for f in faults])
+    for name, (kind, mask) in groups.items():
+        sub = w[mask]
+        rows.append({"name": name, "kind": kind, "windows": int(len(sub)),
+                     "probe_amnesia": rate({"count": sub["probes_failed"].sum(), "total": sub["probes"].sum()}),
+                     "stored_loss": rate({"count": sub["lost"].sum(), "total": sub["acked"].sum()})})
+    return rows
+
+
+def compare_curves(runs: list[RunData], out: Path) -> Path:
+    """The runs' amnesia-vs-throughput curves overlaid: per load step when there are steps, else per throughput bin."""
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+        for ax, (count, total, title) in zip(axes, (("probes_failed", "probes", "Probe amnesia rate"),
+                                                   ("lost", "acked", "Stored loss rate"))):
+            ax.set_title(f"{title} against throughput", pad=6)
+            ax.set_xlabel("throughput (acked turns/s)")
+            ax.set_ylabel("rate (%) with 95% Wilson interval")
+            drawn = False
+            for i, run in enumerate(runs):
+                points = by_step(run.windows, run.steps) if not run.windows.empty else run.windows
+                if points.empty:
+                    points = throughput_bins(run.windows) if not run.windows.empty else points
+                points = points[points[total] > 0] if not points.empty else points
+                if points.empty:
+                    continue
+                points = points.sort_values("throughput")
+                r, lo, hi = _rates(points, count, total)
+                color = RUN_COLORS[i % len(RUN_COLORS)]
+                ax.errorbar(points["throughput"], r, yerr=[lo, hi], fmt="o-", color=color, capsize=3, ms=6,
+                            lw=1.6, label=run.label, alpha=0.9)
+                drawn = True
+            if drawn:
+                ax.set_ylim(bottom=0)
+                ax.legend(fontsize=9)
+            else:
+                _empty(ax, f"nothing measured (no {total})")
+        fig.tight_layout()
+        return _save(fig, out)
+
+
+def trend(runs: list[RunData], out: Path) -> Path:
+    """Headline rates (with intervals) and throughput per run, in release order."""
+    from oracle.report_data import rate
+
+    labels = [r.label for r in runs]
+    x = np.arange(len(runs))
+    with plt.rc_context(STYLE):
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 3.8), gridspec_kw={"width_ratios": [2, 1]})
+        ax.set_title("Rates by release", pad=6)
+        for j, (metric, color) in enumerate((("probe_amnesia", "#dc2626"), ("stored_loss", INK),
+                                             ("session_amnesia", "#7c3aed"))):
+            ms = [rate(r.summary.get("metrics", {}).get(metric)) for r in runs]
+            y = np.array([m["rate"] * 100 if m["rate"] is not None else np.nan for m in ms])
+            lo = np.array([(m["rate"] - m["low"]) * 100 if m["rate"] is not None else 0 for m in ms])
+            hi = np.array([(m["high"] - m["rate"]) * 100 if m["rate"] is not None else 0 for m in ms])
+            ax.errorbar(x + (j - 1) * 0.06, y, yerr=[lo, hi], fmt="o-", color=color, capsize=3,
+                        label=RATE_TITLES[metric])
+        ax.set_xticks(x, labels)
+        ax.set_ylabel("rate (%)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=9)
+        ax2.set_title("Throughput by release", pad=6)
+        ax2.bar(x, [float(r.summary.get("throughput") or 0) for r in runs], color=SERIES["throughput"], alpha=0.8)
+        ax2.set_xticks(x, labels)
+        ax2.set_ylabel("acked turns/s")
+        fig.tight_layout()
+        return _save(fig, out)

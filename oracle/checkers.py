@@ -1,0 +1,290 @@
+"""The checkers: small pure functions over (journal session, decoded stored session) -> findings.
+
+Semantics follow Jepsen (Elle's list-append and the set-full checker): each session is a
+list the user appends to. An ``ok`` turn was acknowledged, so its user entry must be stored
+(else *lost*) and, since the bot answered, its reply too (else *unanswered*). A ``fail``
+turn never left the client, so finding it stored is an anomaly (*aborted*, Elle's G1a
+"aborted read"). An ``info`` turn may or may not have been applied: its presence or absence
+is never an anomaly, only counted. Only user-role entries are the user's writes: assistant
+entries often quote the user and are never read as writes (no false duplicates or cross-talk).
+
+A finding is a dict: ``{"class", "session", "turn", "time", "evidence"}``; the explanation
+is added later by ``oracle.explain``.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from oracle.decode import ASSISTANT, USER, Decoded
+from oracle.history import Turn
+from oracle.store import RawSession
+from oracle.tokens import TOKEN_RE
+
+
+@dataclass
+class StoredView:
+    """The stored session seen through its tokens."""
+    own: list = field(default_factory=list)       # [(position, turn index, entry index)] own user entries in stored order
+    foreign: list = field(default_factory=list)   # [(entry index, source session, source turn, text)] other sessions' tokens
+    first_position: dict = field(default_factory=dict)  # turn -> position of its first stored copy
+    copies: Counter = field(default_factory=Counter)    # turn -> stored copies
+    corrupt_turns: set = field(default_factory=set)     # own turns whose only trace is a corrupt entry
+
+
+def view(session: str, decoded: Decoded, raw: RawSession) -> StoredView:
+    """Find the token of every user entry: own entries, and other sessions' (cross-talk)."""
+    v = StoredView()
+    search = TOKEN_RE.search
+    position = 0
+    for index, text in decoded.users:
+        m = search(text)
+        if m is None:
+            continue  # not a goldfish message (no token): nothing to judge it by
+        source, turn = m.group(1), int(m.group(2))
+        if source != session:
+            v.foreign.append((index, source, turn, text))
+            continue
+        v.own.append((position, turn, index))
+        v.first_position.setdefault(turn, position)
+        v.copies[turn] += 1
+        position += 1
+    for bad in decoded.corrupt:
+        entry = raw.entries[bad["index"]] if raw.type != "string" and bad["index"] < len(raw.entries) else None
+        text = entry.decode("utf-8", "replace") if isinstance(entry, (bytes, bytearray)) else str(entry or "")
+        for m in TOKEN_RE.finditer(text):
+            if m.group(1) == session:
+                bad["turn"] = int(m.group(2))
+                v.corrupt_turns.add(int(m.group(2)))
+                break
+    return v
+
+
+def finding(cls: str, session: str | None, turn: int | None, time: float | None, **evidence) -> dict:
+    return {"class": cls, "session": session, "turn": turn, "time": time, "evidence": evidence}
+
+
+def check_vanished(session: str, turns: list[Turn], raw: RawSession, ttl_in_use: bool) -> list[dict]:
+    """The whole session key is gone although the store acknowledged turns of it."""
+    if raw.exists:
+        return []
+    ok = [t for t in turns if t.outcome == "ok"]
+    if not ok:
+        return []
+    last = max(ok, key=lambda t: t.received or t.sent)
+    return [finding("expired" if ttl_in_use else "vanished", session, None, last.received or last.sent,
+                    key=raw.key, ok_turns=len(ok), last_ok_turn=last.turn, ttl_in_use=ttl_in_use)]
+
+
+def check_lost(session: str, turns: list[Turn], raw: RawSession, v: StoredView) -> list[dict]:
+    """An acknowledged turn whose user entry is not in the store (the key still exists)."""
+    if not raw.exists:
+        return []
+    return [finding("lost", session, t.turn, t.sent, token=t.token, key=raw.key,
+                    stored_user_entries=len(v.own), sent=t.sent, received=t.received)
+            for t in turns if t.outcome == "ok" and t.turn not in v.copies and t.turn not in v.corrupt_turns]
+
+
+def check_aborted(session: str, by_turn: dict[int, Turn], v: StoredView) -> list[dict]:
+    """A turn that definitely never reached the bot (``fail``) is stored anyway."""
+    return [finding("aborted", session, turn, by_turn[turn].sent, token=by_turn[turn].token,
+                    status=by_turn[turn].status, position=v.first_position[turn])
+            for turn in v.first_position if turn in by_turn and by_turn[turn].outcome == "fail"]
+
+
+def check_crosstalk(session: str, v: StoredView, journal: dict[str, list[Turn]]) -> list[dict]:
+    """A user entry in this session carries another session's token: the source is in the token."""
+    out = []
+    for index, source, turn, text in v.foreign:
+        source_turns = journal.get(source)
+        source_turn = next((t for t in source_turns or () if t.turn == turn), None)
+        out.append(finding("crosstalk", session, None, source_turn.sent if source_turn else None,
+                           source_session=source, source_turn=turn, entry_index=index,
+                           source_journaled=source_turns is not None, excerpt=text[:120]))
+    return out
+
+
+def check_duplicated(session: str, by_turn: dict[int, Turn], v: StoredView) -> list[dict]:
+    """The same user entry stored more than once (no client resends a token)."""
+    return [finding("duplicated", session, turn, by_turn[turn].sent if turn in by_turn else None,
+                    copies=count, positions=[p for p, t, _ in v.own if t == turn],
+                    outcome=by_turn[turn].outcome if turn in by_turn else None)
+            for turn, count in v.copies.items() if count > 1]
+
+
+def check_reordered(session: str, by_turn: dict[int, Turn], v: StoredView) -> list[dict]:
+    """B stored before A although A was acknowledged before B was sent; evidence: the closest pair.
+
+    Turns that overlapped in time (a burst) have no real-time order, so they cannot be
+    reordered. When the stored order follows send times nothing can contradict it (fast path).
+    """
+    order = [(t, by_turn[t]) for t in sorted(v.first_position, key=v.first_position.get) if t in by_turn]
+    if all(order[i][1].sent <= order[i + 1][1].sent for i in range(len(order) - 1)):
+        return []
+    best, pairs = None, 0
+    for i, (b_turn, b) in enumerate(order):           # b stored earlier ...
+        for j in range(i + 1, len(order)):
+            a_turn, a = order[j]                      # ... a stored later
+            if a.outcome == "ok" and a.received is not None and a.received < b.sent:
+                pairs += 1
+                key = (j - i, a_turn, b_turn)
+                if best is None or key < best[0]:
+                    best = (key, a, b, i, j)
+    if best is None:
+        return []
+    _, a, b, i, j = best
+    return [finding("reordered", session, b.turn, b.sent, earlier_turn=a.turn, later_turn=b.turn,
+                    earlier_received=a.received, later_sent=b.sent, earlier_position=j, later_position=i,
+                    contradicting_pairs=pairs)]
+
+
+def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded, v: StoredView) -> list[dict]:
+    """An acknowledged turn's user entry is stored but no assistant entry after it holds its reply.
+
+    Matching walks from the newest entry back, giving each ok user entry a distinct later
+    assistant entry: by the journaled reply text when the store keeps replies verbatim, else
+    by count. Indeterminate turns never claim an assistant entry, so they cannot make an ok
+    turn look unanswered.
+    """
+    ok_stored = [t for t in v.first_position if t in by_turn and by_turn[t].outcome == "ok"]
+    if not ok_stored:
+        return []
+    if _each_reply_follows(ok_stored, by_turn, decoded, v):
+        return []
+    assistants = [text for _, role, text in decoded.messages if role == ASSISTANT]
+    replies = {by_turn[t].reply for t in ok_stored}
+    by_text = any(text in replies for text in assistants)
+    first_index = {v.own[v.first_position[t]][2]: t for t in v.first_position}
+    seen: Counter = Counter()
+    spare = 0
+    out = []
+    for index, role, text in reversed(decoded.messages):
+        if role == ASSISTANT:
+            seen[text] += 1
+            spare += 1
+            continue
+        turn = first_index.get(index) if role == USER else None
+        if turn is None or turn not in by_turn or by_turn[turn].outcome != "ok":
+            continue
+        t = by_turn[turn]
+        if by_text and seen[t.reply] > 0:
+            seen[t.reply] -= 1
+        elif not by_text and spare > 0:
+            spare -= 1
+        else:
+            out.append(finding("unanswered", session, turn, t.sent, token=t.token, reply=t.reply,
+                               matched_by="reply text" if by_text else "count",
+                               assistant_entries_after=sum(seen.values()) if by_text else spare))
+    out.reverse()
+    return out
+
+
+def _each_reply_follows(ok_stored, by_turn, decoded: Decoded, v: StoredView) -> bool:
+    """Fast path: every ok user entry is directly followed by its journaled reply (the usual case).
+
+    When this holds, the full matching below would also succeed, so skipping it is exact.
+    """
+    messages = decoded.messages
+    position = {index: i for i, (index, _, _) in enumerate(messages)} if len(messages) and \
+        messages[-1][0] != len(messages) - 1 else None
+    for turn in ok_stored:
+        index = v.own[v.first_position[turn]][2]
+        i = position[index] if position is not None else index
+        if i + 1 >= len(messages):
+            return False
+        _, role, text = messages[i + 1]
+        if role != ASSISTANT or text != by_turn[turn].reply:
+            return False
+    return True
+
+
+def check_corrupt(session: str, by_turn: dict[int, Turn], decoded: Decoded, raw: RawSession) -> list[dict]:
+    """An entry that does not decode: invalid JSON, a pickle, not utf-8, or the wrong shape."""
+    out = []
+    for bad in decoded.corrupt:
+        turn = bad.get("turn")
+        t = by_turn.get(turn) if turn is not None else None
+        out.append(finding("corrupt", session, turn, t.sent if t else None, key=raw.key, index=bad["index"],
+                           reason=bad["reason"], excerpt=bad["excerpt"], length=bad["length"]))
+    return out
+
+
+CHECKERS = ("vanished", "lost", "aborted", "crosstalk", "duplicated", "reordered", "unanswered", "corrupt")
+
+
+@dataclass
+class SessionResult:
+    findings: list
+    stats: dict
+    lost_turns: list  # ok turns the store cannot give back (lost, gone with the key, or only corrupt)
+
+
+def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Decoded,
+                  journal: dict[str, list[Turn]], ttl_in_use: bool = False) -> SessionResult:
+    """Every checker over one session, and the counts its row in sessions.csv needs.
+
+    Checkers that cannot fire are skipped (no foreign entries: no cross-talk; one copy of
+    each turn: no duplicates), which keeps a clean session cheap at millions of messages.
+    """
+    by_turn = {t.turn: t for t in turns}
+    v = view(session, decoded, raw)
+    if not raw.exists:
+        findings = check_vanished(session, turns, raw, ttl_in_use)
+    else:
+        findings = check_lost(session, turns, raw, v)
+        findings += check_aborted(session, by_turn, v)
+        if v.foreign:
+            findings += check_crosstalk(session, v, journal)
+        if len(v.own) != len(v.copies):
+            findings += check_duplicated(session, by_turn, v)
+        findings += check_reordered(session, by_turn, v)
+        findings += check_unanswered(session, by_turn, decoded, v)
+        if decoded.corrupt:
+            findings += check_corrupt(session, by_turn, decoded, raw)
+    gone = bool(findings) and findings[0]["class"] in ("vanished", "expired")
+    lost_turns = [t.turn for t in turns if t.outcome == "ok" and (gone or t.turn not in v.copies)]
+    return SessionResult(findings, session_stats(turns, v, raw, findings, len(lost_turns)), lost_turns)
+
+
+_CLASSES = ("lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished", "expired", "unanswered", "aborted")
+
+
+def session_stats(turns: list[Turn], v: StoredView, raw: RawSession, findings: list[dict], lost_turns: int) -> dict:
+    counts = dict.fromkeys(_CLASSES, 0)
+    for f in findings:
+        counts[f["class"]] += 1
+    ok = fail = info = info_stored = probes = answered = failed = online = 0
+    first_sent = last_received = None
+    copies, corrupt_turns = v.copies, v.corrupt_turns
+    for t in turns:
+        outcome = t.outcome
+        if outcome == "ok":
+            ok += 1
+        elif outcome == "fail":
+            fail += 1
+        else:
+            info += 1
+            if t.turn in copies or t.turn in corrupt_turns:
+                info_stored += 1
+        if t.kind == "probe":
+            probes += 1
+            if outcome == "ok" and t.verdict in ("pass", "amnesia"):
+                answered += 1
+                failed += t.verdict == "amnesia"
+        if t.crosstalk:
+            online += 1
+        if first_sent is None or t.sent < first_sent:
+            first_sent = t.sent
+        if t.received is not None and (last_received is None or t.received > last_received):
+            last_received = t.received
+    return {
+        "turns": len(turns), "ok": ok, "fail": fail, "info": info, "info_stored": info_stored,
+        "probes": probes, "probes_answered": answered, "probes_failed": failed,
+        "lost": counts["lost"], "crosstalk": counts["crosstalk"], "reordered": counts["reordered"],
+        "duplicated": counts["duplicated"], "corrupt": counts["corrupt"],
+        "vanished": counts["vanished"] + counts["expired"], "unanswered": counts["unanswered"],
+        "anomalous": int(bool(findings) or failed > 0 or online > 0),
+        "first_sent": first_sent, "last_received": last_received,
+        "expired": counts["expired"], "aborted": counts["aborted"], "lost_turns": lost_turns,
+        "crosstalk_online": online, "exists": raw.exists,
+    }

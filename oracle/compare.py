@@ -1,0 +1,216 @@
+"""`python -m oracle compare BASE CANDIDATE [MORE...]`: did this release get worse at remembering?
+
+Rates are compared with Fisher's exact test on the 2x2 counts (scipy), throughput and p95
+latency with a Mann-Whitney U test on the per-window values. A rate is **worse** only when the
+difference is significant (p < --alpha) AND larger than --margin (absolute), so a pipeline can
+gate on it without failing on noise. Every candidate is compared with BASE; the exit code
+follows the last candidate: 1 when it is worse on any rate or breaches a threshold, 0 otherwise,
+2 for input that cannot be compared.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from scipy.stats import fisher_exact, mannwhitneyu
+
+from oracle import charts
+from oracle.report_data import RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run, rate
+from oracle.report_format import ms, number, pct
+
+WORSE, BETTER, SAME, UNMEASURED = "worse", "better", "no significant change", "not measured"
+PERF_MARGIN = 0.10  # relative change below which throughput/latency differences are not called
+
+
+@dataclass
+class Row:
+    metric: str
+    title: str
+    base: str
+    candidate: str
+    delta: str
+    p: float | None
+    verdict: str
+    gates: bool  # rates gate the pipeline; throughput and latency are shown for context
+
+
+def compare_rate(metric: str, base: RunData, cand: RunData, alpha: float, margin: float) -> Row:
+    b, c = rate(base.summary.get("metrics", {}).get(metric)), rate(cand.summary.get("metrics", {}).get(metric))
+    shown = (f"{pct(b['rate'])} ({b['count']}/{b['total']})", f"{pct(c['rate'])} ({c['count']}/{c['total']})")
+    if not b["total"] or not c["total"]:
+        return Row(metric, RATE_TITLES[metric], *shown, "n/a", None, UNMEASURED, True)
+    p = float(fisher_exact([[b["count"], b["total"] - b["count"]], [c["count"], c["total"] - c["count"]]]).pvalue)
+    delta = c["rate"] - b["rate"]
+    verdict = SAME
+    if p < alpha and abs(delta) > margin:
+        verdict = WORSE if delta > 0 else BETTER
+    return Row(metric, RATE_TITLES[metric], *shown, f"{delta * 100:+.2f} pp", p, verdict, True)
+
+
+def compare_windows(column: str, title: str, higher_is_better: bool, base: RunData, cand: RunData,
+                    alpha: float, show) -> Row:
+    """Per-window values of the two runs, Mann-Whitney U; called only beyond a 10% relative change."""
+    xb = base.windows[column].dropna().astype(float) if column in base.windows else []
+    xc = cand.windows[column].dropna().astype(float) if column in cand.windows else []
+    if column == "throughput":
+        vb, vc = base.summary.get("throughput"), cand.summary.get("throughput")
+    else:
+        vb, vc = [(r.summary.get("latency") or {}).get("p95") for r in (base, cand)]
+    if len(xb) < 2 or len(xc) < 2 or vb in (None, 0) or vc is None:
+        return Row(column, title, show(vb), show(vc), "n/a", None, UNMEASURED, False)
+    p = float(mannwhitneyu(xb, xc, alternative="two-sided").pvalue)
+    change = (float(vc) - float(vb)) / float(vb)
+    verdict = SAME
+    if p < alpha and abs(change) > PERF_MARGIN:
+        verdict = BETTER if (change > 0) == higher_is_better else WORSE
+    return Row(column, title, show(vb), show(vc), f"{change * 100:+.1f}%", p, verdict, False)
+
+
+def compare_pair(base: RunData, cand: RunData, alpha: float, margin: float) -> list[Row]:
+    rows = [compare_rate(m, base, cand, alpha, margin) for m in RATE_METRICS]
+    rows.append(compare_windows("throughput", "throughput (turns/s)", True, base, cand, alpha,
+                                lambda v: number(v)))
+    rows.append(compare_windows("latency_p95", "latency p95", False, base, cand, alpha, ms))
+    return rows
+
+
+def like_for_like(runs: list[RunData]) -> list[str]:
+    """Warnings when runs used different conversation scripts or chaos plans: the numbers are not comparable."""
+    warnings = []
+    for field, what in (("script", "scripts"), ("script_sha", "script versions (script_sha)")):
+        values = {r.run.get(field) for r in runs}
+        if len(values) > 1:
+            listed = ", ".join(f"{r.label}: {str(r.run.get(field))[:12]}" for r in runs)
+            warnings.append(f"not like for like: the runs used different {what} ({listed})")
+    plans = {(r.run.get("plan_text") or "").strip() or r.run.get("plan") for r in runs}
+    if len(plans) > 1:
+        listed = ", ".join(f"{r.label}: {r.run.get('plan') or 'no plan'}" for r in runs)
+        warnings.append(f"not like for like: the runs used different chaos plans ({listed})")
+    return warnings
+
+
+def threshold_breaches(summary: dict, args) -> tuple[list[str], str | None]:
+    """The audit's own threshold check applied to a candidate (lazy: oracle.thresholds is another module's)."""
+    try:
+        from oracle.thresholds import breaches
+    except ImportError as exc:
+        return [], f"thresholds not checked: oracle.thresholds is unavailable ({exc})"
+    return breaches(summary, max_probe_amnesia=args.max_probe_amnesia, max_stored_loss=args.max_stored_loss,
+                    max_crosstalk=args.max_crosstalk), None
+
+
+def format_table(base: RunData, cand: RunData, rows: list[Row]) -> str:
+    lines = [f"{cand.label} ({cand.path.name}) against base {base.label} ({base.path.name})",
+             f"  {'metric':<22}{'base':>20}{'candidate':>20}{'delta':>11}{'p-value':>10}  verdict"]
+    for r in rows:
+        p = "n/a" if r.p is None else f"{r.p:.2g}"
+        verdict = r.verdict.upper() if r.verdict in (WORSE, BETTER) else r.verdict
+        lines.append(f"  {r.title:<22}{r.base:>20}{r.candidate:>20}{r.delta:>11}{p:>10}  {verdict}")
+    return "\n".join(lines)
+
+
+def trend_rows(runs: list[RunData], results: dict[str, list[Row]]) -> list[dict]:
+    rows = []
+    for i, r in enumerate(runs):
+        m = {k: rate(r.summary.get("metrics", {}).get(k)) for k in RATE_METRICS}
+        worst = "base" if i == 0 else overall(results[r.path.as_posix()])
+        rows.append({"label": r.label, "run": r.path.name, "verdict": worst, "throughput": r.summary.get("throughput"),
+                     "p95": (r.summary.get("latency") or {}).get("p95"), **m})
+    return rows
+
+
+def format_trend(rows: list[dict]) -> str:
+    lines = ["trend (release order)",
+             f"  {'label':<16}{'probe amn.':>11}{'stored loss':>12}{'session amn.':>13}{'x-talk':>9}"
+             f"{'turns/s':>9}{'p95':>9}  vs base"]
+    for r in rows:
+        lines.append(f"  {r['label']:<16}{pct(r['probe_amnesia']['rate']):>11}{pct(r['stored_loss']['rate']):>12}"
+                     f"{pct(r['session_amnesia']['rate']):>13}{pct(r['crosstalk']['rate']):>9}"
+                     f"{number(r['throughput'], 1):>9}{ms(r['p95']):>9}  {r['verdict']}")
+    return "\n".join(lines)
+
+
+def overall(rows: list[Row]) -> str:
+    gated = [r.verdict for r in rows if r.gates]
+    return WORSE if WORSE in gated else (BETTER if BETTER in gated else SAME)
+
+
+def write_html(out: Path, runs: list[RunData], results: dict, warnings: list[str], breaches: list[str],
+               trend: list[dict], gate: str, args) -> Path:
+    from oracle.report import _env, data_uri
+
+    with tempfile.TemporaryDirectory() as tmp:
+        figures = [{"title": "Amnesia against throughput, runs overlaid", "src": data_uri(
+            charts.compare_curves(runs, Path(tmp) / "curves.png")),
+            "caption": "Each run's rates per load step (or per throughput band when the run had no steps), with "
+                       "95% Wilson intervals. A release that forgets more under load sits higher on the right."}]
+        if len(runs) > 2:
+            figures.append({"title": "Trend", "src": data_uri(charts.trend(runs, Path(tmp) / "trend.png")),
+                            "caption": "Headline rates and throughput per run, in the order given."})
+        page = _env().get_template("compare.html.j2").render(
+            runs=runs, base=runs[0], pairs=[(r, results[r.path.as_posix()]) for r in runs[1:]],
+            warnings=warnings, breaches=breaches, trend=trend, gate=gate, figures=figures,
+            alpha=args.alpha, margin=args.margin, WORSE=WORSE, BETTER=BETTER)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m oracle compare",
+        description="Compare audited runs, in release order: BASE CANDIDATE [MORE...]. Exit 1 when the last "
+                    "candidate is worse than BASE on any rate or breaches a threshold, 0 otherwise, 2 on bad input.")
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="run folders, base first")
+    parser.add_argument("--margin", type=float, default=0.01,
+                        help="smallest absolute rate increase that counts as worse (default 0.01 = 1 point)")
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    parser.add_argument("--html", type=Path, help="also write an HTML comparison here")
+    parser.add_argument("--max-probe-amnesia", type=float, default=None, help="threshold on the last candidate")
+    parser.add_argument("--max-stored-loss", type=float, default=None, help="threshold on the last candidate")
+    parser.add_argument("--max-crosstalk", type=int, default=0,
+                        help="most sessions with cross-talk the last candidate may have (default 0)")
+    parser.add_argument("--audit", action="store_true", help="audit runs that have no audit yet")
+    args = parser.parse_args(argv)
+    if len(args.runs) < 2:
+        print("error: compare needs at least two runs: BASE CANDIDATE [MORE...]", file=sys.stderr)
+        return 2
+    if not 0 < args.alpha < 1 or args.margin < 0:
+        print("error: --alpha must be in (0, 1) and --margin >= 0", file=sys.stderr)
+        return 2
+    try:
+        from oracle.report import ensure_audited
+
+        for path in args.runs:
+            ensure_audited(path, args.audit)
+        runs = [load_run(path) for path in args.runs]
+    except RunFolderError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    base, last = runs[0], runs[-1]
+    results = {r.path.as_posix(): compare_pair(base, r, args.alpha, args.margin) for r in runs[1:]}
+    warnings = like_for_like(runs) + [w for r in runs for w in r.warnings]
+    breaches, note = threshold_breaches(last.summary, args)
+    if note:
+        warnings.append(note)
+    gate = overall(results[last.path.as_posix()])
+    trend = trend_rows(runs, results)
+    out = []
+    for w in warnings:
+        out.append(f"WARNING: {w}")
+    if len(runs) > 2:
+        out += [format_trend(trend), ""]
+    for r in runs[1:]:
+        out += [format_table(base, r, results[r.path.as_posix()]), ""]
+    out += [f"BREACHED ({last.label}): {b}" for b in breaches]
+    failed = gate == WORSE or bool(breaches)
+    out.append(f"verdict: {last.label} against {base.label}: {gate.upper() if gate != SAME else gate} "
+               f"(alpha {args.alpha}, margin {args.margin * 100:g} points)"
+               + (f"; {len(breaches)} threshold(s) breached" if breaches else "") + f" -> exit {int(failed)}")
+    print("\n".join(out))
+    if args.html:
+        print(f"html: {write_html(args.html, runs, results, warnings, breaches, trend, gate, args)}")
+    return 1 if failed else 0

@@ -1,0 +1,175 @@
+"""Turn raw stored entries into (role, text) messages; anything undecodable becomes a finding.
+
+Never unpickles: a pickle is recognised by its header and reported with a hex excerpt. Role
+and text are found by dotted paths (LangChain: ``type`` and ``data.content``) and the role
+names configured for user and assistant; other roles (system, tool) are kept as ``other``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from oracle import fastjson
+from oracle.store import RawSession, StoreOptions
+
+USER, ASSISTANT, OTHER = "user", "assistant", "other"
+
+
+@dataclass(slots=True)
+class Decoded:
+    """A stored session after decoding: messages oldest first, plus the entries that failed."""
+    messages: list = field(default_factory=list)  # [(entry index, role, text)]
+    users: list = field(default_factory=list)     # [(entry index, text)] the user-role subset, in order
+    corrupt: list = field(default_factory=list)   # [{"index", "reason", "excerpt", "length"}]
+
+
+def get_path(obj, path: str):
+    """``get_path({"data": {"content": "x"}}, "data.content") == "x"``; None when absent."""
+    for part in path.split("."):
+        if isinstance(obj, dict):
+            obj = obj.get(part)
+        elif isinstance(obj, list) and part.isdigit() and int(part) < len(obj):
+            obj = obj[int(part)]
+        else:
+            return None
+    return obj
+
+
+def excerpt(value, limit: int = 80) -> str:
+    """A short printable view of any raw entry: safe to log and to put in a report."""
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value)
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            head = value[:limit // 2]
+            return "hex:" + head.hex() + ("..." if len(value) > len(head) else "")
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = repr(value)
+    short = text[:limit]
+    return short.encode("unicode_escape").decode("ascii") + ("..." if len(text) > limit else "")
+
+
+def why_undecodable(value) -> str:
+    """Name the problem with an entry that did not parse as JSON."""
+    if isinstance(value, (bytes, bytearray)):
+        if len(value) >= 2 and value[0] == 0x80 and 1 <= value[1] <= 5:
+            return f"a Python pickle (protocol {value[1]}); not unpickled"
+        try:
+            bytes(value).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return f"not utf-8 text ({exc.reason} at byte {exc.start})"
+    return "not valid JSON"
+
+
+class Shape:
+    """The element shape: where the role and text sit, and which role names mean what."""
+
+    def __init__(self, options: StoreOptions):
+        self.role_path = options.role_field.split(".")
+        self.content_path = options.content_field.split(".")
+        self.roles = {r: USER for r in options.user_roles}
+        self.roles.update({r: ASSISTANT for r in options.assistant_roles})
+        # the common shapes (LangChain: type / data.content; OpenAI-like: role / content) get a fast path
+        self.fast = (self.role_path[0], *self.content_path) if len(self.role_path) == 1 and \
+            len(self.content_path) in (1, 2) else None
+
+    def message(self, element):
+        """(role, text) or a string naming why the element has the wrong shape."""
+        if not isinstance(element, dict):
+            return f"wrong shape: a JSON {type(element).__name__}, not an object"
+        role = _dig(element, self.role_path)
+        if not isinstance(role, str):
+            return f"wrong shape: no role string at {'.'.join(self.role_path)!r}"
+        content = _dig(element, self.content_path)
+        if isinstance(content, list):  # LangChain multimodal content: [{"type": "text", "text": ...}]
+            content = "".join(p if isinstance(p, str) else str(p.get("text", "")) if isinstance(p, dict) else ""
+                              for p in content)
+        if not isinstance(content, str):
+            return f"wrong shape: no text at {'.'.join(self.content_path)!r}"
+        return self.roles.get(role, OTHER), content
+
+
+def _dig(obj, parts):
+    for part in parts:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def decode_session(raw: RawSession, shape: Shape) -> Decoded:
+    """Decode every entry; the loop is the audit's hottest path, hence the inlined fast path."""
+    out = Decoded()
+    if raw.type == "string":
+        _decode_blob(raw.entries[0] if raw.entries else b"", shape, out)
+        return out
+    loads = fastjson.fast_loads
+    roles = shape.roles
+    append = out.messages.append
+    add_user = out.users.append
+    fast = shape.fast
+    role_key = content_key = sub_key = None
+    if fast:
+        role_key, content_key = fast[0], fast[1]
+        sub_key = fast[2] if len(fast) == 3 else None
+    for index, entry in enumerate(raw.entries):
+        try:
+            element = loads(entry)
+        except (ValueError, TypeError):
+            if not isinstance(entry, (bytes, str, bytearray)):
+                element = entry  # already decoded (HTTP reader, user function)
+            else:
+                try:
+                    element = fastjson.loads(entry)  # the tolerant second opinion
+                except ValueError:
+                    out.corrupt.append(_corrupt(index, why_undecodable(entry), entry))
+                    continue
+        if fast:
+            try:
+                role = element[role_key]
+                content = element[content_key] if sub_key is None else element[content_key][sub_key]
+                if type(role) is str and type(content) is str:
+                    role = roles.get(role, OTHER)
+                    append((index, role, content))
+                    if role == USER:
+                        add_user((index, content))
+                    continue
+            except (KeyError, TypeError, IndexError):
+                pass
+        got = shape.message(element)
+        if isinstance(got, str):
+            out.corrupt.append(_corrupt(index, got, entry))
+        else:
+            append((index, got[0], got[1]))
+            if got[0] == USER:
+                add_user((index, got[1]))
+    return out
+
+
+def _decode_blob(blob, shape: Shape, out: Decoded) -> None:
+    """One key holding a JSON list of messages (read-modify-write bots store history so)."""
+    try:
+        elements = fastjson.loads(blob)
+    except ValueError:
+        out.corrupt.append(_corrupt(0, "blob is " + why_undecodable(blob), blob))
+        return
+    if isinstance(elements, dict) and isinstance(elements.get("messages"), list):
+        elements = elements["messages"]
+    if not isinstance(elements, list):
+        out.corrupt.append(_corrupt(0, f"blob is a JSON {type(elements).__name__}, not a list of messages", blob))
+        return
+    for index, element in enumerate(elements):
+        got = shape.message(element)
+        if isinstance(got, str):
+            out.corrupt.append(_corrupt(index, got, fastjson.dumps_line(element).rstrip(b"\n")))
+        else:
+            out.messages.append((index, got[0], got[1]))
+            if got[0] == USER:
+                out.users.append((index, got[1]))
+
+
+def _corrupt(index: int, reason: str, value) -> dict:
+    length = len(value) if isinstance(value, (bytes, str, bytearray)) else None
+    return {"index": index, "reason": reason, "excerpt": excerpt(value), "length": length}

@@ -1,0 +1,65 @@
+"""One plain-English paragraph per finding, with its evidence, in the manner of Elle.
+
+The explanation must stand alone in a report: what was expected, what the store held, and
+why that is (or is not) a bug, with the times and positions that prove it.
+"""
+from __future__ import annotations
+
+import time as _time
+
+
+def _t(epoch) -> str:
+    if epoch is None:
+        return "an unknown time"
+    return _time.strftime("%H:%M:%S", _time.gmtime(epoch)) + f".{int((epoch % 1) * 1000):03d} UTC"
+
+
+def explain(f: dict) -> str:
+    e, s, turn = f["evidence"], f["session"], f["turn"]
+    cls = f["class"]
+    if cls == "lost":
+        return (f"Session {s} sent turn {turn} (token {e['token']}) at {_t(e['sent'])} and the bot acknowledged it "
+                f"at {_t(e['received'])}, so the user's message must be in the stored history. The key {e['key']} "
+                f"exists and holds {e['stored_user_entries']} of this session's user entries, but none carries "
+                f"{e['token']}: the store lost an acknowledged write.")
+    if cls in ("vanished", "expired"):
+        why = ("Other keys in this store carry a TTL, so the most likely cause is key expiry."
+               if cls == "expired" else "No TTL was seen on any key, so the key was deleted or never persisted "
+               "(a store restart without persistence, an eviction, or a flush).")
+        return (f"Session {s} had {e['ok_turns']} acknowledged turns, the last (turn {e['last_ok_turn']}) at "
+                f"{_t(f['time'])}, yet its key {e['key']} does not exist at all: the whole conversation is gone. {why}")
+    if cls == "aborted":
+        return (f"Session {s} turn {turn} (token {e['token']}) failed before it left the client (connection "
+                f"refused at {_t(f['time'])}), so it definitely did not reach the bot; yet its user entry is stored "
+                f"at position {e['position']}. A write that never happened is in the history: the journal and the "
+                f"store disagree (a replay, a shared client, or a mis-recorded outcome).")
+    if cls == "crosstalk":
+        where = "" if e["source_journaled"] else " (that session is not in this run's journal)"
+        return (f"The stored history of session {s} holds a user entry (entry {e['entry_index']}) carrying the "
+                f"token of session {e['source_session']} turn {e['source_turn']}{where}. Tokens are unique to one "
+                f"session, so another user's message was written into this user's memory: cross-talk. "
+                f"Entry: {e['excerpt']!r}.")
+    if cls == "duplicated":
+        return (f"Session {s} turn {turn} was sent once (outcome {e['outcome']}), but its user entry is stored "
+                f"{e['copies']} times, at positions {e['positions']} of the session's user entries. The client "
+                f"never resends a token, so the store or the bot wrote the same message twice.")
+    if cls == "reordered":
+        return (f"In session {s}, turn {e['earlier_turn']} was acknowledged at {_t(e['earlier_received'])}, before "
+                f"turn {e['later_turn']} was sent at {_t(e['later_sent'])}; real time orders them, yet the store "
+                f"holds turn {e['later_turn']} at user position {e['later_position']}, before turn "
+                f"{e['earlier_turn']} at position {e['earlier_position']}. This is the closest of "
+                f"{e['contradicting_pairs']} contradicting pair(s).")
+    if cls == "unanswered":
+        return (f"Session {s} turn {turn} (token {e['token']}) was acknowledged with a reply, and its user entry is "
+                f"stored, but no assistant entry after it holds that reply (matched by {e['matched_by']}). The bot "
+                f"answered the user without keeping its answer, so the next turn's context is missing half of "
+                f"this exchange.")
+    if cls == "corrupt":
+        whose = f" It belongs to turn {turn}." if turn is not None else ""
+        return (f"Entry {e['index']} of {e['key']} cannot be read: {e['reason']}. Excerpt: {e['excerpt']!r}."
+                f"{whose} A bot reading this history either crashes or silently drops the entry.")
+    if cls == "foreign":
+        return (f"The key {e['key']} (a Redis {e['type']}, length {e['length']}) sits under the session key "
+                f"template but belongs to no session of this run: data from another run, another tenant, or a "
+                f"bot writing under the wrong session id.")
+    return f"{cls} in session {s}: {e}"

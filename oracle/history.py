@@ -1,0 +1,155 @@
+"""The client-side history: journal shards of a run folder, grouped by session.
+
+Jepsen's outcomes: ``ok`` (acknowledged), ``fail`` (definitely not applied), ``info``
+(indeterminate). A crash loses at most the line being written, so a torn last line is
+skipped silently; every other malformed line is reported as ``file:line`` and skipped, and
+the rest of the journal is still audited.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from oracle import fastjson
+
+OUTCOMES = ("ok", "fail", "info")
+_OUTCOMES = frozenset(OUTCOMES)
+REQUIRED = ("session", "turn", "outcome", "sent")
+
+
+class JournalError(Exception):
+    """The run folder has no usable journal (nothing to audit)."""
+
+
+@dataclass(slots=True)
+class Turn:
+    """One journaled turn, only the fields the oracle judges by."""
+    session: str
+    turn: int
+    kind: str
+    token: str
+    sent: float
+    received: float | None
+    outcome: str
+    verdict: str | None = None
+    reply: str | None = None
+    crosstalk: tuple = ()
+    step: int | None = None
+    status: int | None = None
+
+    @property
+    def latency(self) -> float | None:
+        return None if self.received is None else self.received - self.sent
+
+
+@dataclass
+class Journal:
+    run: str | None
+    sessions: dict[str, list[Turn]]
+    problems: list[str] = field(default_factory=list)
+    shards: list[Path] = field(default_factory=list)
+    lines: int = 0
+
+    def turns(self):
+        for turns in self.sessions.values():
+            yield from turns
+
+
+def _turn(record: dict) -> Turn:
+    """A Turn from a journal record; ValueError naming what is wrong. (Hot: one call per line.)"""
+    get = record.get
+    session, turn, outcome, sent = get("session"), get("turn"), get("outcome"), get("sent")
+    if session is None or turn is None or outcome is None or sent is None:
+        missing = next(n for n in REQUIRED if get(n) is None)
+        raise ValueError(f"missing field {missing!r}")
+    if outcome not in _OUTCOMES:
+        raise ValueError(f"outcome {outcome!r} is not one of ok/fail/info")
+    if type(session) is not str:
+        session = str(session)
+    turn = int(turn)
+    received = get("received")
+    crosstalk = get("crosstalk")
+    return Turn(session, turn, get("kind") or "chatter", get("token") or f"{session}t{turn}", float(sent),
+                None if received is None else float(received), outcome, get("verdict"), get("reply"),
+                tuple(crosstalk) if crosstalk else (), get("step"), get("status"))
+
+
+def read_shard(path: Path, sessions: dict[str, list[Turn]], problems: list[str]) -> tuple[int, str | None]:
+    """Stream a shard's turns into ``sessions``; return (lines read, run id seen).
+
+    A bad line is held back until the next line arrives: only then do we know whether it
+    was the torn last line (skipped silently) or garbage in the middle (reported).
+    """
+    run = None
+    pending: str | None = None  # problem text of the previous bad line, if any
+    pending_torn = False
+    number = 0
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            if pending is not None:
+                problems.append(pending)
+                pending = None
+            try:
+                record = fastjson.loads(raw)
+                if not isinstance(record, dict):
+                    raise ValueError("not a JSON object")
+                turn = _turn(record)
+            except (ValueError, TypeError) as exc:
+                pending = f"{path}:{number}: skipped malformed journal line ({exc}): {_excerpt(raw)}"
+                pending_torn = not raw.endswith(b"\n") or _looks_torn(raw)
+                continue
+            run = run or record.get("run")
+            sessions.setdefault(turn.session, []).append(turn)
+    if pending is not None and not pending_torn:
+        problems.append(pending)
+    return number, run
+
+
+def _looks_torn(raw: bytes) -> bool:
+    """A torn line is a JSON object cut short: it starts like one and does not parse."""
+    try:
+        fastjson.loads(raw)
+    except ValueError:
+        return raw.lstrip().startswith(b"{")
+    return False
+
+
+def _excerpt(raw: bytes, limit: int = 80) -> str:
+    text = raw.decode("utf-8", "replace")
+    return repr(text[:limit] + ("..." if len(text) > limit else ""))
+
+
+def load_journal(run_dir: str | Path) -> Journal:
+    """Every shard under ``run_dir/journal``; turns sorted by index within each session."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise JournalError(f"{run_dir} is not a run folder (no such directory)")
+    shards = sorted((run_dir / "journal").glob("*.jsonl"))
+    if not shards:
+        raise JournalError(f"{run_dir} has no journal: expected {run_dir / 'journal'}/*.jsonl "
+                           "(is this a run folder?)")
+    sessions: dict[str, list[Turn]] = {}
+    problems: list[str] = []
+    lines, run = 0, None
+    for shard in shards:
+        n, shard_run = read_shard(shard, sessions, problems)
+        lines += n
+        run = run or shard_run
+    if not sessions:
+        detail = f"; first problem: {problems[0]}" if problems else ""
+        raise JournalError(f"{run_dir / 'journal'} holds no valid journal records ({lines} lines in "
+                           f"{len(shards)} shard(s)){detail}")
+    for session, turns in sessions.items():
+        turns.sort(key=lambda t: t.turn)
+        seen: set[int] = set()
+        unique = []
+        for t in turns:
+            if t.turn in seen:
+                problems.append(f"journal: session {session} turn {t.turn} journaled twice; kept the first")
+                continue
+            seen.add(t.turn)
+            unique.append(t)
+        sessions[session] = unique
+    return Journal(run=run or run_dir.name, sessions=sessions, problems=problems, shards=shards, lines=lines)

@@ -1,0 +1,130 @@
+"""Read stored histories from Redis: one pipelined round trip per batch of sessions.
+
+Per key the pipeline sends TTL (which also says whether the key exists: -2) and LRANGE
+(or GET for the blob layout). A key of the other layout answers WRONGTYPE and is re-read
+with the right command in a second, rare round trip, so a store holding both shapes (the
+reference bot's read-modify-write mode writes a JSON blob or a rewritten list) reads fine
+with ``format="auto"``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Iterator
+
+import redis
+
+from oracle.store import RawSession, StoreError, StoreOptions, batches
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+class RedisReader:
+    def __init__(self, options: StoreOptions, client: redis.Redis | None = None):
+        self.options = options
+        try:
+            self.client = client or redis.Redis.from_url(
+                options.url, socket_timeout=options.timeout_s, socket_connect_timeout=options.timeout_s)
+        except ValueError as exc:
+            raise StoreError(f"bad --store-url {options.where()!r}: {exc}") from exc
+
+    def read(self, sessions: list[str]) -> Iterator[list[RawSession]]:
+        for batch in batches(sessions, self.options.batch):
+            yield self._read_batch(batch)
+
+    def _read_batch(self, sessions: list[str]) -> list[RawSession]:
+        keys = [self.options.key(s) for s in sessions]
+        blob = self.options.format == "blob"
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.ttl(key)
+            if blob:
+                pipe.get(key)
+            else:
+                pipe.lrange(key, 0, -1)
+        replies = pipe.execute(raise_on_error=False)
+        out: list[RawSession] = []
+        retry: list[int] = []
+        lpush = self.options.direction == "lpush"
+        for i, (session, key) in enumerate(zip(sessions, keys)):
+            ttl, value = replies[2 * i], replies[2 * i + 1]
+            if isinstance(ttl, Exception):
+                raise ttl
+            if ttl == -2:
+                out.append(RawSession(session, key, False, None, [], "none"))
+                continue
+            raw = RawSession(session, key, True, None if ttl < 0 else int(ttl))
+            if isinstance(value, redis.ResponseError) and "WRONGTYPE" in str(value):
+                retry.append(i)
+            elif isinstance(value, Exception):
+                raise value
+            elif isinstance(value, list):
+                raw.entries = value[::-1] if lpush else value
+            else:
+                raw.type, raw.entries = "string", [value]
+            out.append(raw)
+        if retry:
+            self._reread_other_layout([out[i] for i in retry])
+        return out
+
+    def _reread_other_layout(self, raws: list[RawSession]) -> None:
+        """Keys whose type differs from the first guess: ask TYPE, then read them as what they are."""
+        kinds = [k.decode() if isinstance(k, bytes) else k for k in
+                 self._pipe(lambda p, r: p.type(r.key), raws)]
+        lpush = self.options.direction == "lpush"
+        for raw, kind in zip(raws, kinds):
+            raw.type = kind
+        lists = [r for r in raws if r.type == "list"]
+        for raw, value in zip(lists, self._pipe(lambda p, r: p.lrange(r.key, 0, -1), lists)):
+            raw.entries = value[::-1] if lpush else value
+        strings = [r for r in raws if r.type == "string"]
+        for raw, value in zip(strings, self._pipe(lambda p, r: p.get(r.key), strings)):
+            raw.entries = [] if value is None else [value]
+        for raw in raws:
+            if raw.type not in ("list", "string"):
+                raw.entries = [f"<a Redis {raw.type} key; expected a list or a string>".encode()]
+                raw.type = "other"
+
+    def _pipe(self, add, raws) -> list:
+        if not raws:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for raw in raws:
+            add(pipe, raw)
+        return pipe.execute()
+
+    def foreign(self, owned: set[str]) -> Iterable[dict]:
+        """Keys under the template that no journaled session owns (foreign data in the namespace)."""
+        prefix, _, suffix = self.options.key_template.partition("{session}")
+        pattern = glob_escape(prefix) + "*" + glob_escape(suffix)
+        found: list[str] = []
+        for key in self.client.scan_iter(match=pattern, count=1000):
+            key = key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else key
+            if key not in owned:
+                found.append(key)
+                if len(found) >= self.options.batch:
+                    yield from self._describe(found)
+                    found = []
+        yield from self._describe(found)
+
+    def _describe(self, keys: list[str]) -> Iterator[dict]:
+        if not keys:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.type(key)
+        kinds = [k.decode() if isinstance(k, bytes) else k for k in pipe.execute()]
+        pipe = self.client.pipeline(transaction=False)
+        for key, kind in zip(keys, kinds):
+            {"list": pipe.llen, "string": pipe.strlen, "hash": pipe.hlen, "set": pipe.scard,
+             "zset": pipe.zcard, "stream": pipe.xlen}.get(kind, pipe.exists)(key)
+        for key, kind, length in zip(keys, kinds, pipe.execute(raise_on_error=False)):
+            yield {"key": key, "type": kind, "length": length if isinstance(length, int) else None}
+
+    def check(self) -> None:
+        """Fail early, with the address, when the store does not answer at all."""
+        try:
+            self.client.ping()
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot reach the store at {self.options.where()}: {exc}") from exc

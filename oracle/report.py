@@ -1,0 +1,200 @@
+"""`python -m oracle report RUN`: one self-contained report.html per audited run, plus its charts as PNGs.
+
+The page embeds its charts as data URIs and its CSS inline, so it opens from disk with no
+network, months later, on another machine. Everything on it comes from the run folder's
+audit tables (see oracle.report_data), so re-rendering a copied folder gives the same page.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import jinja2
+
+from oracle import charts
+from oracle.report_data import RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run, rate
+from oracle.report_format import interval, ms, number, pct, verdict
+
+EXAMPLES_PER_CLASS = 10
+CHARTS = {
+    "timeline": ("Timeline", charts.timeline,
+                 "Throughput, latency quantiles and amnesia events per window. Each fault's interval is shaded in "
+                 "its kind's colour across every panel, with one lane per kind on top; dashed lines are load-step "
+                 "boundaries."),
+    "amnesia_vs_throughput": ("Amnesia against throughput", charts.amnesia_vs_throughput,
+                              "One small point per window, one large diamond per load step, each with its 95% Wilson "
+                              "interval. Grey windows were quiet; coloured ones had a fault active. A rate that rises "
+                              "with throughput in quiet windows is a load bug; one that rises only in coloured "
+                              "windows is a fault bug."),
+    "attribution": ("Attribution by fault kind", charts.attribution,
+                    "Rates during each kind of fault (including the recovery margin the audit adds) against the "
+                    "quiet baseline (dashed line and grey band). Overlapping intervals mean no evidence of a "
+                    "difference."),
+}
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters.update(pct=pct, interval=interval, ms=ms, number=number, anchor=anchor,
+                       tojson_pretty=lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str),
+                       compact=compact)
+    return env
+
+
+def compact(value) -> str:
+    """Evidence values on one line: strings as they are, anything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+def anchor(text: str) -> str:
+    """An HTML id from an anomaly id (``lost-3`` stays ``lost-3``), safe in a URL fragment."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", str(text)).strip("-") or "anomaly"
+
+
+def data_uri(png: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii")
+
+
+def headline_rows(summary: dict) -> list[dict]:
+    rows = []
+    for key in RATE_METRICS:
+        m = rate(summary.get("metrics", {}).get(key))
+        rows.append({"key": key, "title": RATE_TITLES[key], "rate": m["rate"], "interval": interval(m),
+                     "count": m["count"], "total": m["total"]})
+    return rows
+
+
+def render(run_dir: str | Path) -> Path:
+    """Write ``charts/*.png`` and ``report.html`` into the run folder; return the HTML's path."""
+    data = load_run(run_dir)
+    out = data.path / "charts"
+    figures = []
+    for name, (title, draw, caption) in CHARTS.items():
+        png = draw(data, out / f"{name}.png")
+        figures.append({"name": name, "title": title, "caption": caption, "src": data_uri(png)})
+    page = _env().get_template("report.html.j2").render(**context(data), figures=figures)
+    target = data.path / "report.html"
+    tmp = target.with_suffix(".html.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(target)
+    return target
+
+
+def context(data: RunData) -> dict:
+    s = data.summary
+    level, headline, detail = verdict(s)
+    by_class: dict[str, list[dict]] = {}
+    for a in sorted(data.anomalies, key=lambda a: (a.get("time") or 0)):
+        by_class.setdefault(str(a.get("class") or "unknown"), []).append(a)
+    counts = dict(s.get("anomalies") or {})
+    for cls, items in by_class.items():
+        counts.setdefault(cls, len(items))
+    warnings = list(data.warnings)
+    problems = [str(p) for p in s.get("problems") or []]
+    warnings += [f"audit: {p}" for p in problems[:10]]
+    if len(problems) > 10:
+        warnings.append(f"audit: ... and {len(problems) - 10} more problems in audit/summary.json")
+    store = s.get("store") or {}
+    if store and not store.get("complete", True):
+        warnings.append("the final read of the store was incomplete: some sessions were not read back, so "
+                        "losses may be under-counted")
+    faults = data.faults.assign(start_s=data.faults["start"] - data.t0, end_s=data.faults["end"] - data.t0,
+                                length=data.faults["end"] - data.faults["start"])
+    steps = data.steps.assign(start_s=data.steps["start"] - data.t0, end_s=data.steps["end"] - data.t0)
+    return {
+        "run": data.run, "label": data.label, "run_id": data.run.get("run") or data.path.name, "summary": s,
+        "level": level, "headline": headline, "detail": detail, "headline_rows": headline_rows(s),
+        "turns": s.get("turns") or {}, "latency": s.get("latency") or {}, "throughput": s.get("throughput"),
+        "breaches": s.get("breaches") or [], "warnings": warnings,
+        "fault_rows": charts.fault_rows(data), "faults": faults.to_dict("records"),
+        "steps": steps.to_dict("records"), "anomaly_counts": {k: v for k, v in counts.items() if v},
+        "examples": {k: v[:EXAMPLES_PER_CLASS] for k, v in by_class.items()}, "examples_n": EXAMPLES_PER_CLASS,
+        "options": data.run.get("options") or {}, "versions": data.run.get("versions") or {},
+        "started": _utc(data.run.get("start")), "fault_color": charts.fault_color, "attributed": [
+            m for m in (*charts.ATTRIBUTED, "lost_after") if any((r.get(m) or {}).get("total") for r in charts.fault_rows(data))], "duration": data.t_end - data.t0, "rate_titles": RATE_TITLES,
+    }
+
+
+def _utc(epoch) -> str | None:
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(float(epoch), tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def terminal_summary(run_dir: str | Path) -> str:
+    """A compact text table of the headline numbers, for headless runs and Locust's end-of-run hook."""
+    data = load_run(run_dir)
+    s = data.summary
+    level, headline, detail = verdict(s)
+    lines = [f"goldfish · {data.label} · run {data.run.get('run') or data.path.name} · target {data.run.get('target')}",
+             f"verdict: {headline.upper()} - {detail}", "",
+             f"{'metric':<22}{'rate':>9}  {'95% interval':<20}{'count/total':>14}"]
+    for row in headline_rows(s):
+        lines.append(f"{row['title']:<22}{pct(row['rate']):>9}  {row['interval']:<20}"
+                     f"{row['count']:>7}/{row['total']:<6}")
+    lat, turns = s.get("latency") or {}, s.get("turns") or {}
+    lines += ["", f"throughput {number(s.get('throughput'))} acked turns/s · latency p50 {ms(lat.get('p50'))}, "
+                  f"p95 {ms(lat.get('p95'))}, p99 {ms(lat.get('p99'))}",
+              f"turns {turns.get('total', 'n/a')}: ok {turns.get('ok', 'n/a')}, errors (fail) {turns.get('fail', 'n/a')}, "
+              f"indeterminate (info) {turns.get('info', 'n/a')}"]
+    anomalies = {k: v for k, v in (s.get("anomalies") or {}).items() if v}
+    lines.append("anomalies: " + (", ".join(f"{k} {v}" for k, v in anomalies.items()) or "none"))
+    if not data.faults.empty:
+        kinds = data.faults["kind"].value_counts()
+        lines.append("faults: " + ", ".join(f"{k} x{n}" for k, n in kinds.items()))
+    for b in s.get("breaches") or []:
+        lines.append(f"BREACHED: {b}")
+    for w in data.warnings:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m oracle report",
+                                     description="Render report.html and charts/*.png of an audited run.")
+    parser.add_argument("run", help="run folder (results/<run>)")
+    parser.add_argument("--audit", action="store_true",
+                        help="audit the run first (from its store snapshot) when it has no audit yet")
+    parser.add_argument("--quiet", action="store_true", help="do not print the terminal summary")
+    args = parser.parse_args(argv)
+    try:
+        ensure_audited(args.run, args.audit)
+        page = render(args.run)
+        if not args.quiet:
+            print(terminal_summary(args.run))
+    except RunFolderError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"report: {page}")
+    return 0
+
+
+def ensure_audited(run_dir: str | Path, audit: bool) -> None:
+    """With ``audit``, run the oracle's audit on a run folder that has none yet (lazy import: optional seam)."""
+    from oracle.report_data import NotAudited, is_run_folder
+
+    path = Path(run_dir)
+    if not audit or (path / "audit" / "summary.json").is_file() or not is_run_folder(path):
+        return
+    try:
+        from oracle.audit import audit_run
+        from oracle.snapshot import SnapshotError
+        from oracle.store import StoreError
+    except ImportError as exc:
+        raise NotAudited(f"{path}: not audited yet and oracle.audit is unavailable ({exc})") from exc
+    try:
+        audit_run(path)
+    except (SnapshotError, StoreError, OSError, ValueError) as exc:
+        raise NotAudited(f"{path}: the audit failed: {exc}") from exc
+
+
+__all__ = ["render", "terminal_summary", "main"]

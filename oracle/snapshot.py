@@ -1,0 +1,142 @@
+"""The snapshot of the final reads, ``store/`` in the run folder (format in docs/CONTRACTS.md).
+
+Written while the read streams, so a store that dies mid-read leaves what was read, marked
+``complete: false`` in meta.json. Re-auditing from a complete snapshot needs no store.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+from typing import Iterator
+
+from oracle import fastjson
+from oracle.store import RawSession, StoreOptions
+
+
+class SnapshotError(Exception):
+    """No usable snapshot (missing, incomplete or unreadable)."""
+
+
+def _raw_entry(entry):
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, (bytes, bytearray)):
+        try:
+            return bytes(entry).decode("utf-8")
+        except UnicodeDecodeError:
+            return {"b64": base64.b64encode(entry).decode("ascii")}
+    return json.dumps(entry, ensure_ascii=False)  # an already decoded message (HTTP, user function)
+
+
+def _entries_for_snapshot(entries: list) -> list:
+    try:  # fast path: every entry is utf-8 bytes
+        return [e.decode("utf-8") for e in entries]
+    except (UnicodeDecodeError, AttributeError):
+        return [_raw_entry(e) for e in entries]
+
+
+class SnapshotWriter:
+    def __init__(self, run_dir: Path, options: StoreOptions, expected: int):
+        self.dir = Path(run_dir) / "store"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.meta = {
+            "reader": options.name(), "url": options.where(), "key_template": options.key_template,
+            "format": options.format, "direction": options.direction,
+            "shape": {"role_field": options.role_field, "content_field": options.content_field,
+                      "user_roles": list(options.user_roles), "assistant_roles": list(options.assistant_roles)},
+            "read_start": time.time(), "read_end": None, "complete": False,
+            "sessions_expected": expected, "sessions_read": 0, "foreign_keys": 0, "error": None,
+        }
+        self.closed = False
+        self._write_meta()
+        self.sessions = open(self.dir / "sessions.jsonl", "wb")
+        self.foreign_file = open(self.dir / "foreign.jsonl", "wb")
+
+    def _write_meta(self) -> None:
+        tmp = self.dir / "meta.json.tmp"
+        tmp.write_text(json.dumps(self.meta, indent=2) + "\n")
+        tmp.replace(self.dir / "meta.json")
+
+    def write_batch(self, raws: list[RawSession]) -> None:
+        lines = [fastjson.dumps_line({"session": r.session, "key": r.key, "exists": r.exists, "ttl": r.ttl,
+                                      "type": r.type, "entries": _entries_for_snapshot(r.entries)})
+                 for r in raws]
+        self.sessions.write(b"".join(lines))
+        self.meta["sessions_read"] += len(raws)
+
+    def write_foreign(self, record: dict) -> None:
+        self.foreign_file.write(fastjson.dumps_line(record))
+        self.meta["foreign_keys"] += 1
+
+    def close(self, complete: bool, error: str | None = None) -> None:
+        self.closed = True
+        self.sessions.close()
+        self.foreign_file.close()
+        self.meta.update(complete=complete, error=error, read_end=time.time())
+        self._write_meta()
+
+
+def read_meta(run_dir: Path) -> dict:
+    path = Path(run_dir) / "store" / "meta.json"
+    if not path.exists():
+        raise SnapshotError(f"{run_dir} has no store snapshot ({path} missing): "
+                            "pass --store-url (or --http-url / --reader) to read the store, "
+                            "or re-run inside the run")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise SnapshotError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def options_from_meta(meta: dict) -> StoreOptions:
+    """The element shape the snapshot was read with, so a re-audit decodes it the same way."""
+    shape = meta.get("shape") or {}
+    options = StoreOptions(key_template=meta.get("key_template") or "message_store:{session}",
+                           format=meta.get("format") or "auto", direction=meta.get("direction") or "lpush")
+    options.role_field = shape.get("role_field", options.role_field)
+    options.content_field = shape.get("content_field", options.content_field)
+    options.user_roles = tuple(shape.get("user_roles", options.user_roles))
+    options.assistant_roles = tuple(shape.get("assistant_roles", options.assistant_roles))
+    return options
+
+
+def _from_snapshot(entry):
+    if isinstance(entry, dict) and set(entry) == {"b64"}:
+        return base64.b64decode(entry["b64"])
+    return entry
+
+
+def read_sessions(run_dir: Path, batch: int = 1000) -> Iterator[list[RawSession]]:
+    """The snapshot's sessions, in batches, as the live reader would have yielded them."""
+    path = Path(run_dir) / "store" / "sessions.jsonl"
+    if not path.exists():
+        raise SnapshotError(f"{path} missing: the snapshot is incomplete; read the store again")
+    out: list[RawSession] = []
+    with open(path, "rb") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                r = fastjson.loads(line)
+                raw = RawSession(str(r["session"]), str(r.get("key", "")), bool(r["exists"]), r.get("ttl"),
+                                 [_from_snapshot(e) for e in r.get("entries") or []],
+                                 r.get("type") or ("list" if r["exists"] else "none"))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SnapshotError(f"{path}:{number}: unreadable snapshot line ({exc})") from exc
+            out.append(raw)
+            if len(out) >= batch:
+                yield out
+                out = []
+    if out:
+        yield out
+
+
+def read_foreign(run_dir: Path) -> Iterator[dict]:
+    path = Path(run_dir) / "store" / "foreign.jsonl"
+    if path.exists():
+        with open(path, "rb") as fh:
+            for line in fh:
+                if line.strip():
+                    yield fastjson.loads(line)

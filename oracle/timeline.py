@@ -1,0 +1,65 @@
+"""The chaos timeline and load steps: when each fault was active, and which step was running.
+
+A fault is active from its apply to its recover, or to the end of the run when no recover
+was recorded (the heal may have been the thing that failed). Applies that errored are
+dropped: nothing was injected.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Fault:
+    fault: str
+    kind: str
+    target: str | None
+    instance: str | None
+    start: float
+    end: float | None  # None: never recovered
+
+
+def _records(path: Path, problems: list[str]):
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        lines = fh.read().split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
+        except ValueError as exc:
+            if number < len(lines) - 1 or line.rstrip().endswith("}"):
+                problems.append(f"{path}:{number}: skipped malformed line ({exc})")
+            continue
+        yield record
+
+
+def load_faults(run_dir: Path, problems: list[str] | None = None) -> list[Fault]:
+    problems = problems if problems is not None else []
+    applies: dict[tuple, dict] = {}
+    ends: dict[tuple, float] = {}
+    for r in _records(Path(run_dir) / "chaos.jsonl", problems):
+        key = (r.get("fault"), r.get("instance"))
+        if r.get("event") == "apply" and r.get("outcome", "ok") == "ok" and r.get("time") is not None:
+            applies.setdefault(key, r)
+        elif r.get("event") == "recover" and r.get("time") is not None:
+            ends.setdefault(key, float(r["time"]))
+    faults = [Fault(str(k[0]), str(r.get("kind")), r.get("target"), k[1], float(r["time"]), ends.get(k))
+              for k, r in applies.items()]
+    return sorted(faults, key=lambda f: f.start)
+
+
+def load_steps(run_dir: Path, problems: list[str] | None = None) -> list[dict]:
+    problems = problems if problems is not None else []
+    steps: dict[int, dict] = {}
+    for r in _records(Path(run_dir) / "steps.jsonl", problems):
+        if r.get("step") is None:
+            continue
+        steps.setdefault(int(r["step"]), {}).update({k: v for k, v in r.items() if v is not None})
+    return [steps[k] for k in sorted(steps)]

@@ -1,0 +1,182 @@
+"""The oracle against a real redis-server holding histories written by LangChain's own class."""
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_until
+from oracle.audit import audit_run
+from oracle.snapshot import SnapshotError
+from oracle.store import StoreError, StoreOptions
+from support_oracle import (build_world, finding_keys, inject, read_findings, simple_specs, store_with_langchain,
+                            write_journal)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_run(tmp_path, server, damage: str | None = None, sessions: int = 6, seed: int = 3):
+    world = build_world(simple_specs(sessions), seed=seed)
+    expected = inject(world, world.order[1], damage, random.Random(seed)) if damage else set()
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    store_with_langchain(server.url, world)
+    return run, world, expected
+
+
+def test_clean_store_has_zero_anomalies_and_reaudits_from_snapshot(tmp_path, redis_server):
+    run, world, _ = make_run(tmp_path, redis_server)
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+    assert finding_keys(run) == set()
+    assert summary["anomalies"] == {} and summary["breaches"] == []
+    assert summary["turns"]["info_stored"] == len(world.order)  # every info turn was stored ("both")
+    meta = json.loads((run / "store" / "meta.json").read_text())
+    assert meta["complete"] and meta["sessions_read"] == len(world.order)
+    redis_server.stop()
+    again = audit_run(run)  # no store: from the snapshot
+    assert again["metrics"] == summary["metrics"] and again["store"]["source"] == "snapshot"
+
+
+@pytest.mark.parametrize("damage", ["lost", "vanished", "unanswered", "duplicated", "crosstalk", "corrupt",
+                                    "truncated", "aborted", "reordered"])
+def test_each_damage_class_is_found(tmp_path, redis_server, damage):
+    run, world, expected = make_run(tmp_path, redis_server, damage)
+    assert expected, f"the scenario could not inject {damage}"
+    audit_run(run, StoreOptions(url=redis_server.url))
+    assert finding_keys(run) == expected
+    for f in read_findings(run):
+        assert f["explanation"] and f["id"].startswith(f["class"] + "-")
+
+
+def test_expired_when_keys_carry_a_ttl_and_foreign_keys(tmp_path, redis_server):
+    run, world, _ = make_run(tmp_path, redis_server)
+    client = redis_server.client()
+    for s in world.order:
+        client.expire(f"message_store:{s}", 3600)
+    gone = world.order[2]
+    client.pexpire(f"message_store:{gone}", 1)
+    wait_until(lambda: not client.exists(f"message_store:{gone}"), what="the key to expire")
+    client.rpush("message_store:not-ours", "x")
+    audit_run(run, StoreOptions(url=redis_server.url))
+    assert finding_keys(run) == {("expired", gone, None), ("foreign", None, None)}
+    foreign = [json.loads(line) for line in (run / "store" / "foreign.jsonl").read_text().splitlines()]
+    assert foreign == [{"key": "message_store:not-ours", "type": "list", "length": 1}]
+
+
+def test_blob_layout_and_custom_shape(tmp_path, redis_server):
+    """A JSON-blob key (read-modify-write bots) next to rewritten lists, RPUSH order, role/content shape."""
+    world = build_world(simple_specs(3), seed=5)
+    expected = inject(world, world.order[0], "lost", random.Random(1))
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    client = redis_server.client()
+
+    def plain(m):
+        return {"role": "user" if m["type"] == "human" else "assistant", "content": m["data"]["content"]}
+
+    blob_session, list_session, other = world.order
+    client.set(f"chat:{blob_session}", json.dumps([plain(m) for _, m in world.stored[blob_session]]))
+    client.rpush(f"chat:{list_session}", *[json.dumps(plain(m)) for _, m in world.stored[list_session]])
+    client.set(f"chat:{other}", json.dumps({"messages": [plain(m) for _, m in world.stored[other]]}))
+    options = StoreOptions(url=redis_server.url, key_template="chat:{session}", direction="rpush",
+                           role_field="role", content_field="content")
+    audit_run(run, options)
+    assert finding_keys(run) == expected
+    client.set(f"chat:{other}", b"\x80\x04garbage")
+    audit_run(run, options)
+    found = read_findings(run)
+    assert {(f["class"], f["session"]) for f in found} >= {("corrupt", other)}
+    corrupt = next(f for f in found if f["session"] == other and f["class"] == "corrupt")
+    assert "pickle" in corrupt["evidence"]["reason"] and corrupt["evidence"]["excerpt"].startswith("hex:8004")
+    # nothing of that session can be read back, so each acknowledged turn is lost as well
+    ok_turns = {r["turn"] for r in world.turns(other) if r["outcome"] == "ok"}
+    assert {f["turn"] for f in found if f["session"] == other and f["class"] == "lost"} == ok_turns
+
+
+def test_redis_killed_mid_audit_keeps_partial_snapshot_and_rerun_completes(tmp_path, redis_factory):
+    server = redis_factory("aof-always")
+    run, world, _ = make_run(tmp_path, server, sessions=24)
+    killed = []
+
+    def kill_after_two(batches, sessions):
+        if batches == 2 and not killed:
+            server.stop(signal.SIGKILL)
+            killed.append(sessions)
+
+    with pytest.raises(StoreError) as failure:
+        audit_run(run, StoreOptions(url=server.url, batch=4, timeout_s=3, on_batch=kill_after_two))
+    message = str(failure.value)
+    meta = json.loads((run / "store" / "meta.json").read_text())
+    # the reader runs ahead (one batch queued, one in hand): 8, 12 or 16 sessions were read
+    read = meta["sessions_read"]
+    assert meta["complete"] is False and read in (8, 12, 16)
+    assert f"127.0.0.1:{server.port}" in message and f"after {read} of 24 sessions" in message
+    assert "incomplete" in message
+    assert len((run / "store" / "sessions.jsonl").read_text().splitlines()) == read
+    assert not (run / "audit" / "anomalies.jsonl").exists()
+    with pytest.raises(SnapshotError, match="incomplete"):
+        audit_run(run)
+    server.start()
+    summary = audit_run(run, StoreOptions(url=server.url, batch=4))
+    assert summary["store"]["complete"] and finding_keys(run) == set()
+    assert json.loads((run / "store" / "meta.json").read_text())["complete"] is True
+
+
+def oracle_cli(*args, timeout=120):
+    """The real command line, in a subprocess (used once: imports take seconds on a busy machine)."""
+    return subprocess.run([sys.executable, "-m", "oracle", "audit", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def in_process(capsys, *args):
+    """``python -m oracle audit ...`` through its main(), in this process: (exit code, stdout, stderr)."""
+    from oracle.__main__ import main
+    code = main(["audit", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_exit_codes_and_messages(tmp_path, redis_server, capsys):
+    run, world, _ = make_run(tmp_path, redis_server, "lost")
+    code, _, err = in_process(capsys, run)
+    assert code == 2 and "pass --store-url" in err
+    done = oracle_cli(run, "--store-url", redis_server.url)
+    assert done.returncode == 0, done.stderr  # a lost turn breaches nothing unless asked
+    assert "stored loss" in done.stdout and "lost 1" in done.stdout
+    code, out, _ = in_process(capsys, run, "--max-stored-loss", "0")  # from the snapshot now
+    assert code == 1 and "THRESHOLD BREACHED: stored loss" in out
+    code, _, err = in_process(capsys, tmp_path / "nope")
+    assert code == 2 and "not a run folder" in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = in_process(capsys, tmp_path / "empty")
+    assert code == 2 and "no journal" in err
+    redis_server.stop()
+    code, _, err = in_process(capsys, run, "--store-url", redis_server.url)
+    assert code == 2 and f"127.0.0.1:{redis_server.port}" in err
+    code, _, err = in_process(capsys, run, "--store-url", "redis://127.0.0.1:1/0", "--key-template", "no-placeholder")
+    assert code == 2 and "must contain {session}" in err
+
+
+def test_damage_done_in_redis_after_langchain_wrote(tmp_path, redis_server):
+    """Damage applied with Redis commands to lists LangChain wrote: LREM, LSET, DEL, RPUSH."""
+    run, world, _ = make_run(tmp_path, redis_server, sessions=5)
+    client = redis_server.client()
+    key = "message_store:{}".format
+    s_lost, s_corrupt, s_gone, s_dup, s_clean = world.order
+    turn = next(r for r in world.turns(s_lost) if r["outcome"] == "ok")
+    user = next(e for e in client.lrange(key(s_lost), 0, -1) if turn["token"].encode() in e and b'"human"' in e)
+    assert client.lrem(key(s_lost), 0, user) == 1
+    client.lset(key(s_corrupt), 0, b"\x80\x04\x95garbage")  # the newest entry: the last turn's reply
+    client.delete(key(s_gone))
+    first_user = client.lrange(key(s_dup), -1, -1)[0]  # the oldest entry: turn 0's user message
+    client.lpush(key(s_dup), first_user)
+    audit_run(run, StoreOptions(url=redis_server.url))
+    last_ok = max(r["turn"] for r in world.turns(s_corrupt) if r["outcome"] == "ok")
+    assert finding_keys(run) == {("lost", s_lost, turn["turn"]), ("corrupt", s_corrupt, None),
+                                 ("unanswered", s_corrupt, last_ok), ("vanished", s_gone, None),
+                                 ("duplicated", s_dup, 0)}

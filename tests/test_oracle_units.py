@@ -1,0 +1,178 @@
+"""The oracle's pieces on their own: journal loading, decoding, metrics, windows, thresholds, readers."""
+from __future__ import annotations
+
+import json
+import random
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pandas as pd
+import pytest
+
+from conftest import free_port
+from oracle.audit import audit_run
+from oracle.decode import Shape, decode_session
+from oracle.history import load_journal
+from oracle.metrics import wilson
+from oracle.store import RawSession, StoreOptions
+from oracle.thresholds import breaches
+import support_oracle
+from support_oracle import (build_world, finding_keys, inject, raw_entries, simple_specs, write_journal,
+                            write_snapshot)
+
+
+def test_journal_garbage_is_reported_with_file_and_line_and_torn_last_line_is_silent(tmp_path):
+    world = build_world(simple_specs(2))
+    good = world.records[:5]
+    write_journal(tmp_path, good, extra_lines={0: ["this is not json\n", '{"session": "gf00", "turn": 1}\n',
+                                                   json.dumps(world.records[5]) + "\n", '{"run": "x", "sess']})
+    journal = load_journal(tmp_path)
+    shard = tmp_path / "journal" / "local-0.jsonl"
+    assert journal.problems[0].startswith(f"{shard}:6: skipped malformed journal line")
+    assert journal.problems[1].startswith(f"{shard}:7:") and "missing field 'outcome'" in journal.problems[1]
+    assert len(journal.problems) == 2  # the torn last line (line 9) is skipped silently
+    assert sum(len(t) for t in journal.sessions.values()) == 6
+
+
+def test_a_journal_of_only_garbage_is_a_clear_error(tmp_path):
+    from oracle.history import JournalError
+    write_journal(tmp_path, [], extra_lines={0: ["garbage\n", "more garbage\n"]})
+    with pytest.raises(JournalError, match="no valid journal records.*local-0.jsonl:1"):
+        load_journal(tmp_path)
+
+
+def test_garbage_journal_lines_do_not_stop_the_audit(tmp_path):
+    world = build_world(simple_specs(3), seed=2)
+    expected = inject(world, world.order[2], "lost", random.Random(2))
+    write_journal(tmp_path, world.records, extra_lines={0: ["\x00\x01garbage\n", "[1, 2]\n"]})
+    write_snapshot(tmp_path, world)
+    summary = audit_run(tmp_path)
+    assert finding_keys(tmp_path) == expected
+    assert len(summary["problems"]) == 2 and ":" in summary["problems"][0]
+
+
+@pytest.mark.parametrize("entry, reason", [
+    (b"\x80\x05\x95\x10\x00", "pickle (protocol 5)"),
+    (b"\xff\xfe{}", "not utf-8"),
+    (b'{"type": "human", "data": {"content": "x"', "not valid JSON"),
+    (b'"just a string"', "wrong shape"),
+    (b'{"type": 3, "data": {"content": "x"}}', "no role"),
+    (b'{"type": "human", "data": {"content": 7}}', "no text"),
+])
+def test_undecodable_entries_become_corrupt_never_raise(entry, reason):
+    raw = RawSession("gf0", "k", True, None, [b'{"type": "ai", "data": {"content": "ok"}}', entry])
+    decoded = decode_session(raw, Shape(StoreOptions()))
+    assert decoded.messages == [(0, "assistant", "ok")]
+    assert len(decoded.corrupt) == 1 and reason in decoded.corrupt[0]["reason"]
+    assert decoded.corrupt[0]["index"] == 1 and decoded.corrupt[0]["excerpt"]
+
+
+def test_multimodal_content_and_other_roles_decode():
+    entries = [json.dumps({"type": "system", "data": {"content": "be nice"}}),
+               json.dumps({"type": "human", "data": {"content": [{"type": "text", "text": "hi "}, "there"]}})]
+    decoded = decode_session(RawSession("s", "k", True, None, entries), Shape(StoreOptions()))
+    assert decoded.messages == [(0, "other", "be nice"), (1, "user", "hi there")] and not decoded.corrupt
+
+
+def test_wilson_intervals_and_empty_totals():
+    assert wilson(0, 0) == {"count": 0, "total": 0, "rate": None, "low": None, "high": None}
+    w = wilson(1, 10)
+    assert w["rate"] == 0.1 and 0.0 < w["low"] < 0.1 < w["high"] < 0.5
+    assert wilson(0, 100)["low"] == 0.0 and wilson(0, 100)["high"] > 0
+
+
+def test_thresholds():
+    summary = {"metrics": {"probe_amnesia": wilson(5, 100), "stored_loss": wilson(0, 100),
+                           "crosstalk": wilson(1, 50)}}
+    assert breaches(summary, max_crosstalk=None) == []
+    lines = breaches(summary, max_probe_amnesia=0.01, max_stored_loss=0.0)
+    assert [line.split(":")[0] for line in lines] == ["probe amnesia", "crosstalk"]
+    assert breaches({"metrics": {"probe_amnesia": wilson(0, 0)}}, max_probe_amnesia=0) == []
+
+
+def test_windows_faults_and_attribution(tmp_path):
+    """Losses planted inside a fault window are attributed to its kind, against a clean baseline."""
+    world = build_world([[support_oracle.TurnSpec("chatter", "ok")] * 6 for _ in range(8)], seed=1)
+    t0 = min(r["sent"] for r in world.records)
+    hit = sorted((r for r in world.records if r["turn"] == 3), key=lambda r: r["session"])
+    for r in hit[:4]:  # lose turn 3 of four sessions
+        world.stored[r["session"]] = [(t, m) for t, m in world.stored[r["session"]] if t != 3]
+    start = min(r["sent"] for r in hit) - 0.01
+    end = max(r["sent"] for r in hit) + 0.01
+    with open(tmp_path / "chaos.jsonl", "w") as fh:
+        fh.write(json.dumps({"fault": "f1#1", "kind": "redis-restart", "target": "redis", "instance": "redis",
+                             "backend": "local", "event": "apply", "time": start, "outcome": "ok"}) + "\n")
+        fh.write(json.dumps({"fault": "f1#1", "kind": "redis-restart", "target": "redis", "instance": "redis",
+                             "backend": "local", "event": "recover", "time": end, "outcome": "ok"}) + "\n")
+    (tmp_path / "steps.jsonl").write_text(json.dumps({"step": 0, "users": 8, "start": t0 - 1, "end": t0 + 1e4}) + "\n")
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    summary = audit_run(tmp_path, window_s=1.0, recovery_s=0.0)
+    windows = pd.read_csv(tmp_path / "audit" / "windows.csv")
+    assert list(windows.columns) == ["start", "end", "step", "acked", "throughput", "latency_p50", "latency_p95",
+                                     "latency_p99", "errors", "probes", "probes_failed", "lost", "crosstalk",
+                                     "anomalies", "faults"]
+    assert windows["acked"].sum() == 48 and windows["lost"].sum() == 4
+    assert windows.loc[windows["lost"] > 0, "faults"].eq("redis-restart").all()
+    assert (windows["step"] == 0).all()
+    (fault,) = summary["by_fault"]
+    assert fault["kind"] == "redis-restart" and fault["stored_loss"]["count"] == 4
+    assert fault["stored_loss"]["low"] > summary["baseline"]["stored_loss"]["rate"] == 0
+    assert summary["baseline"]["stored_loss"]["count"] == 0 and summary["baseline"]["stored_loss"]["total"] == 48 - fault["stored_loss"]["total"]
+    assert summary["metrics"]["stored_loss"]["count"] == 4 and summary["steps"][0]["users"] == 8
+    sessions = pd.read_csv(tmp_path / "audit" / "sessions.csv")
+    assert sessions["lost"].sum() == 4 and sessions["anomalous"].sum() == 4
+
+
+class _Histories(BaseHTTPRequestHandler):
+    store: dict = {}
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        session = self.path.split("/")[2]
+        if session not in self.store:
+            self.send_response(404)
+            self.end_headers()
+            return
+        body = json.dumps({"session": session, "messages": self.store[session]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_store():
+    """A real HTTP server on loopback serving {session: [message dicts]} at /sessions/<id>/history."""
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), _Histories)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(10)
+
+
+def test_http_reader(tmp_path, http_store):
+    world = build_world(simple_specs(4), seed=7)
+    rng = random.Random(7)
+    expected = inject(world, world.order[0], "lost", rng) | inject(world, world.order[1], "vanished", rng)
+    _Histories.store = {s: [m for _, m in world.stored[s]] for s in world.order if s not in world.gone}
+    write_journal(tmp_path, world.records)
+    url = f"http://127.0.0.1:{http_store.server_port}/sessions/{{session}}/history"
+    summary = audit_run(tmp_path, StoreOptions(http_url=url))
+    assert finding_keys(tmp_path) == expected and summary["store"]["reader"] == "http"
+    assert audit_run(tmp_path)["metrics"] == summary["metrics"]  # and again from the snapshot
+
+
+def test_function_reader(tmp_path):
+    world = build_world(simple_specs(3), seed=8)
+    expected = inject(world, world.order[2], "duplicated", random.Random(8))
+    support_oracle.FUNCTION_STORE.clear()
+    support_oracle.FUNCTION_STORE.update({s: raw_entries(world, s) for s in world.order})
+    write_journal(tmp_path, world.records)
+    audit_run(tmp_path, StoreOptions(reader="support_oracle:function_reader"))
+    assert finding_keys(tmp_path) == expected
