@@ -1,0 +1,54 @@
+"""Jepsen-style outcome of one turn, from what came back (no Locust import: unit-testable).
+
+``ok`` 2xx with a reply; ``fail`` the request never left (connection refused, name not
+resolved); ``info`` anything after which the bot may or may not have stored the turn
+(timeout, reset, any non-2xx status, a 2xx without a readable reply).
+"""
+from __future__ import annotations
+
+import errno
+import socket
+
+from gevent import Timeout as GeventTimeout
+
+from locustfiles.contract import ChatContract, NoReply
+from locustfiles.journal import _loads
+
+
+def classify_error(exc: BaseException | None) -> tuple[str, str]:
+    """(outcome, short error) for a request that got no HTTP response."""
+    chain = exc
+    while chain is not None:
+        if isinstance(chain, ConnectionRefusedError) or getattr(chain, "errno", None) == errno.ECONNREFUSED:
+            return "fail", "connection refused"
+        if isinstance(chain, socket.gaierror):
+            return "fail", "host name not resolved"
+        if isinstance(chain, (TimeoutError, socket.timeout, GeventTimeout)):
+            return "info", "timeout"
+        chain = chain.__cause__ or chain.__context__
+    if isinstance(exc, ConnectionResetError):
+        return "info", "connection reset"
+    return "info", f"connection error: {type(exc).__name__}"
+
+
+def read_response(status: int, content: bytes | None, error: BaseException | None, contract: ChatContract,
+                  record: dict) -> None:
+    """Fill ``outcome``, ``status``, ``reply`` and ``error`` of a journal record."""
+    if not status:
+        record["outcome"], record["error"] = classify_error(error)
+        return
+    record["status"] = status
+    if not 200 <= status < 300:
+        record["error"] = f"HTTP {status}"
+        return
+    try:
+        payload = _loads(content or b"")
+    except ValueError:
+        record["error"] = "reply is not JSON"
+        return
+    try:
+        record["reply"] = contract.reply(payload)
+    except NoReply as exc:
+        record["error"] = str(exc)
+        return
+    record["outcome"] = "ok"

@@ -1,0 +1,64 @@
+"""The run folder's own files: run.json (what ran) and steps.jsonl (load step boundaries).
+
+Layout and fields: docs/CONTRACTS.md "Run folder", "Run metadata", "Load steps".
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+from locustfiles.journal import dumps_line
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    return {"goldfish": v("goldfish"), "locust": v("locust"), "python": platform.python_version()}
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def start_run(settings, script, target: str | None) -> Path:
+    """Create the run folder and write run.json with ``end: null``."""
+    run_dir = Path(settings.run_dir)
+    (run_dir / "journal").mkdir(parents=True, exist_ok=True)
+    plan_text = None
+    if settings.chaos:
+        try:
+            plan_text = Path(settings.chaos).read_text(encoding="utf-8")
+        except OSError:
+            plan_text = None
+    meta = {"run": settings.run_id, "label": settings.label, "target": target, "options": settings.public(),
+            "plan": settings.chaos or None, "plan_text": plan_text, "script": script.name,
+            "script_sha": script.sha, "start": time.time(), "end": None, "versions": versions()}
+    write_json_atomic(run_dir / "run.json", meta)
+    return run_dir
+
+
+def end_run(run_dir: str | Path, **extra) -> None:
+    path = Path(run_dir) / "run.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    meta["end"] = time.time()
+    meta.update(extra)
+    write_json_atomic(path, meta)
+
+
+def append_step(run_dir: str | Path, step: int, users: int, start: float, end: float) -> None:
+    with open(Path(run_dir) / "steps.jsonl", "ab") as f:
+        f.write(dumps_line({"step": step, "users": users, "start": start, "end": end}))

@@ -1,0 +1,176 @@
+"""Conversation scripts: YAML data that says what one simulated user says, turn by turn.
+
+A script is a list of steps (docs/locust.md):
+
+    name: support
+    chatter: ["Hi, I need some help.", ...]   # filler lines for bare `chatter` steps
+    repeat: 1                                 # run the steps this many times per conversation
+    steps:
+      - plant: order number      # "My order number is <nonce>."
+      - chatter                  # a filler line (or `chatter: "exact text"`)
+      - think: 0.5               # pause (seconds, or a range "0.2-1.0")
+      - probe: order number      # "What is my order number?"; passes when the reply holds the nonce
+      - burst: 3                 # 3 turns of this session sent at once, without waiting
+
+Errors name the file, the line and the field (from the YAML node marks), before any load.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from oracle.tokens import NONCE_RE, TOKEN_RE
+
+FACT_RE = re.compile(r"^[a-z]+( [a-z]+)*$")
+LOOKS_LIKE_GRAMMAR = re.compile(r"\bMy [a-z ]+ is |\bWhat is my\b")
+KINDS = ("plant", "probe", "chatter", "burst", "think")
+MAX_BURST = 20
+DEFAULT_CHATTER = (
+    "Hi, I need some help with my account.",
+    "Thanks, that is useful.",
+    "Can you check that again for me?",
+    "I have another question.",
+    "OK, understood.",
+)
+
+
+class ScriptError(ValueError):
+    """A script that cannot run: the message is ``file:line: field: what is wrong``."""
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # plant | probe | chatter | burst | think
+    fact: str | None = None
+    text: str | None = None  # chatter text (None: pick from the script's chatter lines)
+    turns: int = 1  # burst size
+    think: tuple[float, float] = (0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class Script:
+    name: str
+    path: str
+    sha: str
+    steps: tuple[Step, ...]
+    chatter: tuple[str, ...]
+
+    @property
+    def turns(self) -> int:
+        return sum(s.turns for s in self.steps if s.kind != "think")
+
+
+def load_script(path: str | Path) -> Script:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScriptError(f"{path}: cannot read the script: {exc.strerror or exc}") from None
+    return parse_script(text, str(path))
+
+
+def parse_script(text: str, path: str = "<script>") -> Script:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else path
+        raise ScriptError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+
+    def bad(node, field_name: str, msg: str):
+        line = node.start_mark.line + 1 if node is not None else 1
+        raise ScriptError(f"{path}:{line}: {field_name}: {msg}")
+
+    if not isinstance(root, yaml.MappingNode):
+        bad(root, "(top level)", "a script is a mapping with a `steps:` list")
+    top = {k.value: v for k, v in root.value}
+    for key_node, _ in root.value:
+        if key_node.value not in {"name", "description", "chatter", "repeat", "steps"}:
+            bad(key_node, key_node.value, "unknown key (known: name, description, chatter, repeat, steps)")
+    name = _scalar(top.get("name")) or Path(path).stem
+
+    chatter = DEFAULT_CHATTER
+    if "chatter" in top:
+        node = top["chatter"]
+        if not isinstance(node, yaml.SequenceNode) or not node.value:
+            bad(node, "chatter", "must be a non-empty list of filler lines")
+        chatter = tuple(_check_text(n, "chatter", bad) for n in node.value)
+
+    repeat = 1
+    if "repeat" in top:
+        repeat = _int(top["repeat"], "repeat", bad, 1, 10_000)
+
+    steps_node = top.get("steps")
+    if not isinstance(steps_node, yaml.SequenceNode) or not steps_node.value:
+        bad(steps_node or root, "steps", "must be a non-empty list of steps")
+    planted: set[str] = set()
+    steps: list[Step] = []
+    for i, node in enumerate(steps_node.value):
+        field_name = f"steps[{i}]"
+        if isinstance(node, yaml.ScalarNode):
+            kind, value = node.value, None
+            if kind != "chatter":
+                bad(node, field_name, f"{kind!r} needs a value (only `chatter` may stand alone)")
+        elif isinstance(node, yaml.MappingNode) and len(node.value) == 1:
+            kind, value = node.value[0][0].value, node.value[0][1]
+        else:
+            bad(node, field_name, f"a step is one of {', '.join(KINDS)} with its value, e.g. `- plant: order number`")
+        if kind not in KINDS:
+            bad(node, field_name, f"unknown step {kind!r} (known: {', '.join(KINDS)})")
+        field_name = f"{field_name}.{kind}"
+        if kind in ("plant", "probe"):
+            fact = _scalar(value)
+            if not fact or not FACT_RE.match(fact):
+                bad(value or node, field_name, f"fact {fact!r} must be lower-case words, e.g. `order number`")
+            if kind == "probe" and fact not in planted:
+                bad(value, field_name, f"probes {fact!r} before any step plants it")
+            planted.add(fact)
+            steps.append(Step(kind, fact=fact))
+        elif kind == "chatter":
+            line = _check_text(value, field_name, bad) if value is not None and _scalar(value) else None
+            steps.append(Step("chatter", text=line))
+        elif kind == "burst":
+            turns_node = value
+            if isinstance(value, yaml.MappingNode):
+                inner = {k.value: v for k, v in value.value}
+                turns_node = inner.get("turns")
+                if turns_node is None:
+                    bad(value, field_name, "needs `turns: N`")
+            steps.append(Step("burst", turns=_int(turns_node, field_name, bad, 2, MAX_BURST)))
+        else:  # think
+            from locustfiles.options import OptionError, parse_think
+
+            try:
+                steps.append(Step("think", think=parse_think(_scalar(value) or "")))
+            except OptionError:
+                bad(value, field_name, f"{_scalar(value)!r} is not seconds or a range like 0.2-1.0")
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    return Script(name=name, path=path, sha=sha, steps=tuple(steps) * repeat, chatter=chatter)
+
+
+def _scalar(node) -> str | None:
+    return node.value.strip() if isinstance(node, yaml.ScalarNode) and node.value is not None else None
+
+
+def _int(node, field_name, bad, low: int, high: int) -> int:
+    raw = _scalar(node)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        bad(node, field_name, f"{raw!r} is not a whole number")
+    if not low <= value <= high:
+        bad(node, field_name, f"{value} is out of range [{low}, {high}]")
+    return value
+
+
+def _check_text(node, field_name, bad) -> str:
+    text = _scalar(node)
+    if not text:
+        bad(node, field_name, "must be a non-empty line of text")
+    if LOOKS_LIKE_GRAMMAR.search(text) or TOKEN_RE.search(text) or NONCE_RE.search(text):
+        bad(node, field_name, f"{text!r} looks like a plant, probe, token or nonce; filler must not")
+    return text

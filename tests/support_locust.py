@@ -1,0 +1,208 @@
+"""Helpers for the Locust tests: small real test bots (gevent WSGI) and a Locust runner.
+
+The test bots are real HTTP servers in their own processes, each a deliberately simple
+*test double* of a chatbot that speaks the reference grammar (docs/CONTRACTS.md):
+
+    memory     remembers each session's facts (a correct bot)
+    forget     keeps no memory at all (every probe is amnesia)
+    leaky      one fact table shared by all sessions (a leaking test bot: cross-talk)
+    flaky      cycles through: ok, 200 with a non-JSON body, 200 JSON without the reply field
+    slow       remembers, but sleeps --delay seconds first (timeouts)
+    contract2  a different API: POST /api/v2/converse, session id in header X-Conversation-Id,
+               message at input.text, reply at data.answer.text, needs `Authorization: Bearer t0k`
+
+Run one: ``python tests/support_locust.py --port P --mode memory [--log FILE] [--delay S]``.
+With ``--log`` every received user message is appended (one line each) before answering.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LOCUST = str(Path(sys.executable).parent / "locust")
+CHATFILE = str(REPO / "locustfiles" / "chat.py")
+PLANT_RE = re.compile(r"\bMy ([a-z][a-z ]*?) is (\S+)\.")
+PROBE_RE = re.compile(r"\bWhat is my ([a-z][a-z ]*?)\?")
+
+
+# ---- the test bots (run in a subprocess) -------------------------------------------------------
+def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
+    import gevent
+
+    memory: dict[str, dict[str, str]] = {}
+    shared: dict[str, str] = {}
+    counter = itertools.count()
+    log = open(log_path, "a", buffering=1) if log_path else None
+
+    def respond(start, status: str, body: bytes, ctype: str = "application/json"):
+        start(status, [("Content-Type", ctype), ("Content-Length", str(len(body)))])
+        return [body]
+
+    def answer(facts: dict, message: str) -> str:
+        if p := PLANT_RE.search(message):
+            facts[p[1]] = p[2]
+            return "Noted."
+        if q := PROBE_RE.search(message):
+            return f"Your {q[1]} is {facts[q[1]]}." if q[1] in facts else f"I don't know your {q[1]}."
+        return "Noted."
+
+    def app(environ, start):
+        raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        if mode == "contract2":
+            if environ.get("PATH_INFO") != "/api/v2/converse":
+                return respond(start, "404 Not Found", b'{"error": "no such path"}')
+            if environ.get("HTTP_AUTHORIZATION") != "Bearer t0k":
+                return respond(start, "401 Unauthorized", b'{"error": "auth"}')
+            session, message = environ.get("HTTP_X_CONVERSATION_ID"), json.loads(raw)["input"]["text"]
+        else:
+            body = json.loads(raw)
+            session, message = body["session_id"], body["message"]
+        if log:
+            log.write(message + "\n")
+        if mode == "slow":
+            gevent.sleep(delay)
+        if mode == "flaky":
+            kind = next(counter) % 3
+            if kind == 1:
+                return respond(start, "200 OK", b"hello, not json", "text/plain")
+            if kind == 2:
+                return respond(start, "200 OK", b'{"answer": "the reply is under another name"}')
+        if mode == "forget":
+            text = answer({}, message)
+        elif mode == "leaky":
+            text = answer(shared, message)
+        else:
+            text = answer(memory.setdefault(session, {}), message)
+        if mode == "contract2":
+            return respond(start, "200 OK", json.dumps({"data": {"answer": {"text": text}}}).encode())
+        return respond(start, "200 OK", json.dumps({"reply": text}).encode())
+
+    return app
+
+
+def main() -> None:
+    from gevent.pywsgi import WSGIServer
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--mode", default="memory")
+    p.add_argument("--delay", type=float, default=0.0)
+    p.add_argument("--log")
+    a = p.parse_args()
+    WSGIServer(("127.0.0.1", a.port), make_app(a.mode, a.delay, a.log), log=None).serve_forever()
+
+
+# ---- used by the tests -------------------------------------------------------------------------
+def _kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+
+
+@contextmanager
+def chat_bot(mode: str = "memory", delay: float = 0.0, log: Path | None = None):
+    """Start a test bot on a free loopback port; yields its base URL; always stopped."""
+    from conftest import free_port, wait_until
+    import socket
+
+    port = free_port()
+    args = [sys.executable, __file__, "--port", str(port), "--mode", mode, "--delay", str(delay)]
+    if log:
+        args += ["--log", str(log)]
+    errors = tempfile.TemporaryFile()  # a file, not a pipe: a chatty bot can never block on it
+    proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=errors)
+    try:
+        def up():
+            if proc.poll() is not None:
+                errors.seek(0)
+                raise AssertionError(f"test bot {mode} exited: {errors.read().decode()[-2000:]}")
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        wait_until(up, timeout=30, what=f"test bot {mode} on port {port}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        _kill_group(proc)
+        errors.close()
+
+
+class LocustRun:
+    """A finished headless Locust run: exit code, output, run folder, Locust's final stats."""
+
+    def __init__(self, proc: subprocess.CompletedProcess, run_dir: Path, stats_file: Path):
+        self.returncode, self.output, self.run_dir = proc.returncode, proc.stdout + proc.stderr, run_dir
+        self.stats = json.loads(stats_file.read_text()) if stats_file.exists() else []
+
+    def rows(self, method: str | None = None, prefix: str = "") -> list[dict]:
+        return [r for r in self.stats if (method is None or r["method"] == method) and r["name"].startswith(prefix)]
+
+    def count(self, method: str | None = None, prefix: str = "", failures: bool = False) -> int:
+        key = "num_failures" if failures else "num_requests"
+        return sum(r[key] for r in self.rows(method, prefix))
+
+    def chat_successes(self) -> int:
+        return self.count("POST", "chat ") - self.count("POST", "chat ", failures=True)
+
+    def records(self) -> list[dict]:
+        from locustfiles.journal import read_records, shards
+
+        return [r for shard in shards(self.run_dir) for r in read_records(shard)]
+
+
+def locust_cmd(host: str, run_dir: Path, *extra, users: int = 10, rate: int = 10, time_s: str = "4s") -> list[str]:
+    return [LOCUST, "-f", CHATFILE, "--headless", "-u", str(users), "-r", str(rate), "-t", time_s,
+            "--host", host, "--run-dir", str(run_dir), "--json-file", str(run_dir / "locust" / "stats"),
+            "--loglevel", "WARNING", *map(str, extra)]
+
+
+def run_locust(host: str, run_dir: Path, *extra, timeout: float = 120, cwd: Path | None = None, **kw) -> LocustRun:
+    """Run ``locust -f locustfiles/chat.py --headless`` to completion in its own process group."""
+    (run_dir / "locust").mkdir(parents=True, exist_ok=True)
+    cmd = locust_cmd(host, run_dir, *extra, **kw)
+    proc = subprocess.Popen(cmd, cwd=cwd or run_dir.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = proc.communicate()
+        raise AssertionError(f"locust did not finish in {timeout}s:\n{out}\n{err}")
+    finally:
+        _kill_group(proc)
+    return LocustRun(subprocess.CompletedProcess(cmd, proc.returncode, out, err), run_dir,
+                     run_dir / "locust" / "stats.json")
+
+
+QUICK_SCRIPT = """\
+name: quick
+steps:
+  - plant: order number
+  - chatter
+  - probe: order number
+  - burst: 2
+  - plant: postcode
+  - probe: postcode
+"""
+
+
+def quick_script(directory: Path) -> Path:
+    """A short script with every step kind and no think steps, so short runs finish many conversations."""
+    path = Path(directory) / "quick.yaml"
+    path.write_text(QUICK_SCRIPT)
+    return path
+
+
+if __name__ == "__main__":
+    main()

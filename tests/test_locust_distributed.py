@@ -1,0 +1,126 @@
+"""Distributed runs: `--processes 2`, and a master with two workers on loopback (one SIGKILLed).
+
+The complete journal must end up in the master's run folder (journal/<worker-id>.jsonl),
+record for record what Locust counted; a SIGKILLed worker loses only its in-flight turns.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from conftest import free_port, wait_until
+from support_locust import CHATFILE, LOCUST, LocustRun, _kill_group, chat_bot, locust_cmd, run_locust
+from test_locust_runs import assert_journal_matches_locust
+
+
+def master_journal_equals_worker_shards(run_dir):
+    shards = sorted((run_dir / "journal").glob("*.jsonl"))
+    assert len(shards) == 2 and all(s.stat().st_size > 0 for s in shards)
+    for shard in shards:
+        local = run_dir / "workers" / shard.name
+        assert shard.read_bytes() == local.read_bytes(), shard.name
+    return shards
+
+
+@pytest.mark.slow
+def test_processes_2_gives_one_complete_journal_in_the_run_folder(tmp_path):
+    """Also with the step shape: the master's steps reach the workers' journal records."""
+    with chat_bot("memory") as url:
+        run = run_locust(url, tmp_path / "run", "--processes", "2", "--step-users", "4", "--steps", "2",
+                         "--step-duration", "3s", users=8, time_s="60s")
+    assert run.returncode == 0, run.output
+    master_journal_equals_worker_shards(run.run_dir)
+    records = run.records()
+    assert_journal_matches_locust(run, records)
+    assert run.count("RECALL", failures=True) == 0
+    steps = (run.run_dir / "steps.jsonl").read_text().splitlines()
+    assert len(steps) == 2
+    assert {r["step"] for r in records} <= {None, 0, 1} and {0, 1} <= {r["step"] for r in records}
+
+
+def start_workers(n, port, cwd):
+    procs = []
+    for i in range(n):
+        (cwd / f"w{i}").mkdir(exist_ok=True)
+        procs.append(subprocess.Popen(
+            [LOCUST, "-f", CHATFILE, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port),
+             "--loglevel", "WARNING"], cwd=cwd / f"w{i}", stdout=subprocess.DEVNULL,
+            stderr=open(cwd / f"w{i}" / "worker.log", "wb"), start_new_session=True))
+    return procs
+
+
+def run_master(url, run_dir, port, *extra, users=6, time_s="6s"):
+    (run_dir / "locust").mkdir(parents=True, exist_ok=True)
+    cmd = locust_cmd(url, run_dir, "--master", "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
+                     "--master-bind-port", str(port), *extra, users=users, rate=users, time_s=time_s)
+    return subprocess.Popen(cmd, cwd=run_dir.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def finish(master, timeout=120):
+    try:
+        out, err = master.communicate(timeout=timeout)
+    finally:
+        _kill_group(master)
+    return subprocess.CompletedProcess(master.args, master.returncode, out, err)
+
+
+@pytest.mark.slow
+def test_master_and_two_workers_on_loopback(tmp_path):
+    port = free_port()
+    run_dir = tmp_path / "run"
+    with chat_bot("memory") as url:
+        master = run_master(url, run_dir, port)
+        workers = start_workers(2, port, tmp_path)
+        try:
+            done = finish(master)
+            for w in workers:
+                w.wait(30)
+        finally:
+            for w in workers:
+                _kill_group(w)
+    run = LocustRun(done, run_dir, run_dir / "locust" / "stats.json")
+    assert run.returncode == 0, run.output
+    master_journal_equals_worker_shards(run_dir)
+    assert_journal_matches_locust(run, run.records())
+
+
+@pytest.mark.slow
+def test_sigkilled_worker_loses_only_its_in_flight_turns(tmp_path):
+    port = free_port()
+    run_dir = tmp_path / "run"
+    bot_log = tmp_path / "bot.log"
+    users = 6  # 3 per worker; the support script has bursts of 2, so at most 2 turns in flight per user
+    with chat_bot("memory", log=bot_log) as url:
+        master = run_master(url, run_dir, port, "--think", "0.02", users=users, time_s="8s")
+        workers = start_workers(2, port, tmp_path)
+        try:
+            victim = workers[0]
+            shard = lambda: [p for p in (run_dir / "workers").glob("*.jsonl")  # noqa: E731
+                             if p.stat().st_size > 4000]
+            wait_until(lambda: len(shard()) == 2, timeout=60, what="both workers journaling")
+            # the victim is the worker whose pid wrote which shard: find it through /proc fds
+            victim_shard = next(p for p in shard() if any(
+                os.path.realpath(f"/proc/{victim.pid}/fd/{fd}") == str(p.resolve())
+                for fd in os.listdir(f"/proc/{victim.pid}/fd")))
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait(10)
+            done = finish(master)
+            workers[1].wait(30)
+        finally:
+            for w in workers:
+                _kill_group(w)
+    assert "recovered" in done.stderr or (run_dir / "journal" / victim_shard.name).read_bytes() == \
+        victim_shard.read_bytes(), done.stderr
+    # the master's copy of the killed worker's journal holds every line the worker wrote
+    assert (run_dir / "journal" / victim_shard.name).read_bytes() == victim_shard.read_bytes()
+    run = LocustRun(done, run_dir, run_dir / "locust" / "stats.json")
+    records = run.records()
+    journaled = {r["token"] for r in records}
+    received = {line.split("]")[0].lstrip("[") for line in bot_log.read_text().splitlines()}
+    assert {r["token"] for r in records if r["outcome"] == "ok"} <= received
+    lost = received - journaled
+    assert len(lost) <= (users // 2) * 2, sorted(lost)

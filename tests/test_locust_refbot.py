@@ -1,0 +1,48 @@
+"""ChatUser against the real reference stack (`python -m refbot up`: redis-server, bot replicas, HAProxy).
+
+Correct mode: the journal matches Locust, no RECALL/CROSSTALK, and the end-of-run seam runs
+the oracle's audit on the real Redis. Buggy modes: the online judgement catches them live.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from support_locust import run_locust
+from support_refbot import refbot_stack  # noqa: F401 - fixture
+from test_locust_runs import assert_journal_matches_locust
+
+
+@pytest.mark.slow
+def test_correct_stack_passes_and_the_audit_runs_at_the_end(tmp_path, refbot_stack):  # noqa: F811
+    stack = refbot_stack(replicas=2, mode="correct", think_ms=0, jitter_ms=5)
+    run = run_locust(stack.url, tmp_path / "run", "--store-url", stack.state["store_url"], "--settle", "0.5",
+                     users=10, time_s="5s", timeout=240)
+    records = run.records()
+    assert_journal_matches_locust(run, records)
+    assert run.count("RECALL") > 0 and run.count("RECALL", failures=True) == 0
+    assert run.count("CROSSTALK") == 0
+    summary_file = run.run_dir / "audit" / "summary.json"
+    assert summary_file.exists(), run.output
+    summary = json.loads(summary_file.read_text())
+    assert summary["turns"]["ok"] == sum(r["outcome"] == "ok" for r in records)
+    assert summary["breaches"] == [], summary["breaches"]
+    assert run.returncode == 0, run.output[-4000:]
+
+
+@pytest.mark.slow
+def test_process_local_memory_on_3_replicas_shows_recall_failures(tmp_path, refbot_stack):  # noqa: F811
+    stack = refbot_stack(replicas=3, mode="process-local", think_ms=0, jitter_ms=5)
+    run = run_locust(stack.url, tmp_path / "run", users=6, time_s="4s")
+    assert run.count("RECALL", failures=True) > 0
+    assert run.returncode == 1, run.output
+
+
+@pytest.mark.slow
+def test_shared_instance_memory_under_concurrency_shows_crosstalk(tmp_path, refbot_stack):  # noqa: F811
+    stack = refbot_stack(replicas=1, mode="shared-instance", think_ms=20, jitter_ms=20)
+    run = run_locust(stack.url, tmp_path / "run", users=20, rate=20, time_s="5s")
+    assert run.count("CROSSTALK", failures=True) > 0, run.stats
+    assert any(r["crosstalk"] for r in run.records())
+    assert run.returncode == 1, run.output

@@ -1,0 +1,138 @@
+"""End-to-end: real `locust -f locustfiles/chat.py --headless` runs against real HTTP test bots.
+
+The bots are the small test doubles in tests/support_locust.py (a correct one, a forgetting
+one, a leaking one, ...), each a real HTTP server in its own process.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from support_locust import REPO, chat_bot, quick_script, run_locust
+
+
+def assert_journal_matches_locust(run, records):
+    ok = sum(r["outcome"] == "ok" for r in records)
+    assert ok > 0
+    assert ok == run.chat_successes(), (ok, run.stats)
+    reported = [r for r in records if not (r["error"] or "").startswith("interrupted")]
+    assert len(reported) == run.count("POST", "chat "), (len(reported), run.stats)
+    assert {r["kind"] for r in records} == {"plant", "probe", "chatter", "burst"}
+
+
+def test_correct_bot_journal_equals_locust_and_nothing_is_flagged(tmp_path):
+    with chat_bot("memory") as url:
+        run = run_locust(url, tmp_path / "run", "--label", "v9")
+    assert run.returncode == 0, run.output
+    records = run.records()
+    assert_journal_matches_locust(run, records)
+    assert run.count("RECALL") > 0 and run.count("RECALL", failures=True) == 0
+    assert run.count("CROSSTALK") == 0
+    assert all(r["verdict"] == "pass" for r in records if r["kind"] == "probe" and r["outcome"] == "ok")
+    # every turn of a session has a distinct index and its own token
+    by_session = {}
+    for r in records:
+        by_session.setdefault(r["session"], []).append(r["turn"])
+        assert r["token"] == f"{r['session']}t{r['turn']}" and r["message"].startswith(f"[{r['token']}] ")
+    assert all(len(turns) == len(set(turns)) for turns in by_session.values())
+    meta = json.loads((run.run_dir / "run.json").read_text())
+    assert meta["label"] == "v9" and meta["script"] == "support" and meta["end"] >= meta["start"]
+    assert meta["run"] == "run" and {r["run"] for r in records} == {"run"}
+    # few stats rows, whatever the number of sessions
+    assert len(run.stats) <= 4 + 4  # chat <kind> x4, RECALL per fact
+
+
+def test_forgetting_bot_shows_recall_failures_and_exits_1(tmp_path):
+    with chat_bot("forget") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), time_s="4s")
+    assert run.returncode == 1, run.output
+    records = run.records()
+    amnesia = sum(r["verdict"] == "amnesia" for r in records)
+    assert amnesia > 0 and amnesia == run.count("RECALL", failures=True)
+    assert "probe amnesia (online)" in run.output
+
+
+def test_leaking_bot_shows_crosstalk_naming_the_source_in_the_journal(tmp_path):
+    with chat_bot("leaky") as url:
+        run = run_locust(url, tmp_path / "run", "--script", REPO / "locustfiles/scripts/bursty.yaml", time_s="4s")
+    assert run.returncode == 1, run.output
+    records = run.records()
+    leaked = [r for r in records if r["crosstalk"]]
+    assert leaked and len(leaked) == run.count("CROSSTALK", failures=True)
+    assert {row["name"] for row in run.rows("CROSSTALK")} == {"reply"}
+    sessions = {r["session"] for r in records}
+    assert all(src in sessions and src != r["session"] for r in leaked for src in r["crosstalk"])
+    assert "crosstalk (online)" in run.output and "cross-talk: session" in run.output
+
+
+def test_bot_with_another_contract_runs_by_config_file_alone(tmp_path):
+    conf = tmp_path / "bot.conf"
+    conf.write_text("chat-path = /api/v2/converse\nmessage-field = input.text\nsession-header = X-Conversation-Id\n"
+                    "reply-field = data.answer.text\nheader = [Authorization: Bearer t0k, X-Tenant: test]\n"
+                    f"think = 0-0.01\nscript = {quick_script(tmp_path)}\n")
+    with chat_bot("contract2") as url:
+        run = run_locust(url, tmp_path / "run", "--config", conf, time_s="4s")
+    assert run.returncode == 0, run.output
+    records = run.records()
+    assert_journal_matches_locust(run, records)
+    assert run.count("RECALL") > 0 and run.count("RECALL", failures=True) == 0
+    meta = json.loads((run.run_dir / "run.json").read_text())
+    assert meta["options"]["headers"] == {"Authorization": "***", "X-Tenant": "***"}
+
+
+def test_refused_connections_are_journaled_fail_and_exit_non_zero(tmp_path):
+    from conftest import free_port
+
+    run = run_locust(f"http://127.0.0.1:{free_port()}", tmp_path / "run", "--think", "0.05", users=3, time_s="2s")
+    assert run.returncode == 2, run.output
+    records = [r for r in run.records() if not r["error"].startswith("interrupted")]
+    assert len(records) > 3  # more turns than users: the run went on after the first refusal
+    assert {r["outcome"] for r in records} == {"fail"}
+    assert {r["error"] for r in records} == {"connection refused"}
+    assert "no turn was acknowledged" in run.output
+
+
+def test_unparseable_replies_are_journaled_info_and_counted(tmp_path):
+    with chat_bot("flaky") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), time_s="4s", users=4)
+    assert "Traceback" not in run.output
+    records = run.records()
+    errors = Counter(r["error"] for r in records if r["outcome"] == "info")
+    assert errors["reply is not JSON"] > 0 and errors["no reply field 'reply'"] > 0
+    assert_journal_matches_locust(run, records)
+    failures = {row["name"]: row["num_failures"] for row in run.rows("POST")}
+    assert sum(failures.values()) == sum(v for k, v in errors.items() if not k.startswith("interrupted"))
+
+
+def test_timeout_is_journaled_info(tmp_path):
+    with chat_bot("slow", delay=3.0) as url:
+        run = run_locust(url, tmp_path / "run", "--timeout", "0.5", users=2, time_s="4s")
+    records = run.records()
+    assert records and {r["outcome"] for r in records} == {"info"}
+    assert Counter(r["error"] for r in records)["timeout"] >= 1
+    assert all(r["received"] - r["sent"] < 2.5 for r in records if r["error"] == "timeout")
+    assert run.returncode == 2, run.output
+
+
+def test_malformed_script_stops_before_any_load_with_file_and_line(tmp_path):
+    script = tmp_path / "mine.yaml"
+    script.write_text("steps:\n  - plant: order number\n  - probe: shoe size\n")
+    with chat_bot("memory", log=tmp_path / "bot.log") as url:
+        run = run_locust(url, tmp_path / "run", "--script", script, time_s="2s")
+    assert run.returncode == 2
+    assert f"{script}:3: steps[1].probe" in run.output and "shoe size" in run.output
+    assert not (tmp_path / "bot.log").exists() or (tmp_path / "bot.log").read_text() == ""
+
+
+def test_step_shape_writes_step_boundaries_and_tags_turns(tmp_path):
+    with chat_bot("memory") as url:
+        run = run_locust(url, tmp_path / "run", "--step-users", "2", "--steps", "3", "--step-duration", "2s",
+                         "--think", "0.05", time_s="60s")
+    assert run.returncode == 0, run.output
+    steps = [json.loads(line) for line in (run.run_dir / "steps.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [0, 1, 2] and [s["users"] for s in steps] == [2, 4, 6]
+    assert all(s["end"] > s["start"] for s in steps)
+    assert all(a["end"] <= b["start"] + 0.01 for a, b in zip(steps, steps[1:]))
+    assert steps[-1]["end"] - steps[0]["start"] < 20  # the shape ended the run, not -t 60s
+    seen = Counter(r["step"] for r in run.records())
+    assert set(seen) <= {0, 1, 2} and seen[2] > 0 and seen[0] > 0
