@@ -111,3 +111,49 @@ def _no_proxy_for_loopback():
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
     os.environ.setdefault("no_proxy", "127.0.0.1,localhost")
     yield
+
+
+STRAY_PROGRAMS = (b"redis-server", b"haproxy", b"refbot", b"uvicorn", b"locust")
+
+
+def stray_processes(marker: str) -> list[tuple[int, str]]:
+    """Our kind of server still running with ``marker`` (the test run's temp root) in its command
+    line, working directory or environment: something a test started and did not stop."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            where = cmdline + os.readlink(entry / "cwd").encode() + (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and marker.encode() in where and any(p in cmdline for p in STRAY_PROGRAMS):
+            found.append((int(entry.name), cmdline.replace(b"\0", b" ").decode(errors="replace")[:160]))
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run if any test left a redis-server, haproxy, bot or locust behind (then kill it)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    try:
+        root = str(session.config._tmp_path_factory.getbasetemp())
+    except Exception:  # noqa: BLE001 - no temp dirs were made: nothing could have been started there
+        return
+    strays = []
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        strays = stray_processes(root)
+        if not strays:
+            return
+        time.sleep(0.5)  # a teardown's SIGTERM may still be taking effect
+    for pid, _ in strays:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    report = "\n".join(f"  pid {pid}: {cmd}" for pid, cmd in strays)
+    print(f"\nERROR: tests left {len(strays)} process(es) running (now killed):\n{report}")
+    session.exitstatus = 1

@@ -1,0 +1,101 @@
+"""The detection matrix: one row per memory bug in DESIGN.md's table.
+
+Each row says how the field gets the bug, how the matrix triggers it (refbot mode, stack,
+load, chaos plan) and the signature goldfish must show: which measures must be above zero
+and which must stay at zero. tests/test_detection_matrix.py runs the rows; each run writes
+its observed figures to results/matrix/<id>.json, and scripts/matrix_table.py turns those
+into the README's table, so the table shows what was measured, not what was hoped.
+
+Measures (read from audit/summary.json): ``probe_amnesia`` (failed answered probes, not
+excused by an indeterminate plant), ``stored_loss`` (lost ok turns), ``crosstalk``,
+``reordered``, ``duplicated``, ``corrupt``, ``vanished`` (incl. ``expired``), ``unanswered``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+STORED = ("stored_loss", "crosstalk", "reordered", "duplicated", "corrupt", "vanished", "unanswered")
+ALL = ("probe_amnesia", *STORED)
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    bug: str                      # the README's name for it
+    field: str                    # how it happens in production
+    trigger: str                  # how the matrix provokes it, in words
+    stack: dict                   # flags for `python -m refbot up`
+    must_show: tuple[str, ...]    # measures that must be > 0
+    must_be_zero: tuple[str, ...] # measures that must be exactly 0
+    plan: str | None = None       # tests/plans/<plan>.yaml
+    script: str = "support"       # locustfiles/scripts/<script>.yaml
+    users: int = 8
+    seconds: int = 18
+    locust: tuple[str, ...] = ()  # extra Locust flags
+    attributed_to: str | None = None  # fault kind the loss must be attributed to
+
+    def others_zero(self) -> tuple[str, ...]:
+        return self.must_be_zero
+
+
+FAST = {"think_ms": 10, "jitter_ms": 10}
+
+ROWS = [
+    Row("correct", "none (correct mode)",
+        "LangChain's RedisChatMessageHistory per request, Redis with appendfsync always",
+        "bot kill, graceful restart and pause, HAProxy session drop, Redis client kill, Redis crash",
+        {"mode": "correct", "persistence": "aof-always", **FAST},
+        must_show=(), must_be_zero=ALL, plan="matrix-survivable", seconds=30),
+    Row("redis-none", "Redis without persistence",
+        "a cache-configured Redis (no RDB/AOF) restarted by a node upgrade or an OOM kill",
+        "Redis crash mid-run, persistence none, correct bot",
+        {"mode": "correct", "persistence": "none", **FAST},
+        must_show=("stored_loss",), must_be_zero=("crosstalk", "duplicated", "corrupt"),
+        plan="matrix-redis-crash", attributed_to="redis-restart"),
+    Row("process-local", "memory in a per-process dict",
+        "LangChain's quick-start `store = {}` shipped behind a load balancer with several replicas",
+        "3 replicas, round-robin, no stickiness",
+        {"mode": "process-local", **FAST},
+        must_show=("probe_amnesia", "vanished"), must_be_zero=("crosstalk", "corrupt")),
+    Row("fresh-per-request", "memory built inside the handler",
+        "the history object constructed per request, so nothing outlives the turn",
+        "any probe",
+        {"mode": "fresh-per-request", **FAST},
+        must_show=("probe_amnesia", "vanished"), must_be_zero=("crosstalk", "corrupt")),
+    Row("shared-instance", "one history object shared by concurrent users",
+        "a memory object cached at module level and re-pointed per request: user A sees user B's chat",
+        "concurrent users on each replica",
+        {"mode": "shared-instance", "think_ms": 40, "jitter_ms": 40},
+        must_show=("crosstalk",), must_be_zero=("corrupt",), users=16),
+    Row("read-modify-write", "read-modify-write race",
+        "history kept as one blob: read, think, write back without WATCH; double-sent turns overwrite each other",
+        "bursts of concurrent turns in one session",
+        {"mode": "read-modify-write", "think_ms": 40, "jitter_ms": 40},
+        must_show=("stored_loss",), must_be_zero=("crosstalk", "corrupt"), script="bursty"),
+    Row("fire-and-forget", "write acknowledged before it is flushed",
+        "turns queued in-process and written to Redis later; the reply goes out first",
+        "SIGKILL a replica every 5 s",
+        {"mode": "fire-and-forget", "flush_ms": 1500, **FAST},
+        must_show=("stored_loss",), must_be_zero=("crosstalk", "corrupt"), plan="matrix-kill-bots",
+        attributed_to="kill"),
+    Row("pickle-drift", "pickled history across releases",
+        "messages pickled with a class that a new release renamed; the new replicas load an empty history",
+        "replicas on releases v1, v2, v1",
+        {"mode": "pickle-drift", "releases": "v1,v2,v1", **FAST},
+        must_show=("probe_amnesia", "corrupt"), must_be_zero=("crosstalk",)),
+    Row("window", "context window drops old turns",
+        "only the last k turns are put in the prompt; facts from earlier are never seen again",
+        "facts probed more than 3 turns after they were planted (mode window:3)",
+        {"mode": "window:3", **FAST},
+        must_show=("probe_amnesia",), must_be_zero=STORED),
+    Row("context-key-mismatch", "history stored but never put in the prompt",
+        "the memory writes one key and the prompt template reads another (a renamed input variable)",
+        "any probe",
+        {"mode": "context-key-mismatch", **FAST},
+        must_show=("probe_amnesia",), must_be_zero=STORED),
+    Row("ttl", "session keys expire",
+        "a TTL on the history keys shorter than the pause between a user's visits",
+        "ttl:2 and an audit 4 s after the last turn",
+        {"mode": "ttl:2", **FAST},
+        must_show=("vanished",), must_be_zero=("crosstalk", "corrupt", "duplicated"), locust=("--settle", "4s")),
+]
