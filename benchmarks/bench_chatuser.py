@@ -2,14 +2,17 @@
 
 Each round runs two Locust processes at the same time, one with only PlainUser and one with
 only ChatUser (same number of users), each against its own trivial endpoint that answers
-instantly (a raw asyncio HTTP server process). Both see the same machine load. On a shared
-2-core machine, wall-clock rates depend on scheduling and on the servers as much as on the load
-generator. So the headline is the CPU cost per request, read from /proc over a steady-state
-window: plain CPU-ms/request divided by ChatUser CPU-ms/turn is the ratio of their rates when a
-Locust process is CPU-bound (goal >= 0.9). Also printed: the wall rates and the journal's bytes
-per turn.
+instantly (a raw asyncio HTTP server process). Both see the same machine load: by default both
+Locust processes are pinned to the same CPU and both servers to another, so the two share one
+core, its caches and its noisy neighbours (unpinned, rounds on a busy 2-core VM scattered from 0.6
+to 1.25). On a shared machine, wall-clock rates depend on scheduling and on the servers as much as
+on the load generator. So the headline is the CPU cost per request, read from /proc over a
+steady-state window: plain CPU-ms/request divided by ChatUser CPU-ms/turn is the ratio of their
+rates when a Locust process is CPU-bound (goal >= 0.9). Fair by construction: same users (20 each,
+one request in flight per user, two during ChatUser's bursts), same server code, bodies of the same
+shape and size. Also printed: the wall rates and the journal's bytes per turn.
 
-    .venv/bin/python benchmarks/bench_chatuser.py [--seconds 8] [--rounds 3] [--users 20]
+    .venv/bin/python benchmarks/bench_chatuser.py [--seconds 8] [--rounds 3] [--users 20] [--no-pin]
 
 Bounded: --rounds rounds of --seconds plus ~10 s of start-up and shutdown each (~60 s by
 default); loopback only.
@@ -146,6 +149,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def pin(pid: int, cpu: int | None) -> None:
+    """Put a process (and the threads it starts later) on one CPU; no-op when not asked or not possible."""
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(pid, {cpu})
+
+
 def start_locust(tmp: Path, port: int, user_class: str, users: int, run_time: float, tag: str) -> subprocess.Popen:
     cmd = [LOCUST, "-f", str(tmp / "benchfile.py"), user_class, "--headless", "-u", str(users), "-r", str(users),
            "-t", f"{int(run_time)}s", "--host", f"http://127.0.0.1:{port}", "--run-dir", str(tmp / f"run-{tag}"),
@@ -155,13 +164,17 @@ def start_locust(tmp: Path, port: int, user_class: str, users: int, run_time: fl
                             stderr=subprocess.PIPE, start_new_session=True)
 
 
-def run_round(tmp: Path, ports: dict[str, int], users: int, seconds: int, rnd: int) -> dict[str, dict]:
+def run_round(tmp: Path, ports: dict[str, int], users: int, seconds: int, rnd: int,
+              cpu: int | None = None) -> dict[str, dict]:
     """Both classes at the same time, each in its own Locust process against its own server, so
-    both see the same machine load. After a warm-up, each process's CPU time (/proc) and its
+    both see the same machine load (with ``cpu``: both pinned to that one CPU, so they share the
+    same core, caches and neighbours). After a warm-up, each process's CPU time (/proc) and its
     server's request count are sampled ``seconds`` apart: steady state only."""
     warmup = 3.0
     procs = {cls: start_locust(tmp, port, cls, users, warmup + seconds + 30, f"{cls}-{rnd}")
              for cls, port in ports.items()}
+    for proc in procs.values():
+        pin(proc.pid, cpu)
     try:
         deadline = time.monotonic() + 60
         for cls, port in ports.items():  # wait until each one sends (imports take a while)
@@ -200,6 +213,9 @@ def main() -> int:
     p.add_argument("--seconds", type=int, default=8, help="steady-state seconds per round")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--users", type=int, default=20, help="users per class")
+    p.add_argument("--no-pin", action="store_true",
+                   help="do not pin (default on 2+ CPUs: both Locust processes share the last CPU, "
+                        "both servers the first)")
     p.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.serve:
@@ -209,6 +225,10 @@ def main() -> int:
     ports = {cls: free_port() for cls in classes}
     servers = [subprocess.Popen([sys.executable, __file__, "--serve", str(port)], start_new_session=True)
                for port in ports.values()]
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    locust_cpu = cpus[-1] if len(cpus) >= 2 and not a.no_pin else None
+    for server in servers:
+        pin(server.pid, cpus[0] if locust_cpu is not None else None)
     rounds: list[dict[str, dict]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="bench-chatuser-") as tmp:
@@ -226,7 +246,7 @@ def main() -> int:
                             raise SystemExit("the instant server did not start")
                         time.sleep(0.05)
             for rnd in range(a.rounds):
-                rounds.append(run_round(tmp, ports, a.users, a.seconds, rnd))
+                rounds.append(run_round(tmp, ports, a.users, a.seconds, rnd, locust_cpu))
     finally:
         for server in servers:
             os.killpg(server.pid, signal.SIGKILL)
@@ -236,7 +256,9 @@ def main() -> int:
         return 1000 * r["cpu_s"] / r["requests"]
 
     print(f"bench_chatuser: {a.rounds} rounds x {a.seconds}s steady state; each round runs a PlainUser and a "
-          f"ChatUser Locust process at the same time ({a.users} users each, own instant asyncio server each)")
+          f"ChatUser Locust process at the same time ({a.users} users each, own instant asyncio server each; "
+          + (f"both Locust processes on CPU {locust_cpu}, servers on CPU {cpus[0]})" if locust_cpu is not None
+             else "not pinned)"))
     for cls, label, unit in (("PlainUser", "plain FastHttpUser", "request"), ("ChatUser", "ChatUser", "turn")):
         per = [r[cls] for r in rounds]
         print(f"  {label:18s}: median {statistics.median(map(cpu_ms, per)):.3f} CPU-ms/{unit} (rounds: "

@@ -18,11 +18,16 @@ try:  # orjson is ~4x faster; it comes with the LangChain stack but is optional
     def dumps_line(record: dict) -> bytes:
         return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
 
+    dumps = orjson.dumps
+
     _loads = orjson.loads
 except ImportError:  # pragma: no cover - exercised only without orjson
 
     def dumps_line(record: dict) -> bytes:
         return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+    def dumps(value) -> bytes:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
     _loads = json.loads
 
@@ -31,18 +36,23 @@ FIELDS = ("run", "session", "turn", "kind", "token", "message", "fact", "nonce",
 
 
 class JournalFile:
-    """An append-only JSONL file, one ``write`` syscall per record."""
+    """An append-only JSONL file, one ``write`` syscall per record (a raw fd: no Python file layers)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "ab", buffering=0)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
     def write(self, data: bytes) -> None:
-        self._file.write(data)
+        written = os.write(self._fd, data)
+        while written < len(data):  # short writes are rare (full disk, signals); finish the line
+            data = data[written:]
+            written = os.write(self._fd, data)
 
     def close(self) -> None:
-        self._file.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class Journal:

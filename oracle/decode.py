@@ -9,6 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from oracle import fastjson
+
+try:  # msgspec decodes just the role and the text of an element, ~3x faster than a full parse
+    import msgspec
+except ImportError:  # pragma: no cover - optional; the orjson path is exact too
+    msgspec = None
 from oracle.store import RawSession, StoreOptions
 
 USER, ASSISTANT, OTHER = "user", "assistant", "other"
@@ -74,6 +79,7 @@ class Shape:
         # the common shapes (LangChain: type / data.content; OpenAI-like: role / content) get a fast path
         self.fast = (self.role_path[0], *self.content_path) if len(self.role_path) == 1 and \
             len(self.content_path) in (1, 2) else None
+        self.decoder = _typed_decoder(*self.fast, *([None] * (3 - len(self.fast)))) if self.fast else None
 
     def message(self, element):
         """(role, text) or a string naming why the element has the wrong shape."""
@@ -104,6 +110,8 @@ def decode_session(raw: RawSession, shape: Shape) -> Decoded:
     out = Decoded()
     if raw.type == "string":
         _decode_blob(raw.entries[0] if raw.entries else b"", shape, out)
+        return out
+    if shape.fast and _decode_clean_list(raw.entries, shape, out):
         return out
     loads = fastjson.fast_loads
     roles = shape.roles
@@ -146,6 +154,55 @@ def decode_session(raw: RawSession, shape: Shape) -> Decoded:
             if got[0] == USER:
                 add_user((index, got[1]))
     return out
+
+
+def _typed_decoder(role_key: str, content_key: str, sub_key: str | None):
+    """A msgspec decoder that reads only the role and text of an element (or None without msgspec).
+
+    msgspec skips the fields it is not asked for and builds no dicts, about 3x faster than a
+    full parse; it raises on anything that does not have exactly this shape.
+    """
+    if msgspec is None:
+        return None
+    try:
+        if sub_key is None:
+            text_type = str
+        else:
+            text_type = msgspec.defstruct("Content", [("text", str)], rename={"text": sub_key}, gc=False)
+        element = msgspec.defstruct("Element", [("role", str), ("content", text_type)],
+                                    rename={"role": role_key, "content": content_key}, gc=False)
+        return msgspec.json.Decoder(element)
+    except (TypeError, ValueError):  # a shape msgspec cannot express (e.g. role and text at one key)
+        return None
+
+
+def _decode_clean_list(entries: list, shape: Shape, out: Decoded) -> bool:
+    """Fast path for the usual list: every entry is a JSON object with a role string and a text string.
+
+    With msgspec, each entry is decoded straight into (role, text) by one C call that skips
+    every other field; without it, orjson parses the entries in a comprehension. Either way a
+    clean session costs a few C-level passes instead of a Python loop body per message. On
+    the first entry that does not fit (bad JSON, already decoded, other shape, multimodal
+    content) it returns False without touching ``out``, and the exact per-entry loop decides.
+    """
+    try:
+        if shape.decoder is not None:
+            elements = list(map(shape.decoder.decode, entries))
+            roles = [e.role for e in elements]
+            texts = [e.content for e in elements] if shape.fast[2:] == () else [e.content.text for e in elements]
+        else:
+            role_key, content_key, *sub = shape.fast
+            elements = list(map(fastjson.fast_loads, entries))
+            roles = [e[role_key] for e in elements]
+            texts = [e[content_key] for e in elements] if not sub else [e[content_key][sub[0]] for e in elements]
+            if (set(map(type, roles)) | set(map(type, texts))) - {str}:
+                return False
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):  # msgspec errors are ValueErrors
+        return False
+    kinds = list(map(shape.roles.get, roles, [OTHER] * len(roles)))
+    out.messages = list(zip(range(len(kinds)), kinds, texts))
+    out.users = [(i, text) for i, kind, text in out.messages if kind == USER]
+    return True
 
 
 def _decode_blob(blob, shape: Shape, out: Decoded) -> None:

@@ -10,7 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import Any, Optional
+
 from oracle import fastjson
+
+try:  # msgspec reads a well-formed journal line ~2x faster than orjson + dict lookups
+    import msgspec
+except ImportError:  # pragma: no cover - optional; the orjson path is exact too
+    msgspec = None
 
 OUTCOMES = ("ok", "fail", "info")
 _OUTCOMES = frozenset(OUTCOMES)
@@ -74,6 +81,72 @@ def _turn(record: dict) -> Turn:
                 tuple(crosstalk) if crosstalk else (), get("step"), get("status"))
 
 
+if msgspec is not None:
+    class _Line(msgspec.Struct, gc=False):
+        """The journal fields the oracle reads, typed as a well-formed line has them (others skipped)."""
+        session: str
+        turn: int
+        outcome: str
+        sent: float
+        received: Optional[float] = None
+        kind: Any = None
+        token: Any = None
+        verdict: Any = None
+        reply: Any = None
+        crosstalk: Any = None
+        step: Any = None
+        status: Any = None
+        run: Any = None
+
+    _decode_line = msgspec.json.Decoder(_Line).decode
+
+
+CHUNK_BYTES = 8 << 20  # journal read in chunks of ~8 MB of whole lines: bounded memory, few C calls
+
+
+def _typed_chunk(lines: list[bytes]):
+    """Fast path for a chunk of lines that are all well formed: (turns, run), else None.
+
+    Decodes each line with one msgspec call (``map``), so a clean chunk costs no Python
+    loop per line but the Turn construction. Any blank, torn or malformed line, or an
+    unknown outcome, returns None and the exact line-by-line loop handles the chunk (and
+    names each bad line).
+    """
+    if msgspec is None:
+        return None
+    try:
+        records = list(map(_decode_line, lines))
+    except msgspec.DecodeError:
+        return None
+    if not {r.outcome for r in records} <= _OUTCOMES:
+        return None
+    turns = [Turn(r.session, r.turn, r.kind or "chatter", r.token or f"{r.session}t{r.turn}", r.sent, r.received,
+                  r.outcome, r.verdict, r.reply, tuple(r.crosstalk) if r.crosstalk else (), r.step, r.status)
+             for r in records]
+    return turns, next((r.run for r in records if r.run), None)
+
+
+def _typed_turn(raw: bytes):
+    """Fast path: (Turn, run) for a well-formed line, else None and ``_turn`` decides (and explains).
+
+    msgspec decodes only the fields above, straight into a struct, about twice as fast as a
+    full parse plus ``_turn``'s dict lookups; journal loading is ~10 turns per session. A
+    null or missing required field, another type (``turn`` as a string, ``session`` as a
+    number) or any JSON problem falls back to the exact path, so the result is the same Turn.
+    """
+    if msgspec is None:
+        return None
+    try:
+        r = _decode_line(raw)
+    except msgspec.DecodeError:
+        return None
+    if r.outcome not in _OUTCOMES:
+        return None
+    return Turn(r.session, r.turn, r.kind or "chatter", r.token or f"{r.session}t{r.turn}", r.sent, r.received,
+                r.outcome, r.verdict, r.reply, tuple(r.crosstalk) if r.crosstalk else (), r.step,
+                r.status), r.run
+
+
 def read_shard(path: Path, sessions: dict[str, list[Turn]], problems: list[str]) -> tuple[int, str | None]:
     """Stream a shard's turns into ``sessions``; return (lines read, run id seen).
 
@@ -85,23 +158,40 @@ def read_shard(path: Path, sessions: dict[str, list[Turn]], problems: list[str])
     pending_torn = False
     number = 0
     with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, 1):
-            if not raw.strip():
+        while lines := fh.readlines(CHUNK_BYTES):
+            fast = _typed_chunk(lines)
+            if fast is not None:
+                if pending is not None:  # a bad line followed by more lines was not the torn last one
+                    problems.append(pending)
+                    pending = None
+                turns, chunk_run = fast
+                for turn in turns:
+                    sessions.setdefault(turn.session, []).append(turn)
+                run = run or chunk_run
+                number += len(lines)
                 continue
-            if pending is not None:
-                problems.append(pending)
-                pending = None
-            try:
-                record = fastjson.loads(raw)
-                if not isinstance(record, dict):
-                    raise ValueError("not a JSON object")
-                turn = _turn(record)
-            except (ValueError, TypeError) as exc:
-                pending = f"{path}:{number}: skipped malformed journal line ({exc}): {_excerpt(raw)}"
-                pending_torn = not raw.endswith(b"\n") or _looks_torn(raw)
-                continue
-            run = run or record.get("run")
-            sessions.setdefault(turn.session, []).append(turn)
+            for number, raw in enumerate(lines, number + 1):
+                if not raw.strip():
+                    continue
+                if pending is not None:
+                    problems.append(pending)
+                    pending = None
+                typed = _typed_turn(raw)
+                if typed is not None:
+                    turn, line_run = typed
+                else:
+                    try:
+                        record = fastjson.loads(raw)
+                        if not isinstance(record, dict):
+                            raise ValueError("not a JSON object")
+                        turn = _turn(record)
+                    except (ValueError, TypeError) as exc:
+                        pending = f"{path}:{number}: skipped malformed journal line ({exc}): {_excerpt(raw)}"
+                        pending_torn = not raw.endswith(b"\n") or _looks_torn(raw)
+                        continue
+                    line_run = record.get("run")
+                run = run or line_run
+                sessions.setdefault(turn.session, []).append(turn)
     if pending is not None and not pending_torn:
         problems.append(pending)
     return number, run
@@ -142,6 +232,9 @@ def load_journal(run_dir: str | Path) -> Journal:
         raise JournalError(f"{run_dir / 'journal'} holds no valid journal records ({lines} lines in "
                            f"{len(shards)} shard(s)){detail}")
     for session, turns in sessions.items():
+        numbers = [t.turn for t in turns]
+        if numbers == sorted(set(numbers)):
+            continue  # already in order, no turn twice (the usual case): nothing to do
         turns.sort(key=lambda t: t.turn)
         seen: set[int] = set()
         unique = []

@@ -7,6 +7,8 @@ controller may have restarted them), also after a failed test.
 """
 from __future__ import annotations
 
+import copy
+
 import os
 import signal
 import socket
@@ -306,3 +308,18 @@ class ReplayServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+@pytest.fixture
+def replay():
+    """Start ReplayServers (recorded API exchanges, a mock of the real service) and close them all after."""
+    servers = []
+
+    def start(exchanges):
+        server = ReplayServer(copy.deepcopy(exchanges))
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()

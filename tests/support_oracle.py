@@ -139,7 +139,11 @@ def inject(world: World, session: str, kind: str, rng: random.Random) -> set:
         return {("vanished", session, None)}
     if kind == "unanswered" and ok_stored:
         turn = rng.choice(ok_stored)
-        world.stored[session] = [(t, m) for t, m in stored if not (t == turn and m["type"] == "ai")]
+        # An indeterminate turn's stored reply could be credited to the ok turn (replies carry no
+        # token, and the oracle gives acknowledged turns the benefit of the doubt), so the damage
+        # also drops those: an info turn stored without its reply is no anomaly.
+        world.stored[session] = [(t, m) for t, m in stored
+                                 if not (m["type"] == "ai" and (t == turn or turns[t]["outcome"] != "ok"))]
         return {("unanswered", session, turn)}
     if kind == "duplicated" and users:
         pos, turn = rng.choice(users)

@@ -6,13 +6,12 @@ mean (namespace, labelSelector, gracePeriodSeconds) and that recovery waits for 
 """
 from __future__ import annotations
 
-import copy
 
 import pytest
 
 from chaos.controller import Controller
 from chaos.plan import PlanError, parse_plan
-from support_chaos import ReplayServer, read_timeline
+from support_chaos import read_timeline, replay  # noqa: F401 - replay is a fixture
 
 NS = "chat"
 SEL = "app.kubernetes.io/name=refbot"
@@ -33,20 +32,6 @@ def pod_list(*pods):
 
 LIST = {"method": "GET", "path": f"/api/v1/namespaces/{NS}/pods", "query": {"labelSelector": SEL}, "status": 200}
 A, B = pod("refbot-7d9f-a", "uid-a"), pod("refbot-7d9f-b", "uid-b")
-
-
-@pytest.fixture
-def replay():
-    servers = []
-
-    def start(exchanges):
-        s = ReplayServer(copy.deepcopy(exchanges))
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def backend(url):

@@ -3,7 +3,6 @@ can run here). The exchanges below are transcribed from Toxiproxy's api.go (rout
 JSON shapes, error bodies ``{"error", "status"}``) — not captured from a live server."""
 from __future__ import annotations
 
-import copy
 
 import pytest
 
@@ -11,7 +10,7 @@ from chaos.backends.local import LocalBackend  # noqa: F401 - the main backend a
 from chaos.controller import Controller, heal_run
 from chaos.plan import parse_plan
 from chaos.toxiproxy import Toxiproxy, ToxiproxyError
-from support_chaos import ReplayServer, read_timeline
+from support_chaos import read_timeline, replay  # noqa: F401 - replay is a fixture
 
 PROXY = {"name": "redis", "listen": "[::]:26379", "upstream": "redis:6379", "enabled": True, "toxics": []}
 LATENCY = {"name": "goldfish-slow_0", "type": "latency", "stream": "downstream", "toxicity": 1,
@@ -27,20 +26,6 @@ CONTRACT = [
     {"method": "DELETE", "path": "/proxies/redis/toxics/goldfish-slow_0", "status": 404,
      "body": {"error": "toxic not found", "status": 404}},
 ]
-
-
-@pytest.fixture
-def replay():
-    servers = []
-
-    def start(exchanges):
-        s = ReplayServer(copy.deepcopy(exchanges))
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def test_client_speaks_the_contract(replay):

@@ -83,7 +83,7 @@ def test_bot_with_another_contract_runs_by_config_file_alone(tmp_path):
 def test_refused_connections_are_journaled_fail_and_exit_non_zero(tmp_path):
     from conftest import free_port
 
-    run = run_locust(f"http://127.0.0.1:{free_port()}", tmp_path / "run", "--think", "0.05", users=3, time_s="2s")
+    run = run_locust(f"http://127.0.0.1:{free_port()}", tmp_path / "run", "--think", "0.05", users=3, time_s="6s")
     assert run.returncode == 2, run.output
     records = [r for r in run.records() if not r["error"].startswith("interrupted")]
     assert len(records) > 3  # more turns than users: the run went on after the first refusal

@@ -28,6 +28,7 @@ import docker
 from docker.errors import APIError, DockerException, NotFound
 
 from chaos import faults as F
+from chaos.haproxy import runtime_command
 from chaos.backend import Backend, UnsupportedFault
 from chaos.faults import Fault
 
@@ -407,15 +408,8 @@ class DockerBackend(Backend):
         raise UnsupportedFault(f"compose project {self.project!r} has no lb (HAProxy) service for lb faults")
 
     def _haproxy(self, command: str) -> None:
-        """One runtime API command; raise with HAProxy's answer when it is not a success."""
-        with socket.create_connection(self._admin_address(), timeout=10) as s:
-            s.sendall(command.encode() + b"\n")
-            chunks = []
-            while chunk := s.recv(65536):
-                chunks.append(chunk)
-        answer = b"".join(chunks).decode(errors="replace").strip()
-        if answer:
-            raise RuntimeError(f"HAProxy refused {command!r}: {answer}")
+        """One runtime API command through the lb container's published admin port."""
+        runtime_command(self._admin_address(), command)
 
 
 def _copy_spec(c, env_update: dict) -> dict:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import time
 
 import redis
 
 from chaos import faults as F
+from chaos.haproxy import runtime_command
 from chaos.backend import Backend, UnsupportedFault, refuse_own_process
 from chaos.faults import Fault
 from refbot import state
@@ -204,19 +204,8 @@ class LocalBackend(Backend):
         return server
 
     def _haproxy(self, command: str) -> str:
-        """One HAProxy runtime API command; raise with HAProxy's answer when it is not a success."""
-        path = self._state()["haproxy_socket"]
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(10)
-            s.connect(path)
-            s.sendall(command.encode() + b"\n")
-            chunks = []
-            while chunk := s.recv(65536):
-                chunks.append(chunk)
-        answer = b"".join(chunks).decode(errors="replace").strip()
-        if answer:
-            raise RuntimeError(f"HAProxy refused {command!r}: {answer}")
-        return answer
+        """One HAProxy runtime API command through the stack's unix socket."""
+        return runtime_command(self._state()["haproxy_socket"], command)
 
 
 def _signal_group(pid: int, sig: int) -> None:
