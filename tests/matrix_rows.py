@@ -85,7 +85,7 @@ ROWS = [
         must_show=("probe_amnesia", "corrupt"), must_be_zero=("crosstalk",)),
     Row("window", "context window drops old turns",
         "only the last k turns are put in the prompt; facts from earlier are never seen again",
-        "facts probed more than 3 turns after they were planted (mode window:3)",
+        "facts probed more than 3 turns after they were planted",
         {"mode": "window:3", **FAST},
         must_show=("probe_amnesia",), must_be_zero=STORED),
     Row("context-key-mismatch", "history stored but never put in the prompt",
@@ -95,7 +95,7 @@ ROWS = [
         must_show=("probe_amnesia",), must_be_zero=STORED),
     Row("ttl", "session keys expire",
         "a TTL on the history keys shorter than the pause between a user's visits",
-        "ttl:2 and an audit 4 s after the last turn",
+        "keys expire 2 s after the last write; the audit reads them 4 s after the last turn",
         {"mode": "ttl:2", **FAST},
         must_show=("vanished",), must_be_zero=("crosstalk", "corrupt", "duplicated"), locust=("--settle", "4s")),
 ]
