@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from support_chaos import read_timeline, run_chaos, write_plan
+from conftest import wait_until
 from support_refbot import new_session, refbot_stack  # noqa: F401 - fixture
 
 PLAN = """
@@ -35,6 +36,8 @@ def test_every_local_kind_on_the_refbot_stack_and_the_memory_survives(refbot_sta
                                                       ["kill", "pause", "clients", "stall", "cut", "drain", "redis", "release"])
     assert len(tl) == 16
     assert all(stack.member(b)["release"] == "v2" for b in stack.bots)
-    assert set(stack.lb_status().values()) == {"UP"}
+    # HAProxy needs a couple of health checks (rise) to call the last restarted replica UP again
+    wait_until(lambda: set(stack.lb_status().values()) == {"UP"}, timeout=30,
+               what=f"HAProxy to see every replica UP again (now {stack.lb_status()})")
     # Redis restarted with aof-always: the planted fact is still remembered through HAProxy.
     assert "8892-X7Q4" in stack.reply(session, f"[{session}t1] What is my order number?")
