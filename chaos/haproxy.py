@@ -1,27 +1,16 @@
-"""HAProxy's runtime API, as the lb faults use it (local socket or a container's published port)."""
+"""HAProxy's runtime API as the lb faults use it: a command that must succeed (local socket or a
+container's published port). The exchange itself is refbot.haproxy.command."""
 from __future__ import annotations
 
-import socket
+from refbot.haproxy import command
 
 
-def runtime_command(address: str | tuple[str, int], command: str, timeout: float = 10) -> str:
-    """Send one command; return HAProxy's answer, raising with it when it is not a success.
+def runtime_command(address: str | tuple[str, int], line: str, timeout: float = 10) -> str:
+    """Send one command; raise with HAProxy's answer when it is not a success.
 
-    ``address`` is a unix socket path or a (host, port) pair. The commands the faults send
-    (``shutdown sessions server``, ``set server ... state``) answer with nothing on success.
-    """
-    if isinstance(address, str):
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.settimeout(timeout)
-        conn.connect(address)
-    else:
-        conn = socket.create_connection(address, timeout=timeout)
-    with conn:
-        conn.sendall(command.encode() + b"\n")
-        chunks = []
-        while chunk := conn.recv(65536):
-            chunks.append(chunk)
-    answer = b"".join(chunks).decode(errors="replace").strip()
+    The commands the faults send (``shutdown sessions server``, ``set server ... state``)
+    answer with nothing on success."""
+    answer = command(address, line, timeout).strip()
     if answer:
-        raise RuntimeError(f"HAProxy refused {command!r}: {answer}")
+        raise RuntimeError(f"HAProxy refused {line!r}: {answer}")
     return answer

@@ -189,7 +189,7 @@ class ChatUser(FastHttpUser):
             fire = self.environment.events.request.fire
             if kind == "probe" and nonce is not None:
                 nonces, maybe_absent = facts[fact]
-                passed = recall(reply, nonce) or any(n in reply for n in nonces)
+                passed = any(recall(reply, n) for n in nonces)  # nonces ends with the latest plant
                 if passed or not maybe_absent:
                     record["verdict"] = "pass" if passed else "amnesia"
                     fire(request_type="RECALL", name=fact, response_time=response_ms, response_length=len(reply),

@@ -64,11 +64,18 @@ backend {BACKEND}
 {lines}"""
 
 
-def command(sock: str | Path, line: str, timeout: float = 5.0) -> str:
-    """Send one runtime-API command (e.g. ``show stat``) and return HAProxy's answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+def command(sock: str | Path | tuple[str, int], line: str, timeout: float = 5.0) -> str:
+    """Send one runtime-API command (e.g. ``show stat``) and return HAProxy's answer.
+
+    ``sock`` is the unix socket path, or a (host, port) pair for a runtime API published over TCP
+    (the compose stack's)."""
+    if isinstance(sock, tuple):
+        conn = socket.create_connection(sock, timeout=timeout)
+    else:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.settimeout(timeout)
         conn.connect(str(sock))
+    with conn:
         conn.sendall(line.encode() + b"\n")
         chunks = []
         while chunk := conn.recv(65536):
