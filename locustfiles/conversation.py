@@ -22,9 +22,7 @@ import gevent
 from gevent import GreenletExit
 from gevent.pool import Group
 from locust import FastHttpUser, task
-from locust.exception import CatchResponseError
 
-from locustfiles.journal import dumps
 from locustfiles.judge import crosstalk, recall
 from locustfiles.outcome import read_response
 from locustfiles.script import MAX_BURST
@@ -42,10 +40,6 @@ class CrossTalk(Exception):
     """A reply carries another session's token or nonce (source sessions: journal / context)."""
 
 
-REQUEST_NAMES = {kind: f"chat {kind}" for kind in ("plant", "probe", "chatter", "burst")}
-# what FastHttpSession.request adds to a json= request unless the caller set it
-LOCUST_JSON_HEADERS = (("Accept-Encoding", "gzip, deflate, br"), ("Content-Type", "application/json"),
-                       ("Accept", "application/json"))
 AMNESIA = Amnesia("amnesia")
 CROSSTALK = CrossTalk("reply carries another session's token or nonce (source session in the journal)")
 
@@ -59,7 +53,6 @@ class ChatUser(FastHttpUser):
         self.rt = environment.goldfish
         self.network_timeout = self.connection_timeout = self.rt.settings.timeout
         super().__init__(environment)
-        self._prepared_for, self._prepared = None, ("", {})
         self.user_id = f"{os.getpid()}-u{self.rt.next_user_id()}"
 
     def wait_time(self):
@@ -83,10 +76,8 @@ class ChatUser(FastHttpUser):
                 continue
             if kind == "burst":
                 group = Group()
-                for k in range(turn, turn + step.turns):
-                    token = make_token(session, k)
-                    group.spawn(self.turn, session, k, token, "burst", f"[{token}] {self.chatter_line(None)}",
-                                None, None, facts)
+                for k in range(step.turns):
+                    group.spawn(self.turn, session, turn + k, "burst", self.chatter_line(None), None, None, facts)
                 try:
                     group.join()
                 except GreenletExit:
@@ -94,18 +85,16 @@ class ChatUser(FastHttpUser):
                     raise
                 turn += step.turns
             elif kind == "plant":
-                nonce, token = new_nonce(), make_token(session, turn)
-                self.turn(session, turn, token, "plant", f"[{token}] My {step.fact} is {nonce}.", step.fact, nonce,
-                          facts)
+                nonce = new_nonce()
+                message = f"[{make_token(session, turn)}] My {step.fact} is {nonce}."
+                self.turn(session, turn, "plant", message, step.fact, nonce, facts)
                 turn += 1
             elif kind == "probe":
-                token = make_token(session, turn)
-                self.turn(session, turn, token, "probe", f"[{token}] What is my {step.fact}?", step.fact, None, facts)
+                message = f"[{make_token(session, turn)}] What is my {step.fact}?"
+                self.turn(session, turn, "probe", message, step.fact, None, facts)
                 turn += 1
             else:
-                token = make_token(session, turn)
-                self.turn(session, turn, token, "chatter", f"[{token}] {self.chatter_line(step.text)}", None, None,
-                          facts)
+                self.turn(session, turn, "chatter", self.chatter_line(step.text), None, None, facts)
                 turn += 1
             if i + 1 < len(steps) and rt.settings.think[1] > 0:
                 gevent.sleep(self.think())
@@ -113,62 +102,44 @@ class ChatUser(FastHttpUser):
     def chatter_line(self, text: str | None) -> str:
         return text or random.choice(self.rt.script.chatter)
 
-    def turn(self, session: str, turn: int, token: str, kind: str, message: str, fact: str | None,
+    def turn(self, session: str, turn: int, kind: str, message: str, fact: str | None,
              nonce: str | None, facts: dict) -> None:
-        """Send one turn (``message`` already carries ``token``), judge it, fire its events and
-        journal it (also when interrupted)."""
+        """Send one turn, judge it, fire its events and journal it (also when interrupted)."""
         rt = self.rt
+        token = make_token(session, turn)
+        if kind in ("chatter", "burst"):
+            message = f"[{token}] {message}"
         if kind == "plant":
             rt.plants.add(nonce, session)
         if kind == "probe" and fact in facts:
             nonce = facts[fact][0][-1]
         body, headers = rt.contract.request(session, message)
-        url, base_headers = self.prepared(rt.contract)
-        headers = {**headers, **base_headers} if headers else base_headers
-        sent = time.time()
         record = {"run": rt.settings.run_id, "session": session, "turn": turn, "kind": kind, "token": token,
-                  "message": message, "fact": fact, "nonce": nonce, "sent": sent, "received": None,
+                  "message": message, "fact": fact, "nonce": nonce, "sent": time.time(), "received": None,
                   "outcome": "info", "status": None, "reply": None, "error": None, "verdict": None,
                   "crosstalk": [], "step": rt.step, "user": self.user_id}
         start = time.perf_counter()
         try:
-            # FastHttpSession.request minus catch_response: the same urlopen (cookies, redirects,
-            # retries, errors as responses), then one request event fired below with the verdict
-            resp = self.client._send_request_safe_mode("POST", url, payload=dumps(body), headers=headers)
-            status, content, error = resp.status_code, None, getattr(resp, "error", None)
-            if status:
-                try:
-                    content = resp.content
-                except Exception as exc:  # noqa: BLE001 - body lost mid-read: indeterminate
-                    status, error = 0, exc
+            with self.client.post(rt.contract.path, json=body, headers=headers, name=f"chat {kind}",
+                                  catch_response=True) as resp:
+                record["received"] = time.time()
+                status, content, error = resp.status_code, None, getattr(resp, "error", None)
+                if status:
+                    try:
+                        content = resp.content
+                    except Exception as exc:  # noqa: BLE001 - body lost mid-read: indeterminate
+                        status, error = 0, exc
+                read_response(status, content, error, rt.contract, record)
+                if record["outcome"] == "ok":
+                    resp.success()
+                else:
+                    resp.failure(record["error"])
         except GreenletExit:
             record["received"] = time.time()
             record["error"] = "interrupted: the test stopped with this turn in flight"
             self.finish(record, fact, nonce, facts, 0.0)
             raise
-        response_ms = (time.perf_counter() - start) * 1000
-        record["received"] = time.time()
-        read_response(status, content, error, rt.contract, record)
-        self.environment.events.request.fire(
-            request_type="POST", name=REQUEST_NAMES[kind], response_time=response_ms,
-            response_length=len(content) if content else 0,
-            exception=None if record["outcome"] == "ok" else CatchResponseError(record["error"]),
-            context=self.context(), response=resp, start_time=sent, url=url)
-        self.finish(record, fact, nonce, facts, response_ms)
-
-    def prepared(self, contract) -> tuple[str, dict]:
-        """The URL and headers FastHttpSession.request would build for this contract, built once
-        per contract (the web UI may swap it between runs), not once per turn."""
-        if self._prepared_for is not contract:
-            headers = dict(contract.headers)
-            if self.client.auth_header:  # credentials in --host, as FastHttpSession does
-                headers["Authorization"] = self.client.auth_header
-            for name, value in LOCUST_JSON_HEADERS:
-                if name not in headers and name.lower() not in headers:
-                    headers[name] = value
-            self._prepared = (self.client._build_url(contract.path), headers)
-            self._prepared_for = contract
-        return self._prepared
+        self.finish(record, fact, nonce, facts, (time.perf_counter() - start) * 1000)
 
     def finish(self, record: dict, fact, nonce, facts: dict, response_ms: float) -> None:
         """Online judgement and the journal line; no gevent switch happens in here.

@@ -58,6 +58,9 @@ def run_row(row: Row, tmp_path: Path) -> dict:
     summary_file = run.run_dir / "audit" / "summary.json"
     assert summary_file.exists(), f"no audit summary; locust exited {run.returncode}:\n{run.output[-3000:]}"
     summary = json.loads(summary_file.read_text())
+    rejected = [r for r in run.records() if r["status"] and 400 <= r["status"] < 500]
+    # a 4xx means the client sent something malformed (once: after a paused replica resumed)
+    assert not rejected, f"{len(rejected)} turns rejected by the bot, e.g. {rejected[0]}"
     observed = measures(summary)
     result = {
         "id": row.id, "bug": row.bug, "field": row.field, "trigger": row.trigger, "mode": row.stack.get("mode"),
