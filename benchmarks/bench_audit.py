@@ -5,8 +5,11 @@ sessions x 20 messages in LangChain's layout (LPUSH of pre-serialised JSON) plus
 journal. In the same process, one after the other, it measures:
   raw   pipelined LRANGE of every key, nothing kept (the floor any reader pays)
   audit oracle.audit.audit_run(run, StoreOptions(url)): journal + read + snapshot + decode +
-        check + write findings and tables
-Each size runs in its own child process so its peak RSS (ru_maxrss) is its own.
+        check + write findings and tables, with its default jobs (the read and judge split over
+        one process per core from 20,000 sessions up)
+  1 proc the same audit with jobs=1 (one process), to show what the split buys on this machine
+Each size runs in its own child process so its peak RSS (ru_maxrss) is its own; the audit's
+worker processes are reported apart (the largest one; they share the journal copy-on-write).
 
     python benchmarks/bench_audit.py                      # 100,000 sessions (and 25,000)
     python benchmarks/bench_audit.py --sessions 20000     # smaller machines
@@ -111,8 +114,10 @@ def raw_dump(client, ids: list[str], batch: int = 1000) -> tuple[int, float]:
 @contextmanager
 def reference_paths():
     """Switch the oracle's fast paths off: the exact per-message reference code does everything."""
-    from oracle import checkers, decode, history, redis_reader
+    from oracle import audit, checkers, decode, history, redis_reader
+    from oracle.clean import BatchProof
     saved = [(redis_reader.RedisReader, "_ttl_and_value", redis_reader.RedisReader._ttl_and_value_pipeline),
+             (audit, "prove_clean", lambda batch, *a: BatchProof([False] * len(batch), [False] * len(batch))),
              (decode, "_decode_clean_list", lambda *a: False), (checkers, "_clean_session", lambda *a: False),
              (history, "_typed_chunk", lambda lines: None), (history, "_typed_turn", lambda raw: None)]
     saved = [(owner, name, getattr(owner, name), replacement) for owner, name, replacement in saved]
@@ -144,13 +149,14 @@ def child(sessions: int, reference: bool = False, repeat: int = 1) -> dict:
         ids = fill(client, work / "run", sessions)
         fill_s = time.perf_counter() - t
 
-        def audit() -> tuple[float, dict]:
+        def audit(jobs=None) -> tuple[float, dict]:
             t = time.perf_counter()
-            summary = audit_run(work / "run", StoreOptions(url=f"redis://127.0.0.1:{port}/0"))
+            summary = audit_run(work / "run", StoreOptions(url=f"redis://127.0.0.1:{port}/0"), jobs=jobs)
             assert summary["anomalies"] == {}, summary["anomalies"]
             return time.perf_counter() - t, summary
 
-        out = {"sessions": sessions, "fill_s": fill_s, "raw_s": float("inf"), "audit_s": float("inf")}
+        out = {"sessions": sessions, "fill_s": fill_s, "raw_s": float("inf"), "audit_s": float("inf"),
+               "serial_s": float("inf")}
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         for round_ in range(repeat):
             out["messages"], raw_s = raw_dump(client, ids)
@@ -158,13 +164,18 @@ def child(sessions: int, reference: bool = False, repeat: int = 1) -> dict:
             out["raw_s"], out["audit_s"] = min(out["raw_s"], raw_s), min(out["audit_s"], audit_s)
             if audit_s == out["audit_s"]:
                 out["timings"] = summary.get("timings", {})
-            if round_ == 0:  # before any reference run, so the peak is the fast audit's own
+            out["jobs"] = summary["jobs"]
+            if round_ == 0:  # before any one-process or reference run, so the peaks are the default audit's
                 out["rss_before_audit_mb"] = rss_before / 1024
                 out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+                out["worker_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+            serial_s, serial = audit(jobs=1)
+            if serial_s < out["serial_s"]:
+                out["serial_s"], out["serial_timings"] = serial_s, serial["timings"]
             if reference:
                 with reference_paths():
                     _, raw_s = raw_dump(client, ids)
-                    reference_s, _ = audit()
+                    reference_s, _ = audit(jobs=1)
                 out["raw2_s"] = min(out.get("raw2_s", raw_s), raw_s)
                 out["reference_s"] = min(out.get("reference_s", reference_s), reference_s)
         return out
@@ -197,18 +208,20 @@ def main() -> int:
             print(out.stderr, file=sys.stderr)
             return 1
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    print("ratio = audit rate / raw dump rate; 'stream' is read + decode + check + write findings alone "
-          "(without loading the journal and building the tables)")
-    print(f"{'sessions':>9} {'messages':>10} {'raw msg/s':>11} {'audit msg/s':>12} {'ratio':>6} "
-          f"{'stream msg/s':>13} {'ratio':>6} {'peak RSS MB':>12}  seconds")
+    print("ratio = audit rate / raw dump rate; 'stream' is read + snapshot + decode + check + write findings alone "
+          "(without loading the journal and building the tables); '1 proc' is the audit with jobs=1")
+    print(f"{'sessions':>9} {'messages':>10} {'raw msg/s':>11} {'jobs':>4} {'audit msg/s':>12} {'ratio':>6} "
+          f"{'stream':>6} {'1 proc':>6} {'stream':>6} {'peak RSS MB':>12} {'worker MB':>9}  seconds")
     for r in rows:
-        raw_rate, audit_rate = r["messages"] / r["raw_s"], r["messages"] / r["audit_s"]
-        stream_rate = r["messages"] / r["timings"]["read_check"]
-        parts = " ".join(f"{k}={v:.1f}" for k, v in {"raw": r["raw_s"], "audit": r["audit_s"],
-                                                      **r["timings"]}.items())
-        print(f"{r['sessions']:>9} {r['messages']:>10} {raw_rate:>11,.0f} {audit_rate:>12,.0f} "
-              f"{audit_rate / raw_rate:>6.2f} {stream_rate:>13,.0f} {stream_rate / raw_rate:>6.2f} "
-              f"{r['peak_rss_mb']:>12,.0f}  {parts}")
+        raw_rate = r["messages"] / r["raw_s"]
+        ratio = (r["messages"] / r["audit_s"]) / raw_rate
+        stream = r["raw_s"] / r["timings"]["read_check"]
+        serial, serial_stream = r["raw_s"] / r["serial_s"], r["raw_s"] / r["serial_timings"]["read_check"]
+        parts = " ".join(f"{k}={v:.1f}" for k, v in {"raw": r["raw_s"], "audit": r["audit_s"], **r["timings"],
+                                                      "1proc": r["serial_s"]}.items())
+        print(f"{r['sessions']:>9} {r['messages']:>10} {raw_rate:>11,.0f} {r['jobs']:>4} "
+              f"{r['messages'] / r['audit_s']:>12,.0f} {ratio:>6.2f} {stream:>6.2f} {serial:>6.2f} "
+              f"{serial_stream:>6.2f} {r['peak_rss_mb']:>12,.0f} {r['worker_rss_mb']:>9,.0f}  {parts}")
     for r in rows:
         if "reference_s" in r:
             print(f"{r['sessions']:>9} reference (fast paths off): audit {r['messages'] / r['reference_s']:,.0f} msg/s, "

@@ -107,7 +107,8 @@ class EndOfRun:
             from oracle.store import StoreOptions
 
             store = StoreOptions(url=s.store_url, key_template=s.key_template, format=s.store_format)
-            summary = audit_run(s.run_dir, store=store, thresholds=thresholds)
+            # one process: this one is gevent-patched; `python -m oracle audit RUN --jobs N` re-audits in parallel
+            summary = audit_run(s.run_dir, store=store, thresholds=thresholds, jobs=1)
         except Exception as exc:  # noqa: BLE001 - the journal is safe; say how to retry
             log.exception("audit failed")
             say(f"audit FAILED: {type(exc).__name__}: {exc}. The journal is intact in {s.run_dir}/journal; "

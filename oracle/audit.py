@@ -1,43 +1,38 @@
 """``audit_run``: journal + stored histories -> audit/ tables (the seam Locust's end-of-run hook calls).
 
-Streams the store (or its snapshot) one batch of sessions at a time: read, snapshot,
-decode, check, write findings; only per-session rows and compact per-turn verdicts stay in
-memory. A store that dies mid-read leaves the partial snapshot marked incomplete and raises
-``StoreError`` saying how far it got; the previous audit tables are left untouched.
+Streams the store (or its snapshot) one batch of sessions at a time: read, snapshot, prove
+clean (oracle/clean.py), decode and check the rest, write findings; only the rows of sessions
+with something to report and compact per-turn verdicts stay in memory. A large live read is
+split over processes (oracle/parallel.py). A store that dies mid-read leaves the partial
+snapshot marked incomplete and raises ``StoreError`` saying how far it got; the previous
+audit tables are left untouched.
 """
 from __future__ import annotations
 
 import gc
 import json
+import os
 import time
 from contextlib import contextmanager
 from collections import Counter
 from pathlib import Path
 
-import pandas as pd
 import redis
 import requests
 
 from oracle import fastjson
-from oracle.attribution import by_fault, by_step
 from oracle.checkers import check_session, finding
+from oracle.clean import prove_clean
 from oracle.decode import Shape, decode_session
 from oracle.explain import explain
 from oracle.history import load_journal
+from oracle.parallel import run_parts, split
 from oracle.prefetch import prefetched
-from oracle.metrics import quantiles, turn_table, wilson
 from oracle.snapshot import (SnapshotError, SnapshotWriter, options_from_meta, read_foreign, read_meta,
                              read_sessions)
 from oracle.store import StoreError, StoreOptions, make_reader
+from oracle.tables import tables
 from oracle.thresholds import breaches
-from oracle.timeline import load_faults, load_steps
-from oracle.windows import window_table
-
-SESSION_COLUMNS = ["session", "turns", "ok", "fail", "info", "info_stored", "probes", "probes_answered",
-                   "probes_failed", "lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished",
-                   "unanswered", "anomalous", "first_sent", "last_received",
-                   # additions after the pinned columns (backward compatible)
-                   "expired", "aborted", "lost_turns", "crosstalk_online", "exists"]
 STORE_ERRORS = (StoreError, redis.RedisError, OSError, requests.RequestException)
 
 
@@ -60,6 +55,151 @@ class FindingsWriter:
         self.file.close()
 
 
+class Judge:
+    """Judges batches of stored sessions against the journal; keeps only what the tables need.
+
+    A proven-clean session leaves nothing but its name in ``judged``; the others keep their
+    full row in ``dirty`` and hand their findings to ``emit`` (vanished ones wait in ``gone``
+    until every TTL has been seen, to tell expired from vanished).
+    """
+
+    def __init__(self, journal, shape: Shape, emit):
+        self.journal, self.shape, self.emit = journal, shape, emit
+        self.dirty: dict[str, dict] = {}
+        self.judged: list[str] = []
+        self.seen: set[str] = set()
+        self.gone: list[dict] = []
+        self.lost: set = set()
+        self.anomalous: set = set()
+        self.ttl_in_use = False
+        self.problems: list[str] = []
+
+    def batch(self, batch, proof) -> None:
+        sessions = self.journal.sessions
+        for raw, clean in zip(batch, proof.clean):
+            if raw.session not in sessions:
+                self.problems.append(f"snapshot session {raw.session} is not in the journal; not judged")
+                continue
+            if raw.session in self.seen:
+                self.problems.append(f"session {raw.session} was read twice; judged once")
+                continue
+            self.seen.add(raw.session)
+            self.judged.append(raw.session)
+            self.ttl_in_use = self.ttl_in_use or (raw.exists and raw.ttl is not None and raw.ttl >= 0)
+            if not clean:
+                self._check(raw)
+
+    def _check(self, raw) -> None:
+        result = check_session(raw.session, self.journal.sessions[raw.session], raw,
+                               decode_session(raw, self.shape), self.journal.sessions)
+        self.dirty[raw.session] = result.stats
+        for f in result.findings:
+            if f["class"] == "vanished":
+                self.gone.append(f)
+            else:
+                self.emit(f)
+            if f["turn"] is not None:
+                self.anomalous.add((raw.session, f["turn"]))
+        for turn in result.lost_turns:
+            self.lost.add((raw.session, turn))
+            self.anomalous.add((raw.session, turn))
+
+    def state(self) -> dict:
+        return {k: getattr(self, k) for k in ("dirty", "judged", "seen", "gone", "lost", "anomalous", "ttl_in_use",
+                                              "problems")}
+
+    def merge(self, state: dict) -> None:
+        """Add the state of a judge that judged the next part of the sessions."""
+        self.dirty.update(state["dirty"])
+        self.judged += state["judged"]
+        self.seen |= state["seen"]
+        self.gone += state["gone"]
+        self.lost |= state["lost"]
+        self.anomalous |= state["anomalous"]
+        self.ttl_in_use = self.ttl_in_use or state["ttl_in_use"]
+        self.problems += state["problems"]
+
+
+def read_and_judge(reader, sessions: list[str], out, judge: Judge, on_batch=None):
+    """Read the sessions batch by batch, snapshot each batch to ``out`` and judge it.
+
+    Returns None, or (sessions done, batches done, the store error) when the store failed.
+    """
+    done = batches_done = 0
+    iterator = prefetched(reader.read(sessions))
+    while True:
+        try:
+            batch = next(iterator, None)
+        except STORE_ERRORS as exc:
+            return done, batches_done, exc
+        if batch is None:
+            return None
+        proof = prove_clean(batch, judge.journal.sessions, judge.shape)
+        out.write_batch(batch, proof.decoded)
+        judge.batch(batch, proof)
+        done += len(batch)
+        batches_done += 1
+        if on_batch:
+            on_batch(batches_done, done)
+
+
+PARALLEL_MIN_SESSIONS = 20_000  # below this, starting processes costs more than it saves
+
+
+def _jobs(jobs: int | None, store: StoreOptions, sessions: int) -> int:
+    """Processes for the live read: ``jobs`` as asked, else one per core (at most 8) for a large run.
+
+    One process when a test hooks every batch (``on_batch`` runs in the parent only) and for
+    the HTTP and function readers (a bot's API or a user's function may not like parallel
+    callers); parallelism never exceeds one part per batch.
+    """
+    if store.on_batch is not None or store.name() != "redis":
+        return 1
+    if jobs is None:
+        jobs = min(os.cpu_count() or 1, 8) if sessions >= PARALLEL_MIN_SESSIONS else 1
+    return max(1, min(jobs, -(-sessions // store.batch)))
+
+
+def _parallel(run_dir: Path, store: StoreOptions, shape: Shape, journal, sessions: list[str],
+              writer: SnapshotWriter, judge: Judge, findings: FindingsWriter, jobs: int):
+    """read_and_judge over ``jobs`` contiguous parts in forked processes, merged in order.
+
+    Each part writes its own snapshot file and its findings (without ids) to a part file; the
+    parent numbers and explains them in part order, so the result is the serial audit's.
+    """
+    audit_dir = run_dir / "audit"
+
+    def work(k: int, part: list[str]) -> dict:
+        reader = make_reader(store)
+        out = writer.part(k)
+        with open(audit_dir / f"anomalies.part{k}.tmp", "wb") as found:
+            part_judge = Judge(journal, shape, lambda f: found.write(fastjson.dumps_line(f)))
+            failure = read_and_judge(reader, part, out, part_judge)
+        out.close()
+        if failure is not None:
+            done, batches_done, exc = failure
+            failure = (done, batches_done, StoreError(f"{type(exc).__name__}: {exc}"))
+        return {"judge": part_judge.state(), "read": out.count, "failure": failure}
+
+    results = run_parts(work, split(sessions, jobs))
+    done = batches_done = 0
+    failure = None
+    for k, result in enumerate(results):
+        judge.merge(result["judge"])
+        path = audit_dir / f"anomalies.part{k}.tmp"
+        with open(path, "rb") as fh:
+            for line in fh:
+                findings.write(fastjson.loads(line))
+        path.unlink()
+        writer.meta["sessions_read"] += result["read"]
+        if result["failure"] is not None and failure is None:
+            part_done, part_batches, exc = result["failure"]
+            failure = (done + part_done, batches_done + part_batches, exc)
+        done += result["read"]
+        batches_done += -(-result["read"] // store.batch)
+    return failure
+
+
 @contextmanager
 def _gc_paused():
     """Pause the cyclic garbage collector: the audit allocates millions of small objects and
@@ -74,17 +214,19 @@ def _gc_paused():
 
 
 def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0, recovery_s: float = 5.0,
-              thresholds: dict | None = None) -> dict:
+              thresholds: dict | None = None, jobs: int | None = None) -> dict:
     """Audit one run folder; returns the summary (also written to audit/summary.json).
 
     Reads the store live when ``store`` is given (and snapshots it), else re-audits from
-    ``store/``. Raises JournalError, SnapshotError or StoreError on input it cannot use.
+    ``store/``. ``jobs`` processes read and judge the live store in parallel (None: one per
+    core for a large run, see ``_jobs``). Raises JournalError, SnapshotError or StoreError on
+    input it cannot use.
     """
     with _gc_paused():
-        return _audit_run(run_dir, store, window_s, recovery_s, thresholds)
+        return _audit_run(run_dir, store, window_s, recovery_s, thresholds, jobs)
 
 
-def _audit_run(run_dir, store, window_s, recovery_s, thresholds) -> dict:
+def _audit_run(run_dir, store, window_s, recovery_s, thresholds, jobs) -> dict:
     run_dir = Path(run_dir)
     clock = time.perf_counter()
     journal = load_journal(run_dir)
@@ -108,60 +250,25 @@ def _audit_run(run_dir, store, window_s, recovery_s, thresholds) -> dict:
     audit_dir = run_dir / "audit"
     audit_dir.mkdir(exist_ok=True)
     findings = FindingsWriter(audit_dir / "anomalies.jsonl.tmp")
-    rows: dict[str, dict] = {}
-    gone: list[dict] = []          # vanished findings: expired or vanished is decided once all TTLs are seen
-    lost: set = set()
-    anomalous: set = set()
-    ttl_in_use = False
     sessions = list(journal.sessions)
-    seen: set[str] = set()
-
-    def judge(batch) -> None:
-        nonlocal ttl_in_use
-        for raw in batch:
-            turns = journal.sessions.get(raw.session)
-            if turns is None:
-                problems.append(f"snapshot session {raw.session} is not in the journal; not judged")
-                continue
-            seen.add(raw.session)
-            ttl_in_use = ttl_in_use or (raw.exists and raw.ttl is not None and raw.ttl >= 0)
-            result = check_session(raw.session, turns, raw, decode_session(raw, shape), journal.sessions)
-            rows[raw.session] = {"session": raw.session, **result.stats}
-            for f in result.findings:
-                if f["class"] == "vanished":
-                    gone.append(f)
-                else:
-                    findings.write(f)
-                if f["turn"] is not None:
-                    anomalous.add((raw.session, f["turn"]))
-            for turn in result.lost_turns:
-                lost.add((raw.session, turn))
-                anomalous.add((raw.session, turn))
-
+    jobs = _jobs(jobs, store, len(sessions)) if source == "live" else 1
+    judge = Judge(journal, shape, findings.write)
     started = time.time()
     writer = None
     try:
         if source == "live":
-            writer = SnapshotWriter(run_dir, store, len(sessions))
-            done, batches_done = 0, 0
-            iterator = prefetched(reader.read(sessions))
-            while True:
-                try:
-                    batch = next(iterator, None)
-                    if batch is None:
-                        break
-                    writer.write_batch(batch)
-                except STORE_ERRORS as exc:
-                    writer.close(False, f"{type(exc).__name__}: {exc}")
-                    raise StoreError(
-                        f"the store at {where} ({reader_name}) failed after {done} of {len(sessions)} sessions "
-                        f"({batches_done} batches): {exc}. The partial snapshot is kept in {run_dir / 'store'} "
-                        "(marked incomplete); run the audit again once the store is back") from exc
-                judge(batch)
-                done += len(batch)
-                batches_done += 1
-                if store.on_batch:
-                    store.on_batch(batches_done, done)
+            writer = SnapshotWriter(run_dir, store, len(sessions), parts=jobs)
+            if jobs == 1:
+                failure = read_and_judge(reader, sessions, writer, judge, store.on_batch)
+            else:
+                failure = _parallel(run_dir, store, shape, journal, sessions, writer, judge, findings, jobs)
+            if failure is not None:
+                done, batches_done, exc = failure
+                writer.close(False, f"{type(exc).__name__}: {exc}")
+                raise StoreError(
+                    f"the store at {where} ({reader_name}) failed after {done} of {len(sessions)} sessions "
+                    f"({batches_done} batches): {exc}. The partial snapshot is kept in {run_dir / 'store'} "
+                    "(marked incomplete); run the audit again once the store is back") from exc
             foreign_iter = reader.foreign({store.key(s) for s in sessions}) if store.scan_foreign else ()
             try:
                 for record in foreign_iter:
@@ -174,7 +281,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, thresholds) -> dict:
             writer.close(True)
         else:
             for batch in prefetched(read_sessions(run_dir)):
-                judge(batch)
+                judge.batch(batch, prove_clean(batch, journal.sessions, shape))
             for record in read_foreign(run_dir):
                 findings.write(finding("foreign", None, None, None, **record))
     except BaseException as exc:
@@ -184,14 +291,15 @@ def _audit_run(run_dir, store, window_s, recovery_s, thresholds) -> dict:
         findings.path.unlink(missing_ok=True)
         raise
 
-    for f in gone:
-        if ttl_in_use:
+    for f in judge.gone:
+        if judge.ttl_in_use:
             f["class"] = "expired"
             f["evidence"]["ttl_in_use"] = True
-            rows[f["session"]]["expired"] += 1
+            judge.dirty[f["session"]]["expired"] += 1
         findings.write(f)
     findings.close()
-    missing = [s for s in sessions if s not in seen]
+    problems += judge.problems
+    missing = [s for s in sessions if s not in judge.seen]
     for s in missing[:20]:
         problems.append(f"session {s} is journaled but not in the stored reads; not judged")
     if len(missing) > 20:
@@ -199,7 +307,9 @@ def _audit_run(run_dir, store, window_s, recovery_s, thresholds) -> dict:
     findings.path.replace(audit_dir / "anomalies.jsonl")
     timings["read_check"] = time.perf_counter() - clock - timings["journal"]
 
-    summary = tables(run_dir, journal, rows, findings, lost, anomalous, window_s, recovery_s, problems)
+    summary = tables(run_dir, journal, judge.judged, judge.dirty, findings.compact, judge.lost, judge.anomalous,
+                     window_s, recovery_s, problems)
+    summary["jobs"] = jobs
     summary["store"] = {"complete": True, "reader": reader_name, "url": where, "source": source,
                         "audit_seconds": time.time() - started}
     timings["tables"] = time.perf_counter() - clock - timings["journal"] - timings["read_check"]
@@ -215,52 +325,3 @@ def _jsonable(value):
     if hasattr(value, "item"):
         return value.item()
     return str(value)
-
-
-def tables(run_dir: Path, journal, rows: dict, findings: FindingsWriter, lost: set, anomalous: set,
-           window_s: float, recovery_s: float, problems: list[str]) -> dict:
-    """sessions.csv, windows.csv and the summary dict (pandas from here on)."""
-    audit_dir = run_dir / "audit"
-    sessions = pd.DataFrame(list(rows.values()), columns=SESSION_COLUMNS)
-    sessions.to_csv(audit_dir / "sessions.csv", index=False)
-    turns = turn_table(journal, lost, anomalous)
-    found = pd.DataFrame(findings.compact, columns=["class", "session", "turn", "time"])
-    faults = load_faults(run_dir, problems)
-    steps = load_steps(run_dir, problems)
-    windows = window_table(turns, found, faults, steps, window_s)
-    windows.to_csv(audit_dir / "windows.csv", index=False)
-
-    judged = turns[turns["session"].isin(rows)] if len(rows) != len(journal.sessions) else turns
-    ok = judged["outcome"] == "ok"
-    run_end = float(windows["end"].iloc[-1]) if not windows.empty else 0.0
-    span = (judged["done"].max() - judged["sent"].min()) if not judged.empty else 0.0
-    fault_rows, baseline = by_fault(judged, windows, faults, run_end, recovery_s)
-    label = _label(run_dir)
-    counts = Counter(c for c, *_ in findings.compact)
-    return {
-        "run": journal.run, "label": label, "window_s": window_s, "recovery_s": recovery_s,
-        "sessions": int(len(sessions)),
-        "turns": {"total": int(len(judged)), "ok": int(ok.sum()), "fail": int((judged["outcome"] == "fail").sum()),
-                  "info": int((judged["outcome"] == "info").sum()),
-                  "info_stored": int(sessions["info_stored"].sum()) if len(sessions) else 0},
-        "metrics": {
-            "probe_amnesia": wilson(judged["failed_probe"].sum(), judged["answered_probe"].sum()),
-            "stored_loss": wilson(sessions["lost_turns"].sum() if len(sessions) else 0, ok.sum()),
-            "session_amnesia": wilson(sessions["anomalous"].sum() if len(sessions) else 0, len(sessions)),
-            "crosstalk": wilson(((sessions["crosstalk"] + sessions["crosstalk_online"]) > 0).sum()
-                                if len(sessions) else 0, len(sessions)),
-        },
-        "throughput": float(ok.sum() / span) if span and span > 0 else 0.0,
-        "latency": quantiles(judged.loc[ok, "latency"].tolist()),
-        "anomalies": dict(sorted(counts.items())),
-        "by_fault": fault_rows, "baseline": baseline, "steps": by_step(judged, steps),
-        "faults": [f.__dict__ for f in faults],
-        "problems": problems,
-    }
-
-
-def _label(run_dir: Path) -> str | None:
-    try:
-        return json.loads((run_dir / "run.json").read_text()).get("label")
-    except (OSError, ValueError, AttributeError):
-        return None

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from oracle.history import JournalError
+from oracle.parallel import WorkerError
 from oracle.snapshot import SnapshotError
 from oracle.store import StoreError, StoreOptions
 
@@ -34,6 +35,8 @@ def parser() -> argparse.ArgumentParser:
                    help="dotted path of the message list in the HTTP reply ('' = the reply itself)")
     s.add_argument("--batch", type=int, default=d.batch, help="sessions per pipeline round trip")
     s.add_argument("--no-scan", action="store_true", help="do not SCAN the namespace for foreign keys")
+    s.add_argument("--jobs", type=int, help="processes reading and judging a Redis store in parallel "
+                   "(default: one per core, at most 8, from 20,000 sessions up; 1 below)")
     p.add_argument("--window", type=float, default=5.0, help="window length in seconds (default 5)")
     p.add_argument("--recovery", type=float, default=5.0, help="recovery margin after each fault, s (default 5)")
     t = p.add_argument_group("thresholds (exit 1 when crossed)")
@@ -101,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                   "max_crosstalk": args.max_crosstalk}
     try:
         summary = audit_run(run, store=store_options(args), window_s=args.window, recovery_s=args.recovery,
-                            thresholds=thresholds)
-    except (JournalError, SnapshotError, StoreError) as exc:
+                            thresholds=thresholds, jobs=args.jobs)
+    except (JournalError, SnapshotError, StoreError, WorkerError) as exc:
         print(f"oracle audit: {exc}", file=sys.stderr)
         return 2
     print(render(summary, run))

@@ -9,15 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import Any, Optional
 
-from oracle import fastjson
+import msgspec
 
-try:  # msgspec reads a well-formed journal line ~2x faster than orjson + dict lookups
-    import msgspec
-except ImportError:  # pragma: no cover - optional; the orjson path is exact too
-    msgspec = None
+from oracle import fastjson
 
 OUTCOMES = ("ok", "fail", "info")
 _OUTCOMES = frozenset(OUTCOMES)
@@ -28,25 +24,37 @@ class JournalError(Exception):
     """The run folder has no usable journal (nothing to audit)."""
 
 
-@dataclass(slots=True)
-class Turn:
-    """One journaled turn, only the fields the oracle judges by."""
+class Turn(msgspec.Struct, gc=False):
+    """One journaled turn, only the fields the oracle judges by.
+
+    A msgspec struct so a well-formed journal line decodes straight into it in one C call
+    (other fields are skipped); ``_turn`` builds the same struct from any line that does not
+    fit the types below and says what is wrong with it.
+    """
     session: str
     turn: int
-    kind: str
-    token: str
-    sent: float
-    received: float | None
     outcome: str
-    verdict: str | None = None
-    reply: str | None = None
-    crosstalk: tuple = ()
-    step: int | None = None
-    status: int | None = None
+    sent: float
+    kind: Optional[str] = "chatter"
+    token: Optional[str] = None
+    received: Optional[float] = None
+    verdict: Any = None
+    reply: Any = None
+    crosstalk: Optional[tuple] = ()
+    step: Any = None
+    status: Any = None
 
     @property
     def latency(self) -> float | None:
         return None if self.received is None else self.received - self.sent
+
+
+class _Run(msgspec.Struct):
+    run: Any = None
+
+
+_decode_turn = msgspec.json.Decoder(Turn).decode
+_decode_run = msgspec.json.Decoder(_Run).decode
 
 
 @dataclass
@@ -63,7 +71,7 @@ class Journal:
 
 
 def _turn(record: dict) -> Turn:
-    """A Turn from a journal record; ValueError naming what is wrong. (Hot: one call per line.)"""
+    """A Turn from a parsed journal record; ValueError naming what is wrong (the exact path)."""
     get = record.get
     session, turn, outcome, sent = get("session"), get("turn"), get("outcome"), get("sent")
     if session is None or turn is None or outcome is None or sent is None:
@@ -76,29 +84,21 @@ def _turn(record: dict) -> Turn:
     turn = int(turn)
     received = get("received")
     crosstalk = get("crosstalk")
-    return Turn(session, turn, get("kind") or "chatter", get("token") or f"{session}t{turn}", float(sent),
-                None if received is None else float(received), outcome, get("verdict"), get("reply"),
-                tuple(crosstalk) if crosstalk else (), get("step"), get("status"))
+    return Turn(session, turn, outcome, float(sent), kind=get("kind") or "chatter",
+                token=get("token") or f"{session}t{turn}", received=None if received is None else float(received),
+                verdict=get("verdict"), reply=get("reply"), crosstalk=tuple(crosstalk) if crosstalk else (),
+                step=get("step"), status=get("status"))
 
 
-if msgspec is not None:
-    class _Line(msgspec.Struct, gc=False):
-        """The journal fields the oracle reads, typed as a well-formed line has them (others skipped)."""
-        session: str
-        turn: int
-        outcome: str
-        sent: float
-        received: Optional[float] = None
-        kind: Any = None
-        token: Any = None
-        verdict: Any = None
-        reply: Any = None
-        crosstalk: Any = None
-        step: Any = None
-        status: Any = None
-        run: Any = None
-
-    _decode_line = msgspec.json.Decoder(_Line).decode
+def _normalise(t: Turn) -> Turn:
+    """Give a typed-decoded turn the defaults ``_turn`` gives (rare: kind/token/crosstalk null or empty)."""
+    if not t.kind:
+        t.kind = "chatter"
+    if not t.token:
+        t.token = f"{t.session}t{t.turn}"
+    if not t.crosstalk:
+        t.crosstalk = ()
+    return t
 
 
 CHUNK_BYTES = 8 << 20  # journal read in chunks of ~8 MB of whole lines: bounded memory, few C calls
@@ -107,44 +107,44 @@ CHUNK_BYTES = 8 << 20  # journal read in chunks of ~8 MB of whole lines: bounded
 def _typed_chunk(lines: list[bytes]):
     """Fast path for a chunk of lines that are all well formed: (turns, run), else None.
 
-    Decodes each line with one msgspec call (``map``), so a clean chunk costs no Python
-    loop per line but the Turn construction. Any blank, torn or malformed line, or an
-    unknown outcome, returns None and the exact line-by-line loop handles the chunk (and
-    names each bad line).
+    One msgspec call per line decodes it straight into a Turn (no dict, no Python
+    constructor). Any blank, torn or malformed line, a missing required field or an unknown
+    outcome returns None, and the exact line-by-line loop handles the chunk (and names each
+    bad line).
     """
-    if msgspec is None:
-        return None
     try:
-        records = list(map(_decode_line, lines))
+        turns = list(map(_decode_turn, lines))
     except msgspec.DecodeError:
         return None
-    if not {r.outcome for r in records} <= _OUTCOMES:
+    if not {t.outcome for t in turns} <= _OUTCOMES:
         return None
-    turns = [Turn(r.session, r.turn, r.kind or "chatter", r.token or f"{r.session}t{r.turn}", r.sent, r.received,
-                  r.outcome, r.verdict, r.reply, tuple(r.crosstalk) if r.crosstalk else (), r.step, r.status)
-             for r in records]
-    return turns, next((r.run for r in records if r.run), None)
+    for t in turns:
+        if not (t.kind and t.token and t.crosstalk is not None):
+            _normalise(t)
+    return turns, _first_run(lines)
+
+
+def _first_run(lines: list[bytes]):
+    """The run id of the first line that names one (every line normally does)."""
+    for raw in lines:
+        try:
+            run = _decode_run(raw).run
+        except msgspec.DecodeError:
+            continue
+        if run:
+            return run
+    return None
 
 
 def _typed_turn(raw: bytes):
-    """Fast path: (Turn, run) for a well-formed line, else None and ``_turn`` decides (and explains).
-
-    msgspec decodes only the fields above, straight into a struct, about twice as fast as a
-    full parse plus ``_turn``'s dict lookups; journal loading is ~10 turns per session. A
-    null or missing required field, another type (``turn`` as a string, ``session`` as a
-    number) or any JSON problem falls back to the exact path, so the result is the same Turn.
-    """
-    if msgspec is None:
-        return None
+    """Fast path for one line: (Turn, run) when it fits the types, else None and ``_turn`` decides."""
     try:
-        r = _decode_line(raw)
+        t = _decode_turn(raw)
     except msgspec.DecodeError:
         return None
-    if r.outcome not in _OUTCOMES:
+    if t.outcome not in _OUTCOMES:
         return None
-    return Turn(r.session, r.turn, r.kind or "chatter", r.token or f"{r.session}t{r.turn}", r.sent, r.received,
-                r.outcome, r.verdict, r.reply, tuple(r.crosstalk) if r.crosstalk else (), r.step,
-                r.status), r.run
+    return _normalise(t), _first_run([raw])
 
 
 def read_shard(path: Path, sessions: dict[str, list[Turn]], problems: list[str]) -> tuple[int, str | None]:

@@ -31,23 +31,40 @@ def quantiles(values) -> dict:
 
 
 def turn_table(journal, lost: set, anomalous: set) -> pd.DataFrame:
-    """One row per journaled turn, with the audit's per-turn verdicts joined in (column by column)."""
-    turns = list(journal.turns())
+    """One row per journaled turn, sessions in journal order, with the audit's per-turn verdicts.
+
+    ``sidx`` numbers each row's session in journal order (for the per-session sums). Text
+    columns are plain object arrays: pandas' string dtype would check every one of a
+    million values on the way in and gains nothing here.
+    """
+    turns = [t for ts in journal.sessions.values() for t in ts]
+    received = [t.received for t in turns]
     df = pd.DataFrame({
-        "session": [t.session for t in turns], "turn": [t.turn for t in turns],
-        "kind": [t.kind for t in turns], "outcome": [t.outcome for t in turns],
-        "sent": np.fromiter((t.sent for t in turns), float, len(turns)),
-        "received": np.fromiter((np.nan if t.received is None else t.received for t in turns), float, len(turns)),
-        "verdict": [t.verdict for t in turns],
-        "step": pd.to_numeric(pd.Series([t.step for t in turns], dtype=object), errors="coerce"),
-        "online_crosstalk": np.fromiter((bool(t.crosstalk) for t in turns), bool, len(turns)),
-        "lost": np.fromiter(((t.session, t.turn) in lost for t in turns), bool, len(turns)) if lost
-        else np.zeros(len(turns), bool),
-        "anomalous": np.fromiter(((t.session, t.turn) in anomalous for t in turns), bool, len(turns)) if anomalous
-        else np.zeros(len(turns), bool),
+        "session": _objects([t.session for t in turns]), "turn": np.array([t.turn for t in turns], dtype=np.int64),
+        "kind": _objects([t.kind for t in turns]), "outcome": _objects([t.outcome for t in turns]),
+        "sent": np.array([t.sent for t in turns], dtype=float),
+        "received": np.array([np.nan if r is None else r for r in received] if None in received else received,
+                             dtype=float),
+        "verdict": _objects([t.verdict for t in turns]),
+        "step": pd.to_numeric(_objects([t.step for t in turns]), errors="coerce"),
+        "online_crosstalk": np.array([bool(t.crosstalk) for t in turns], dtype=bool),
+        "lost": _member(turns, lost), "anomalous": _member(turns, anomalous),
+        "sidx": np.repeat(np.arange(len(journal.sessions)), [len(ts) for ts in journal.sessions.values()]),
     })
     df["latency"] = df["received"] - df["sent"]
     df["done"] = df["received"].fillna(df["sent"])
-    df["answered_probe"] = (df["kind"] == "probe") & (df["outcome"] == "ok") & df["verdict"].isin(["pass", "amnesia"])
-    df["failed_probe"] = df["answered_probe"] & (df["verdict"] == "amnesia")
+    probe_ok = (df["kind"].to_numpy() == "probe") & (df["outcome"].to_numpy() == "ok")
+    df["answered_probe"] = probe_ok & df["verdict"].isin(["pass", "amnesia"]).to_numpy()
+    df["failed_probe"] = df["answered_probe"].to_numpy() & (df["verdict"].to_numpy() == "amnesia")
     return df
+
+
+def _objects(values: list) -> pd.Series:
+    """Python objects as they are (a bare object array would be re-typed as pandas' string dtype)."""
+    return pd.Series(np.fromiter(values, dtype=object, count=len(values)), dtype=object)
+
+
+def _member(turns: list, pairs: set) -> np.ndarray:
+    if not pairs:
+        return np.zeros(len(turns), bool)
+    return np.fromiter(((t.session, t.turn) in pairs for t in turns), bool, len(turns))

@@ -2,6 +2,11 @@
 
 Written while the read streams, so a store that dies mid-read leaves what was read, marked
 ``complete: false`` in meta.json. Re-auditing from a complete snapshot needs no store.
+
+A session whose entries are all JSON messages (the usual case) is written with
+``"entries_as": "json"``: its entries are embedded as the JSON values they are, byte for byte,
+instead of being escaped into strings. That costs a join, not an escape of every quote, and
+reads back as the same bytes (msgspec hands out each element's raw span).
 """
 from __future__ import annotations
 
@@ -9,7 +14,9 @@ import base64
 import json
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
+
+import msgspec
 
 from oracle import fastjson
 from oracle.store import RawSession, StoreOptions
@@ -46,10 +53,58 @@ def _entries_for_snapshot(entries: list) -> list:
     return [_raw_entry(e) for e in entries]
 
 
+def _json_line(r: RawSession) -> bytes | None:
+    """The session's line with its entries embedded as JSON, or None when they cannot be (a newline
+    between tokens would split the line; bytes that are not utf-8 would spoil it)."""
+    joined = b",".join(r.entries)
+    if b"\n" in joined or b"\r" in joined or not (joined.isascii() or _utf8(joined)):
+        return None
+    head = fastjson.dumps_line({"session": r.session, "key": r.key, "exists": r.exists, "ttl": r.ttl,
+                                "type": r.type, "entries_as": "json"})
+    return head[:-2] + b',"entries":[' + joined + b"]}\n"
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def part_name(k: int) -> str:
+    """The snapshot file of part ``k`` of a parallel read (part 0, or a serial read: sessions.jsonl)."""
+    return "sessions.jsonl" if k == 0 else f"sessions.{k}.jsonl"
+
+
+class SessionsFile:
+    """One file of session lines, appended a batch at a time."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "wb")
+        self.count = 0
+
+    def write_batch(self, raws: list[RawSession], decoded: list[bool] | None = None) -> None:
+        """``decoded[i]``: every entry of ``raws[i]`` is bytes that decoded as a message (valid JSON)."""
+        lines = [_json_line(r) if decoded and decoded[i] else None for i, r in enumerate(raws)]
+        lines = [line or fastjson.dumps_line({"session": r.session, "key": r.key, "exists": r.exists, "ttl": r.ttl,
+                                              "type": r.type, "entries": _entries_for_snapshot(r.entries)})
+                 for line, r in zip(lines, raws)]
+        self.file.write(b"".join(lines))
+        self.count += len(raws)
+
+    def close(self) -> None:
+        self.file.close()
+
+
 class SnapshotWriter:
-    def __init__(self, run_dir: Path, options: StoreOptions, expected: int):
+    """meta.json and foreign.jsonl; the session lines go to ``parts`` files (one per reading process)."""
+
+    def __init__(self, run_dir: Path, options: StoreOptions, expected: int, parts: int = 1):
         self.dir = Path(run_dir) / "store"
         self.dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.dir.glob("sessions.*.jsonl"):  # parts of an earlier, wider read
+            stale.unlink()
         self.meta = {
             "reader": options.name(), "url": options.where(), "key_template": options.key_template,
             "format": options.format, "direction": options.direction,
@@ -57,10 +112,11 @@ class SnapshotWriter:
                       "user_roles": list(options.user_roles), "assistant_roles": list(options.assistant_roles)},
             "read_start": time.time(), "read_end": None, "complete": False,
             "sessions_expected": expected, "sessions_read": 0, "foreign_keys": 0, "error": None,
+            "files": [part_name(k) for k in range(parts)],
         }
         self.closed = False
         self._write_meta()
-        self.sessions = open(self.dir / "sessions.jsonl", "wb")
+        self.sessions = SessionsFile(self.dir / part_name(0)) if parts == 1 else None
         self.foreign_file = open(self.dir / "foreign.jsonl", "wb")
 
     def _write_meta(self) -> None:
@@ -68,12 +124,13 @@ class SnapshotWriter:
         tmp.write_text(json.dumps(self.meta, indent=2) + "\n")
         tmp.replace(self.dir / "meta.json")
 
-    def write_batch(self, raws: list[RawSession]) -> None:
-        lines = [fastjson.dumps_line({"session": r.session, "key": r.key, "exists": r.exists, "ttl": r.ttl,
-                                      "type": r.type, "entries": _entries_for_snapshot(r.entries)})
-                 for r in raws]
-        self.sessions.write(b"".join(lines))
-        self.meta["sessions_read"] += len(raws)
+    def part(self, k: int) -> SessionsFile:
+        """The file part ``k`` of a parallel read writes (opened by that part's process)."""
+        return SessionsFile(self.dir / part_name(k))
+
+    def write_batch(self, raws: list[RawSession], decoded: list[bool] | None = None) -> None:
+        self.sessions.write_batch(raws, decoded)
+        self.meta["sessions_read"] = self.sessions.count
 
     def write_foreign(self, record: dict) -> None:
         self.foreign_file.write(fastjson.dumps_line(record))
@@ -81,7 +138,8 @@ class SnapshotWriter:
 
     def close(self, complete: bool, error: str | None = None) -> None:
         self.closed = True
-        self.sessions.close()
+        if self.sessions is not None:
+            self.sessions.close()
         self.foreign_file.close()
         self.meta.update(complete=complete, error=error, read_end=time.time())
         self._write_meta()
@@ -117,27 +175,55 @@ def _from_snapshot(entry):
     return entry
 
 
+class _Line(msgspec.Struct):
+    """A snapshot line with its entries left as raw JSON spans (decoded below as the line says)."""
+    session: str
+    exists: bool
+    key: str = ""
+    ttl: Optional[int] = None
+    type: Optional[str] = None
+    entries_as: str = "text"
+    entries: list[msgspec.Raw] = []
+
+
+_decode_line = msgspec.json.Decoder(_Line).decode
+
+
+def _snapshot_session(line: bytes) -> RawSession:
+    """One snapshot line as the live reader would have returned it; ValueError/KeyError/TypeError if unreadable."""
+    try:
+        r = _decode_line(line)
+    except msgspec.DecodeError:
+        r = None
+    if r is not None and r.entries_as == "json":
+        return RawSession(r.session, r.key, r.exists, r.ttl, [bytes(e) for e in r.entries],
+                          r.type or ("list" if r.exists else "none"))
+    r = fastjson.loads(line)  # written as text (or by an older goldfish, or by hand): the exact path
+    return RawSession(str(r["session"]), str(r.get("key", "")), bool(r["exists"]), r.get("ttl"),
+                      [_from_snapshot(e) for e in r.get("entries") or []],
+                      r.get("type") or ("list" if r["exists"] else "none"))
+
+
 def read_sessions(run_dir: Path, batch: int = 1000) -> Iterator[list[RawSession]]:
     """The snapshot's sessions, in batches, as the live reader would have yielded them."""
-    path = Path(run_dir) / "store" / "sessions.jsonl"
-    if not path.exists():
-        raise SnapshotError(f"{path} missing: the snapshot is incomplete; read the store again")
+    store = Path(run_dir) / "store"
+    files = read_meta(run_dir).get("files") or [part_name(0)]
     out: list[RawSession] = []
-    with open(path, "rb") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                r = fastjson.loads(line)
-                raw = RawSession(str(r["session"]), str(r.get("key", "")), bool(r["exists"]), r.get("ttl"),
-                                 [_from_snapshot(e) for e in r.get("entries") or []],
-                                 r.get("type") or ("list" if r["exists"] else "none"))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise SnapshotError(f"{path}:{number}: unreadable snapshot line ({exc})") from exc
-            out.append(raw)
-            if len(out) >= batch:
-                yield out
-                out = []
+    for name in files:
+        path = store / name
+        if not path.exists():
+            raise SnapshotError(f"{path} missing: the snapshot is incomplete; read the store again")
+        with open(path, "rb") as fh:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    out.append(_snapshot_session(line))
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise SnapshotError(f"{path}:{number}: unreadable snapshot line ({exc})") from exc
+                if len(out) >= batch:
+                    yield out
+                    out = []
     if out:
         yield out
 

@@ -229,8 +229,11 @@ def raw_entries(world: World, session: str) -> list:
     return out
 
 
-def write_snapshot(run_dir: Path, world: World) -> None:
-    """A complete store/ snapshot of the world's stored histories, as a live read would write it."""
+def write_snapshot(run_dir: Path, world: World, entries_as_json: bool = False) -> None:
+    """A complete store/ snapshot of the world's stored histories, as a live read would write it
+    (``entries_as_json``: the entries that decode are embedded as JSON, as the live audit does)."""
+    from oracle.clean import prove_clean
+    from oracle.decode import Shape
     from oracle.snapshot import SnapshotWriter
     from oracle.store import RawSession, StoreOptions
     opts = StoreOptions(url="redis://snapshot-only")
@@ -241,7 +244,7 @@ def write_snapshot(run_dir: Path, world: World) -> None:
             raws.append(RawSession(s, opts.key(s), False, None, [], "none"))
         else:
             raws.append(RawSession(s, opts.key(s), True, world.ttl.get(s), raw_entries(world, s), "list"))
-    writer.write_batch(raws)
+    writer.write_batch(raws, prove_clean(raws, {}, Shape(opts)).decoded if entries_as_json else None)
     for record in world.foreign:
         writer.write_foreign(record)
     writer.close(True)

@@ -1,12 +1,14 @@
-"""The audit's fast paths (bulk decode, the clean-session shortcut, chunked journal reading) change
-speed, never results: on random damaged worlds the audit tables are identical with them switched off."""
+"""The audit's fast paths (the batch proof of clean sessions, bulk decode, the clean-session shortcut,
+chunked journal reading, entries embedded as JSON in the snapshot) change speed, never results: on
+random damaged worlds the audit tables are identical with them switched off."""
 from __future__ import annotations
 
 import json
 import random
 
-from oracle import checkers, decode, history
+from oracle import audit, checkers, decode, history
 from oracle.audit import audit_run
+from oracle.clean import BatchProof
 from support_oracle import ANOMALY_KINDS, TurnSpec, build_world, inject, write_journal, write_snapshot
 
 
@@ -33,27 +35,36 @@ def random_world(rng: random.Random):
     return world
 
 
+def reference_audit(run, monkeypatch) -> None:
+    with monkeypatch.context() as m:
+        m.setattr(audit, "prove_clean", lambda batch, *a: BatchProof([False] * len(batch), [False] * len(batch)))
+        m.setattr(decode, "_decode_clean_list", lambda *a: False)
+        m.setattr(checkers, "_clean_session", lambda *a: False)
+        m.setattr(history, "_typed_chunk", lambda lines: None)
+        m.setattr(history, "_typed_turn", lambda record: None)
+        audit_run(run)
+
+
 def test_fast_paths_give_the_same_audit(tmp_path, monkeypatch):
     rng = random.Random(7)
-    shortcut_taken = 0
-    original = checkers._clean_session
+    proven = 0
+    original = audit.prove_clean
     for case in range(40):
-        run = tmp_path / f"case-{case}"
-        run.mkdir()
         world = random_world(rng)
-        write_journal(run, world.records, shards=2)
-        write_snapshot(run, world)
-        with monkeypatch.context() as m:
-            calls = []
-            m.setattr(checkers, "_clean_session", lambda *a: calls.append(original(*a)) or calls[-1])
-            audit_run(run)
-            shortcut_taken += sum(calls)
-        fast = outputs(run)
-        with monkeypatch.context() as m:
-            m.setattr(decode, "_decode_clean_list", lambda *a: False)
-            m.setattr(checkers, "_clean_session", lambda *a: False)
-            m.setattr(history, "_typed_chunk", lambda lines: None)
-            m.setattr(history, "_typed_turn", lambda record: None)
-            audit_run(run)
-        assert outputs(run) == fast, f"case {case}: fast paths changed the audit"
-    assert shortcut_taken > 0, "the clean-session shortcut was never exercised"
+        results = []
+        for as_json in (True, False):
+            run = tmp_path / f"case-{case}-{'json' if as_json else 'text'}"
+            run.mkdir()
+            write_journal(run, world.records, shards=2)
+            write_snapshot(run, world, entries_as_json=as_json)
+            with monkeypatch.context() as m:
+                proofs = []
+                m.setattr(audit, "prove_clean", lambda *a: proofs.append(original(*a)) or proofs[-1])
+                audit_run(run)
+                proven += sum(sum(p.clean) for p in proofs)
+            results.append(outputs(run))
+            reference_audit(run, monkeypatch)
+            results.append(outputs(run))
+        assert results[1] == results[0], f"case {case}: fast paths changed the audit"
+        assert results[2:] == results[:2], f"case {case}: the snapshot's JSON entries changed the audit"
+    assert proven > 0, "the batch proof of clean sessions was never exercised"

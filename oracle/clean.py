@@ -1,0 +1,83 @@
+"""Proving a whole batch of stored sessions clean at C speed: the audit's fast path.
+
+Almost every session of a healthy run is clean: the key exists, it holds exactly the
+acknowledged turns' user entries in turn order, each followed by its journaled reply, and
+nothing else. ``prove_clean`` checks that for a whole batch with a few C-level list
+operations over all of its messages (msgspec decodes each entry to role and text, then lists
+are compared), and only the sessions it cannot prove go through the exact decoder and
+checkers. It is conservative: anything unusual (an undecodable or oddly shaped entry, a stored
+``info`` or ``fail`` turn, a stranger's token, a text that does not start with its token, ok
+turns sent out of turn order) is just "not proven", and the exact path decides, so a proof
+never changes a result (tests/test_oracle_fastpaths.py runs both ways on damaged worlds).
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+from oracle.decode import ASSISTANT, USER, Shape
+from oracle.history import Turn
+from oracle.store import RawSession
+from oracle.tokens import SESSION_RE
+
+SENT, TURN, REPLY, ROLE = (operator.attrgetter(name) for name in ("sent", "turn", "reply", "role"))
+MAX_TURN = 1_000_000  # a "[<session>t<n>]" prefix is exactly the token regex's first match below this
+
+
+@dataclass(slots=True)
+class BatchProof:
+    clean: list       # per session: proven clean
+    decoded: list     # per session: every entry decoded to (role, text) (so it is valid JSON)
+
+
+def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: Shape) -> BatchProof:
+    decode = shape.decoder.decode if shape.decoder is not None else None
+    text_of = operator.attrgetter("content.text" if len(shape.fast or ()) == 3 else "content")
+    clean = [False] * len(batch)
+    decoded = [False] * len(batch)
+    if decode is None:
+        return BatchProof(clean, decoded)
+    roles: list = []
+    texts: list = []
+    want_replies: list = []
+    want_prefixes: list = []
+    candidates: list = []  # (batch index, first message, ok turns)
+    for i, raw in enumerate(batch):
+        if not raw.exists or raw.type != "list":
+            continue
+        try:
+            elements = list(map(decode, raw.entries))
+        except (ValueError, TypeError):  # msgspec errors are ValueErrors; a str or dict entry is a TypeError
+            continue
+        decoded[i] = True
+        turns = journal.get(raw.session)
+        if turns is None or 2 * len(turns) < len(elements) or not SESSION_RE.match(raw.session):
+            continue
+        ok = [t for t in turns if t.outcome == "ok"]
+        if 2 * len(ok) != len(elements):
+            continue
+        sent = list(map(SENT, ok))
+        numbers = list(map(TURN, ok))
+        if ok and (sent != sorted(sent) or min(numbers) < 0 or max(numbers) >= MAX_TURN):
+            continue
+        candidates.append((i, len(roles), len(ok)))
+        roles += map(ROLE, elements)
+        texts += map(text_of, elements)
+        want_replies += map(REPLY, ok)
+        want_prefixes += [f"[{raw.session}t{n}]" for n in numbers]
+    if not candidates:
+        return BatchProof(clean, decoded)
+    kinds = list(map(shape.roles.get, roles))
+    users, answers = kinds[0::2], kinds[1::2]
+    user_texts, answer_texts = texts[0::2], texts[1::2]
+    if users == [USER] * len(users) and answers == [ASSISTANT] * len(answers) and answer_texts == want_replies \
+            and all(map(str.startswith, user_texts, want_prefixes)):
+        for i, _, _ in candidates:
+            clean[i] = True
+        return BatchProof(clean, decoded)
+    for i, first, count in candidates:  # some session is not clean: find which, one by one
+        a, b = first // 2, first // 2 + count
+        prefixes = want_prefixes[a:b]
+        clean[i] = users[a:b] == [USER] * count and answers[a:b] == [ASSISTANT] * count and \
+            answer_texts[a:b] == want_replies[a:b] and all(map(str.startswith, user_texts[a:b], prefixes))
+    return BatchProof(clean, decoded)

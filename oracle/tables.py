@@ -1,0 +1,114 @@
+"""The audit's tables: sessions.csv, windows.csv and the summary dict (pandas from here on).
+
+The streaming judge (oracle/audit.py) keeps full per-session rows only for sessions with
+something to report. Everything a session row says about the journal (turns, outcomes,
+probes, times) is summed here for all sessions at once from the turn table, so a clean
+session costs no Python work of its own.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from oracle.attribution import by_fault, by_step
+from oracle.metrics import quantiles, turn_table, wilson
+from oracle.timeline import load_faults, load_steps
+from oracle.windows import window_table
+
+SESSION_COLUMNS = ["session", "turns", "ok", "fail", "info", "info_stored", "probes", "probes_answered",
+                   "probes_failed", "lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished",
+                   "unanswered", "anomalous", "first_sent", "last_received",
+                   # additions after the pinned columns (backward compatible)
+                   "expired", "aborted", "lost_turns", "crosstalk_online", "exists"]
+# what only the store can say; a proven-clean session has 0 of each and exists
+STORE_COLUMNS = ["info_stored", "lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished",
+                 "unanswered", "expired", "aborted", "lost_turns"]
+
+
+def session_table(turns: pd.DataFrame, sessions: list[str], judged: list[str], dirty: dict[str, dict]) -> pd.DataFrame:
+    """One row per judged session, in judging order: journal sums for all, store columns from ``dirty``."""
+    n = len(sessions)
+    sidx = turns["sidx"].to_numpy()
+    outcome = turns["outcome"].to_numpy()
+
+    def total(mask) -> np.ndarray:
+        return np.bincount(sidx, weights=mask, minlength=n).astype(np.int64)
+
+    starts = np.flatnonzero(np.r_[True, sidx[1:] != sidx[:-1]]) if len(sidx) else np.array([], int)
+    per_session = pd.DataFrame({
+        "turns": np.bincount(sidx, minlength=n),
+        "ok": total(outcome == "ok"), "fail": total(outcome == "fail"), "info": total(outcome == "info"),
+        "probes": total(turns["kind"].to_numpy() == "probe"),
+        "probes_answered": total(turns["answered_probe"].to_numpy()),
+        "probes_failed": total(turns["failed_probe"].to_numpy()),
+        "crosstalk_online": total(turns["online_crosstalk"].to_numpy()),
+        "first_sent": np.minimum.reduceat(turns["sent"].to_numpy(), starts) if n else [],
+        "last_received": np.fmax.reduceat(turns["received"].to_numpy(), starts) if n else [],
+    })
+    index = {s: i for i, s in enumerate(sessions)}
+    table = per_session.iloc[[index[s] for s in judged]].reset_index(drop=True)
+    table.insert(0, "session", pd.Series(np.fromiter(judged, dtype=object, count=len(judged)), dtype=object))
+    for column in STORE_COLUMNS:
+        table[column] = 0
+    table["exists"] = True
+    table["anomalous"] = ((table["probes_failed"] > 0) | (table["crosstalk_online"] > 0)).astype(np.int64)
+    if dirty:
+        rows = [i for i, s in enumerate(judged) if s in dirty]
+        stats = pd.DataFrame([dirty[judged[i]] for i in rows], index=rows)
+        for column in [*STORE_COLUMNS, "exists", "anomalous"]:
+            table.loc[rows, column] = stats[column].to_numpy()
+    return table[SESSION_COLUMNS]
+
+
+def tables(run_dir: Path, journal, judged: list[str], dirty: dict, compact: list, lost: set, anomalous: set,
+           window_s: float, recovery_s: float, problems: list[str]) -> dict:
+    """sessions.csv, windows.csv and the summary dict."""
+    audit_dir = run_dir / "audit"
+    turns = turn_table(journal, lost, anomalous)
+    sessions = session_table(turns, list(journal.sessions), judged, dirty)
+    sessions.to_csv(audit_dir / "sessions.csv", index=False)
+    found = pd.DataFrame(compact, columns=["class", "session", "turn", "time"])
+    faults = load_faults(run_dir, problems)
+    steps = load_steps(run_dir, problems)
+    windows = window_table(turns, found, faults, steps, window_s)
+    windows.to_csv(audit_dir / "windows.csv", index=False)
+
+    if len(judged) != len(journal.sessions):
+        index = {s: i for i, s in enumerate(journal.sessions)}
+        turns = turns[np.isin(turns["sidx"].to_numpy(), [index[s] for s in judged])]
+    ok = turns["outcome"] == "ok"
+    run_end = float(windows["end"].iloc[-1]) if not windows.empty else 0.0
+    span = (turns["done"].max() - turns["sent"].min()) if not turns.empty else 0.0
+    fault_rows, baseline = by_fault(turns, windows, faults, run_end, recovery_s)
+    counts = Counter(c for c, *_ in compact)
+    return {
+        "run": journal.run, "label": _label(run_dir), "window_s": window_s, "recovery_s": recovery_s,
+        "sessions": int(len(sessions)),
+        "turns": {"total": int(len(turns)), "ok": int(ok.sum()), "fail": int((turns["outcome"] == "fail").sum()),
+                  "info": int((turns["outcome"] == "info").sum()),
+                  "info_stored": int(sessions["info_stored"].sum()) if len(sessions) else 0},
+        "metrics": {
+            "probe_amnesia": wilson(turns["failed_probe"].sum(), turns["answered_probe"].sum()),
+            "stored_loss": wilson(sessions["lost_turns"].sum() if len(sessions) else 0, ok.sum()),
+            "session_amnesia": wilson(sessions["anomalous"].sum() if len(sessions) else 0, len(sessions)),
+            "crosstalk": wilson(((sessions["crosstalk"] + sessions["crosstalk_online"]) > 0).sum()
+                                if len(sessions) else 0, len(sessions)),
+        },
+        "throughput": float(ok.sum() / span) if span and span > 0 else 0.0,
+        "latency": quantiles(turns.loc[ok, "latency"].tolist()),
+        "anomalies": dict(sorted(counts.items())),
+        "by_fault": fault_rows, "baseline": baseline, "steps": by_step(turns, steps),
+        "faults": [f.__dict__ for f in faults],
+        "problems": problems,
+    }
+
+
+def _label(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "run.json").read_text()).get("label")
+    except (OSError, ValueError, AttributeError):
+        return None
