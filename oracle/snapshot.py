@@ -56,7 +56,10 @@ def _entries_for_snapshot(entries: list) -> list:
 def _json_line(r: RawSession) -> bytes | None:
     """The session's line with its entries embedded as JSON, or None when they cannot be (a newline
     between tokens would split the line; bytes that are not utf-8 would spoil it)."""
-    joined = b",".join(r.entries)
+    try:
+        joined = b",".join(r.entries)
+    except TypeError:  # str entries (a user's reader function): written as text
+        return None
     if b"\n" in joined or b"\r" in joined or not (joined.isascii() or _utf8(joined)):
         return None
     head = fastjson.dumps_line({"session": r.session, "key": r.key, "exists": r.exists, "ttl": r.ttl,

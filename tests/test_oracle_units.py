@@ -176,3 +176,16 @@ def test_function_reader(tmp_path):
     write_journal(tmp_path, world.records)
     audit_run(tmp_path, StoreOptions(reader="support_oracle:function_reader"))
     assert finding_keys(tmp_path) == expected
+
+
+def test_function_reader_with_str_entries_snapshots_them_as_text(tmp_path):
+    """A reader function may return entries as str (docs/oracle.md); they are snapshotted as text."""
+    world = build_world(simple_specs(3), seed=8)
+    expected = inject(world, world.order[2], "duplicated", random.Random(8))
+    support_oracle.FUNCTION_STORE.clear()
+    support_oracle.FUNCTION_STORE.update({s: [e.decode() if isinstance(e, bytes) else e for e in raw_entries(world, s)]
+                                          for s in world.order})
+    write_journal(tmp_path, world.records)
+    summary = audit_run(tmp_path, StoreOptions(reader="support_oracle:function_reader"))
+    assert finding_keys(tmp_path) == expected
+    assert audit_run(tmp_path)["metrics"] == summary["metrics"]  # and again from the snapshot
