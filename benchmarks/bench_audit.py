@@ -114,11 +114,11 @@ def raw_dump(client, ids: list[str], batch: int = 1000) -> tuple[int, float]:
 @contextmanager
 def reference_paths():
     """Switch the oracle's fast paths off: the exact per-message reference code does everything."""
-    from oracle import audit, checkers, decode, history, redis_reader
+    from oracle import audit, decode, history, redis_reader
     from oracle.clean import BatchProof
     saved = [(redis_reader.RedisReader, "_ttl_and_value", redis_reader.RedisReader._ttl_and_value_pipeline),
-             (audit, "prove_clean", lambda batch, *a: BatchProof([False] * len(batch), [False] * len(batch))),
-             (decode, "_decode_clean_list", lambda *a: False), (checkers, "_clean_session", lambda *a: False),
+             (audit, "prove_clean", lambda batch, *a: BatchProof([False] * len(batch), [None] * len(batch))),
+             (decode, "_decode_clean_list", lambda *a: False), (decode, "decode_elements", lambda *a: None),
              (history, "_typed_chunk", lambda lines: None), (history, "_typed_turn", lambda raw: None)]
     saved = [(owner, name, getattr(owner, name), replacement) for owner, name, replacement in saved]
     for owner, name, _, replacement in saved:

@@ -76,7 +76,7 @@ class Judge:
 
     def batch(self, batch, proof) -> None:
         sessions = self.journal.sessions
-        for raw, clean in zip(batch, proof.clean):
+        for raw, clean, elements in zip(batch, proof.clean, proof.elements):
             if raw.session not in sessions:
                 self.problems.append(f"snapshot session {raw.session} is not in the journal; not judged")
                 continue
@@ -87,11 +87,11 @@ class Judge:
             self.judged.append(raw.session)
             self.ttl_in_use = self.ttl_in_use or (raw.exists and raw.ttl is not None and raw.ttl >= 0)
             if not clean:
-                self._check(raw)
+                self._check(raw, elements)
 
-    def _check(self, raw) -> None:
+    def _check(self, raw, elements) -> None:
         result = check_session(raw.session, self.journal.sessions[raw.session], raw,
-                               decode_session(raw, self.shape), self.journal.sessions)
+                               decode_session(raw, self.shape, elements), self.journal.sessions)
         self.dirty[raw.session] = result.stats
         for f in result.findings:
             if f["class"] == "vanished":
@@ -123,7 +123,7 @@ class Judge:
 def read_and_judge(reader, sessions: list[str], out, judge: Judge, on_batch=None):
     """Read the sessions batch by batch, snapshot each batch to ``out`` and judge it.
 
-    Returns None, or (sessions done, batches done, the store error) when the store failed.
+    Returns (sessions done, batches done, the store error or None).
     """
     done = batches_done = 0
     iterator = prefetched(reader.read(sessions))
@@ -133,7 +133,7 @@ def read_and_judge(reader, sessions: list[str], out, judge: Judge, on_batch=None
         except STORE_ERRORS as exc:
             return done, batches_done, exc
         if batch is None:
-            return None
+            return done, batches_done, None
         proof = prove_clean(batch, judge.journal.sessions, judge.shape)
         out.write_batch(batch, proof.decoded)
         judge.batch(batch, proof)
@@ -174,30 +174,25 @@ def _parallel(run_dir: Path, store: StoreOptions, shape: Shape, journal, session
         out = writer.part(k)
         with open(audit_dir / f"anomalies.part{k}.tmp", "wb") as found:
             part_judge = Judge(journal, shape, lambda f: found.write(fastjson.dumps_line(f)))
-            failure = read_and_judge(reader, part, out, part_judge)
+            done, batches, exc = read_and_judge(reader, part, out, part_judge)
         out.close()
-        if failure is not None:
-            done, batches_done, exc = failure
-            failure = (done, batches_done, StoreError(f"{type(exc).__name__}: {exc}"))
-        return {"judge": part_judge.state(), "read": out.count, "failure": failure}
+        if exc is not None:  # the store's own exception may not pickle: its text does
+            exc = StoreError(f"{type(exc).__name__}: {exc}")
+        return {"judge": part_judge.state(), "done": done, "batches": batches, "error": exc}
 
-    results = run_parts(work, split(sessions, jobs))
     done = batches_done = 0
-    failure = None
-    for k, result in enumerate(results):
+    error = None
+    for k, result in enumerate(run_parts(work, split(sessions, jobs))):
         judge.merge(result["judge"])
         path = audit_dir / f"anomalies.part{k}.tmp"
         with open(path, "rb") as fh:
             for line in fh:
                 findings.write(fastjson.loads(line))
         path.unlink()
-        writer.meta["sessions_read"] += result["read"]
-        if result["failure"] is not None and failure is None:
-            part_done, part_batches, exc = result["failure"]
-            failure = (done + part_done, batches_done + part_batches, exc)
-        done += result["read"]
-        batches_done += -(-result["read"] // store.batch)
-    return failure
+        writer.meta["sessions_read"] += result["done"]
+        if error is None:  # count up to the first part that failed, as a serial read would
+            done, batches_done, error = done + result["done"], batches_done + result["batches"], result["error"]
+    return done, batches_done, error
 
 
 @contextmanager
@@ -259,11 +254,11 @@ def _audit_run(run_dir, store, window_s, recovery_s, thresholds, jobs) -> dict:
         if source == "live":
             writer = SnapshotWriter(run_dir, store, len(sessions), parts=jobs)
             if jobs == 1:
-                failure = read_and_judge(reader, sessions, writer, judge, store.on_batch)
+                done, batches_done, exc = read_and_judge(reader, sessions, writer, judge, store.on_batch)
             else:
-                failure = _parallel(run_dir, store, shape, journal, sessions, writer, judge, findings, jobs)
-            if failure is not None:
-                done, batches_done, exc = failure
+                done, batches_done, exc = _parallel(run_dir, store, shape, journal, sessions, writer, judge,
+                                                    findings, jobs)
+            if exc is not None:
                 writer.close(False, f"{type(exc).__name__}: {exc}")
                 raise StoreError(
                     f"the store at {where} ({reader_name}) failed after {done} of {len(sessions)} sessions "

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from oracle.decode import ASSISTANT, USER, Decoded
 from oracle.history import Turn
 from oracle.store import RawSession
-from oracle.tokens import SESSION_RE, TOKEN_RE
+from oracle.tokens import TOKEN_RE
 
 
 @dataclass
@@ -224,10 +224,9 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
     """Every checker over one session, and the counts its row in sessions.csv needs.
 
     Checkers that cannot fire are skipped (no foreign entries: no cross-talk; one copy of
-    each turn: no duplicates), which keeps a clean session cheap at millions of messages.
+    each turn: no duplicates). Clean sessions of a Redis read never get here: oracle/clean.py
+    proves them clean a batch at a time.
     """
-    if _clean_session(session, turns, raw, decoded):
-        return SessionResult([], session_stats(turns, StoredView(), raw, [], 0), [])
     by_turn = {t.turn: t for t in turns}
     v = view(session, decoded, raw)
     if not raw.exists:
@@ -246,46 +245,6 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
     gone = bool(findings) and findings[0]["class"] in ("vanished", "expired")
     lost_turns = [t.turn for t in turns if t.outcome == "ok" and (gone or t.turn not in v.copies)]
     return SessionResult(findings, session_stats(turns, v, raw, findings, len(lost_turns)), lost_turns)
-
-
-def _clean_session(session: str, turns: list[Turn], raw: RawSession, decoded: Decoded) -> bool:
-    """Fast path: the store holds exactly the acknowledged turns, in order, each answered.
-
-    That is: the key exists, nothing is corrupt, the messages alternate user / assistant,
-    the k-th user entry's first token is the k-th ``ok`` turn's own token, the k-th assistant
-    entry is that turn's journaled reply, and the ``ok`` turns were sent in turn order. Then
-    no checker can fire (nothing lost, aborted, foreign, duplicated, reordered, unanswered or
-    corrupt; no info turn stored), so the full checkers below are skipped. Every test is a
-    C-level list comparison; anything else takes the exact path.
-    """
-    if not raw.exists or decoded.corrupt:
-        return False
-    ok = [t for t in turns if t.outcome == "ok"]
-    messages = decoded.messages
-    if len(decoded.users) != len(ok) or len(messages) != 2 * len(ok):
-        return False
-    answers = messages[1::2]
-    if [m[1] for m in answers] != [ASSISTANT] * len(ok) or [m[2] for m in answers] != [t.reply for t in ok]:
-        return False
-    if not _own_tokens_in_order(session, ok, [m[2] for m in messages[0::2]]):
-        return False
-    sent = [t.sent for t in ok]
-    return sent == sorted(sent)
-
-
-def _own_tokens_in_order(session: str, ok: list[Turn], texts: list[str]) -> bool:
-    """The k-th text's first token (as ``view`` finds it) is the k-th ok turn's own token.
-
-    Goldfish messages start with ``[token]``: when every text does, with a well-formed
-    session id and turn, the token regex could match nowhere earlier, so ``startswith`` is
-    the same test as the regex at a fraction of the cost. Otherwise the regex decides.
-    """
-    numbers = [t.turn for t in ok]
-    if numbers and SESSION_RE.match(session) and 0 <= min(numbers) and max(numbers) < 1_000_000 and \
-            all(map(str.startswith, texts, [f"[{session}t{n}]" for n in numbers])):
-        return True
-    firsts = [m.group(0) if m else None for m in map(TOKEN_RE.search, texts)]
-    return firsts == [f"{session}t{n}" for n in numbers]
 
 
 _CLASSES = ("lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished", "expired", "unanswered", "aborted")

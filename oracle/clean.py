@@ -15,7 +15,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
-from oracle.decode import ASSISTANT, USER, Shape
+from oracle.decode import ASSISTANT, USER, Shape, decode_elements
 from oracle.history import Turn
 from oracle.store import RawSession
 from oracle.tokens import SESSION_RE
@@ -27,15 +27,19 @@ MAX_TURN = 1_000_000  # a "[<session>t<n>]" prefix is exactly the token regex's 
 @dataclass(slots=True)
 class BatchProof:
     clean: list       # per session: proven clean
-    decoded: list     # per session: every entry decoded to (role, text) (so it is valid JSON)
+    elements: list    # per session: its entries decoded to (role, content) structs, or None
+
+    @property
+    def decoded(self) -> list[bool]:
+        """Per session: every entry decoded as a message (so it is valid JSON)."""
+        return [e is not None for e in self.elements]
 
 
 def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: Shape) -> BatchProof:
-    decode = shape.decoder.decode if shape.decoder is not None else None
     text_of = operator.attrgetter("content.text" if len(shape.fast or ()) == 3 else "content")
     clean = [False] * len(batch)
-    decoded = [False] * len(batch)
-    if decode is None:
+    decoded: list = [None] * len(batch)  # per session: its elements, or None
+    if shape.decoder is None:
         return BatchProof(clean, decoded)
     roles: list = []
     texts: list = []
@@ -45,13 +49,9 @@ def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: 
     for i, raw in enumerate(batch):
         if not raw.exists or raw.type != "list":
             continue
-        try:
-            elements = list(map(decode, raw.entries))
-        except (ValueError, TypeError):  # msgspec errors are ValueErrors; a str or dict entry is a TypeError
-            continue
-        decoded[i] = True
+        elements = decoded[i] = decode_elements(raw.entries, shape)
         turns = journal.get(raw.session)
-        if turns is None or 2 * len(turns) < len(elements) or not SESSION_RE.match(raw.session):
+        if elements is None or turns is None or not SESSION_RE.match(raw.session):
             continue
         ok = [t for t in turns if t.outcome == "ok"]
         if 2 * len(ok) != len(elements):

@@ -10,10 +10,8 @@ from dataclasses import dataclass, field
 
 from oracle import fastjson
 
-try:  # msgspec decodes just the role and the text of an element, ~3x faster than a full parse
-    import msgspec
-except ImportError:  # pragma: no cover - optional; the orjson path is exact too
-    msgspec = None
+import msgspec  # decodes just the role and the text of an element, ~3x faster than a full parse
+
 from oracle.store import RawSession, StoreOptions
 
 USER, ASSISTANT, OTHER = "user", "assistant", "other"
@@ -105,11 +103,18 @@ def _dig(obj, parts):
     return obj
 
 
-def decode_session(raw: RawSession, shape: Shape) -> Decoded:
-    """Decode every entry; the loop is the audit's hottest path, hence the inlined fast path."""
+def decode_session(raw: RawSession, shape: Shape, elements: list | None = None) -> Decoded:
+    """Decode every entry (``elements``: what ``decode_elements`` already made of them, reused).
+
+    The loop is the exact path for anything the typed decoder does not fit."""
     out = Decoded()
     if raw.type == "string":
         _decode_blob(raw.entries[0] if raw.entries else b"", shape, out)
+        return out
+    if elements is None and shape.decoder is not None:
+        elements = decode_elements(raw.entries, shape)
+    if elements is not None:
+        _from_elements(elements, shape, out)
         return out
     if shape.fast and _decode_clean_list(raw.entries, shape, out):
         return out
@@ -162,8 +167,6 @@ def _typed_decoder(role_key: str, content_key: str, sub_key: str | None):
     msgspec skips the fields it is not asked for and builds no dicts, about 3x faster than a
     full parse; it raises on anything that does not have exactly this shape.
     """
-    if msgspec is None:
-        return None
     try:
         if sub_key is None:
             text_type = str
@@ -176,32 +179,43 @@ def _typed_decoder(role_key: str, content_key: str, sub_key: str | None):
         return None
 
 
-def _decode_clean_list(entries: list, shape: Shape, out: Decoded) -> bool:
-    """Fast path for the usual list: every entry is a JSON object with a role string and a text string.
-
-    With msgspec, each entry is decoded straight into (role, text) by one C call that skips
-    every other field; without it, orjson parses the entries in a comprehension. Either way a
-    clean session costs a few C-level passes instead of a Python loop body per message. On
-    the first entry that does not fit (bad JSON, already decoded, other shape, multimodal
-    content) it returns False without touching ``out``, and the exact per-entry loop decides.
-    """
+def decode_elements(entries: list, shape: Shape) -> list | None:
+    """Every entry decoded straight to a (role, content) struct by one C call each; None when any
+    entry does not fit (bad JSON, already decoded, another shape, multimodal content)."""
     try:
-        if shape.decoder is not None:
-            elements = list(map(shape.decoder.decode, entries))
-            roles = [e.role for e in elements]
-            texts = [e.content for e in elements] if shape.fast[2:] == () else [e.content.text for e in elements]
-        else:
-            role_key, content_key, *sub = shape.fast
-            elements = list(map(fastjson.fast_loads, entries))
-            roles = [e[role_key] for e in elements]
-            texts = [e[content_key] for e in elements] if not sub else [e[content_key][sub[0]] for e in elements]
-            if (set(map(type, roles)) | set(map(type, texts))) - {str}:
-                return False
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError):  # msgspec errors are ValueErrors
-        return False
+        return list(map(shape.decoder.decode, entries))
+    except (ValueError, TypeError):  # msgspec errors are ValueErrors; a dict entry is a TypeError
+        return None
+
+
+def _from_elements(elements: list, shape: Shape, out: Decoded) -> None:
+    texts = [e.content for e in elements] if len(shape.fast) == 2 else [e.content.text for e in elements]
+    _fill(out, [e.role for e in elements], texts, shape)
+
+
+def _fill(out: Decoded, roles: list, texts: list, shape: Shape) -> None:
+    """Messages and their user subset from parallel lists of role names and texts."""
     kinds = list(map(shape.roles.get, roles, [OTHER] * len(roles)))
     out.messages = list(zip(range(len(kinds)), kinds, texts))
     out.users = [(i, text) for i, kind, text in out.messages if kind == USER]
+
+
+def _decode_clean_list(entries: list, shape: Shape, out: Decoded) -> bool:
+    """Fast path for a shape msgspec cannot express: orjson parses the entries in a comprehension.
+
+    On the first entry that does not fit it returns False without touching ``out``, and the
+    exact per-entry loop decides.
+    """
+    try:
+        role_key, content_key, *sub = shape.fast
+        elements = list(map(fastjson.fast_loads, entries))
+        roles = [e[role_key] for e in elements]
+        texts = [e[content_key] for e in elements] if not sub else [e[content_key][sub[0]] for e in elements]
+        if (set(map(type, roles)) | set(map(type, texts))) - {str}:
+            return False
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return False
+    _fill(out, roles, texts, shape)
     return True
 
 

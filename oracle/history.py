@@ -65,10 +65,6 @@ class Journal:
     shards: list[Path] = field(default_factory=list)
     lines: int = 0
 
-    def turns(self):
-        for turns in self.sessions.values():
-            yield from turns
-
 
 def _turn(record: dict) -> Turn:
     """A Turn from a parsed journal record; ValueError naming what is wrong (the exact path)."""

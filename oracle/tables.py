@@ -29,9 +29,12 @@ STORE_COLUMNS = ["info_stored", "lost", "crosstalk", "reordered", "duplicated", 
                  "unanswered", "expired", "aborted", "lost_turns"]
 
 
-def session_table(turns: pd.DataFrame, sessions: list[str], judged: list[str], dirty: dict[str, dict]) -> pd.DataFrame:
-    """One row per judged session, in judging order: journal sums for all, store columns from ``dirty``."""
-    n = len(sessions)
+def session_table(turns: pd.DataFrame, sessions: int, judged: list[str], positions: list[int],
+                  dirty: dict[str, dict]) -> pd.DataFrame:
+    """One row per judged session, in judging order: journal sums for all, store columns from ``dirty``.
+
+    ``positions``: each judged session's place in the journal (its ``sidx``)."""
+    n = sessions
     sidx = turns["sidx"].to_numpy()
     outcome = turns["outcome"].to_numpy()
 
@@ -49,8 +52,7 @@ def session_table(turns: pd.DataFrame, sessions: list[str], judged: list[str], d
         "first_sent": np.minimum.reduceat(turns["sent"].to_numpy(), starts) if n else [],
         "last_received": np.fmax.reduceat(turns["received"].to_numpy(), starts) if n else [],
     })
-    index = {s: i for i, s in enumerate(sessions)}
-    table = per_session.iloc[[index[s] for s in judged]].reset_index(drop=True)
+    table = per_session.iloc[positions].reset_index(drop=True)
     table.insert(0, "session", pd.Series(np.fromiter(judged, dtype=object, count=len(judged)), dtype=object))
     for column in STORE_COLUMNS:
         table[column] = 0
@@ -69,7 +71,9 @@ def tables(run_dir: Path, journal, judged: list[str], dirty: dict, compact: list
     """sessions.csv, windows.csv and the summary dict."""
     audit_dir = run_dir / "audit"
     turns = turn_table(journal, lost, anomalous)
-    sessions = session_table(turns, list(journal.sessions), judged, dirty)
+    index = {s: i for i, s in enumerate(journal.sessions)}
+    positions = [index[s] for s in judged]
+    sessions = session_table(turns, len(journal.sessions), judged, positions, dirty)
     sessions.to_csv(audit_dir / "sessions.csv", index=False)
     found = pd.DataFrame(compact, columns=["class", "session", "turn", "time"])
     faults = load_faults(run_dir, problems)
@@ -78,8 +82,7 @@ def tables(run_dir: Path, journal, judged: list[str], dirty: dict, compact: list
     windows.to_csv(audit_dir / "windows.csv", index=False)
 
     if len(judged) != len(journal.sessions):
-        index = {s: i for i, s in enumerate(journal.sessions)}
-        turns = turns[np.isin(turns["sidx"].to_numpy(), [index[s] for s in judged])]
+        turns = turns[np.isin(turns["sidx"].to_numpy(), positions)]
     ok = turns["outcome"] == "ok"
     run_end = float(windows["end"].iloc[-1]) if not windows.empty else 0.0
     span = (turns["done"].max() - turns["sent"].min()) if not turns.empty else 0.0

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from chaos.backends.docker import DockerBackend, EngineUnavailable, role_of
 from chaos.controller import Controller, heal_run
 from chaos.plan import PlanError, load_plan
 from conftest import wait_until
+from support_chaos import write_plan
 from support_docker import (BASE_IMAGE, ROOT, ComposeStack, EngineService, build_images, chat, new_project,
                             remove_project, require_podman, started_at, wait_for_status)
 
@@ -72,12 +72,6 @@ def backend(engine, stack):
     b = DockerBackend(project=stack.project, base_url=engine.url)
     yield b
     b.close()
-
-
-def write_plan(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "plan.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 def timeline(run_dir: Path) -> list[dict]:
@@ -259,16 +253,22 @@ def test_a_rolling_restart_onto_a_broken_release_rolls_back_to_the_old_container
     stack.wait_replicas(3)
 
 
-@pytest.mark.slow
-def test_sigterm_during_a_pause_unpauses_the_container(stack, backend, engine, tmp_path):
-    plan = write_plan(tmp_path, """
+def start_long_pause(tmp_path, stack, engine, target: str):
+    """`python -m chaos run` of a 300 s pause of ``target`` on the docker backend: (process, run folder)."""
+    plan = write_plan(tmp_path, f"""
         name: long-pause
         faults:
-          - {id: freeze, kind: pause, target: bot-3, at: 0s, duration: 300s}
+          - {{id: freeze, kind: pause, target: {target}, at: 0s, duration: 300s}}
     """)
     run_dir = tmp_path / "run"
     proc = chaos_cli("run", str(plan), "--backend", "docker", "--backend-opt", f"project={stack.project}",
                      "--backend-opt", f"base_url={engine.url}", "--run-dir", str(run_dir))
+    return proc, run_dir
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_pause_unpauses_the_container(stack, backend, engine, tmp_path):
+    proc, run_dir = start_long_pause(tmp_path, stack, engine, "bot-3")
     try:
         container = backend._container("bot-3")
         wait_for_status(container, "paused")
@@ -289,14 +289,7 @@ def test_sigterm_during_a_pause_unpauses_the_container(stack, backend, engine, t
 
 @pytest.mark.slow
 def test_heal_after_sigkill_unpauses_from_the_json_undo_record(stack, backend, engine, tmp_path):
-    plan = write_plan(tmp_path, """
-        name: long-pause
-        faults:
-          - {id: freeze, kind: pause, target: bot-1, at: 0s, duration: 300s}
-    """)
-    run_dir = tmp_path / "run"
-    proc = chaos_cli("run", str(plan), "--backend", "docker", "--backend-opt", f"project={stack.project}",
-                     "--backend-opt", f"base_url={engine.url}", "--run-dir", str(run_dir))
+    proc, run_dir = start_long_pause(tmp_path, stack, engine, "bot-1")
     container = backend._container("bot-1")
     try:
         wait_for_status(container, "paused")
