@@ -254,7 +254,7 @@ class ChatUser(FastHttpUser):
             resp = self.client.client.urlopen(url, method=method, headers=headers, payload=payload,
                                               max_redirects=max_redirects)
         except FAILURE_EXCEPTIONS as exc:
-            return self.error_response(url, payload, headers, exc)
+            return self.error_response(url, payload, headers, exc, method)
         try:
             content = resp.content
         except Exception as exc:  # noqa: BLE001 - body lost mid-read: indeterminate
@@ -262,14 +262,14 @@ class ChatUser(FastHttpUser):
         return resp, resp.status_code, content, None
 
     @staticmethod
-    def error_response(url: str, payload, headers, exc: BaseException) -> tuple:
+    def error_response(url: str, payload, headers, exc: BaseException, method: str = "POST") -> tuple:
         """What FastHttpSession makes of a failed urlopen: the response if there was one, else a
         stand-in (built on a copy of the headers: geventhttpclient's request builder writes into
         the mapping it is given, which is how a shared headers dict once turned every later turn
         into an HTTP 422)."""
         resp = getattr(exc, "response", None)
         if resp is None:
-            resp = ErrorResponse(FastRequest(url, method="POST", headers=Headers(headers), payload=payload), exc)
+            resp = ErrorResponse(FastRequest(url, method=method, headers=Headers(headers), payload=payload), exc)
         resp.error = exc
         status = resp.status_code
         if not status:

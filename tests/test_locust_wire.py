@@ -36,7 +36,7 @@ def test_request_path_matches_locusts():
         pytest.skip("this is the inner run")
     code = ("from gevent import monkey; monkey.patch_all()\n"
             "import sys, pytest\n"
-            "sys.exit(pytest.main([sys.argv[1], '-q', '-p', 'no:cacheprovider', '-p', 'no:randomly']))")
+            "sys.exit(pytest.main([sys.argv[1], '-q', '-p', 'no:cacheprovider']))")
     proc = subprocess.run([sys.executable, "-c", code, __file__], capture_output=True, text=True, timeout=240,
                           env={**os.environ, "GOLDFISH_WIRE_CHECKS": "1"}, cwd=os.path.dirname(__file__))
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
@@ -44,7 +44,7 @@ def test_request_path_matches_locusts():
 
 
 # ---- a raw HTTP server that records requests and answers from a script -----------------------
-class RawServer:  # noqa: D101 - built in the inner run only
+class RawServer:
     """Answers each request with ``handler(path, head, body)`` -> bytes to send, or "close" (close
     without a response), "reset" (RST), "hang" (never answer). Keeps every raw request."""
 
