@@ -10,7 +10,9 @@ on the load generator. So the headline is the CPU cost per request, read from /p
 steady-state window: plain CPU-ms/request divided by ChatUser CPU-ms/turn is the ratio of their
 rates when a Locust process is CPU-bound (goal >= 0.9). Fair by construction: same users (20 each,
 one request in flight per user, two during ChatUser's bursts), same server code, bodies of the same
-shape and size. Also printed: the wall rates and the journal's bytes per turn.
+shape and size. Also printed: the wall rates, the journal's bytes per turn and its outcomes (every
+turn must be ``ok`` against the instant server, or the run is void: a ChatUser that fails fast
+would look cheap).
 
     .venv/bin/python benchmarks/bench_chatuser.py [--seconds 8] [--rounds 3] [--users 20] [--no-pin]
 
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -202,9 +205,11 @@ def run_round(tmp: Path, ports: dict[str, int], users: int, seconds: int, rnd: i
     out = {}
     for cls in ports:
         journal = list((tmp / f"run-{cls}-{rnd}" / "journal").glob("*.jsonl"))
+        outcomes = Counter(json.loads(line)["outcome"] for f in journal for line in f.read_bytes().splitlines()
+                           if b'"error":"interrupted' not in line)
         out[cls] = {"requests": end[cls][1] - start[cls][1], "seconds": t1 - t0, "cpu_s": end[cls][0] - start[cls][0],
                     "journal_bytes": sum(f.stat().st_size for f in journal),
-                    "journal_lines": sum(f.read_bytes().count(b"\n") for f in journal)}
+                    "journal_lines": sum(f.read_bytes().count(b"\n") for f in journal), "outcomes": outcomes}
     return out
 
 
@@ -273,8 +278,13 @@ def main() -> int:
     print(f"  per-process ceiling at one full core: plain {1000 / plain_ms:.0f} req/s, "
           f"ChatUser {1000 / chat_ms:.0f} turns/s")
     lines = sum(r["ChatUser"]["journal_lines"] for r in rounds)
+    outcomes = sum((r["ChatUser"]["outcomes"] for r in rounds), Counter())
     print(f"  journal: {lines} records, "
-          f"{sum(r['ChatUser']['journal_bytes'] for r in rounds) / max(lines, 1):.0f} bytes/turn")
+          f"{sum(r['ChatUser']['journal_bytes'] for r in rounds) / max(lines, 1):.0f} bytes/turn; outcomes "
+          + ", ".join(f"{k} {v}" for k, v in outcomes.most_common()) + " (turns in flight at the stop left out)")
+    if outcomes["ok"] < sum(outcomes.values()):  # a fast ChatUser that fails its turns measures nothing
+        print("bench_chatuser: ChatUser turns that were not ok against an instant server: the figures are void")
+        return 1
     return 0
 
 

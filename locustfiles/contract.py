@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+_MISSING = object()
+
+
 class NoReply(ValueError):
     """The response has no reply text at the configured place (not JSON, or the field is missing)."""
 
@@ -45,6 +48,16 @@ class ChatContract:
 
     def reply(self, payload) -> str:
         """The reply text inside a decoded JSON response; NoReply when it is not there."""
+        field = self.reply_field
+        if type(payload) is dict and "." not in field:  # the hot, common case: a top-level field
+            value = payload.get(field, _MISSING)
+            if type(value) is str:
+                return value
+            if value is _MISSING:
+                raise NoReply(f"no reply field {field!r}")
+            if not isinstance(value, str):
+                raise NoReply(f"reply field {field!r} is not text")
+            return value
         value = payload
         for part in self.reply_field.split("."):
             if isinstance(value, dict) and part in value:

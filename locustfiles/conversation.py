@@ -10,26 +10,43 @@ Outcomes follow Jepsen: ``ok`` 2xx with a reply; ``fail`` the request never left
 refused, name not resolved); ``info`` anything after which the bot may or may not have stored
 the turn (timeout, reset, any non-2xx status, a 2xx without a readable reply, a turn still in
 flight when the test stopped).
+
+The request path (docs/locust.md "Performance"): a turn sends what ``self.client.post(path,
+json=body)`` sends, on the same connections, but not through Locust's per-request wrapper and
+``catch_response`` (the ``request`` event is fired once, by hand, with the verdict already known)
+nor through ``UserAgent.urlopen`` while its cookie and redirect layers would do nothing (``send``).
+tests/test_locust_wire.py checks the bytes on the wire and the outcomes against Locust's own path.
 """
 from __future__ import annotations
 
 import logging
 import os
 import random
-import time
+from time import perf_counter, time
 
 import gevent
 from gevent import GreenletExit
-from gevent.pool import Group
+from geventhttpclient.header import Headers
+from geventhttpclient.url import URL
 from locust import FastHttpUser, task
+from locust.contrib.fasthttp import FAILURE_EXCEPTIONS, ErrorResponse, FastHttpSession, FastRequest, FastResponse
+from locust.exception import CatchResponseError
 
-from locustfiles.judge import crosstalk, recall
-from locustfiles.outcome import read_response
+from locustfiles.contract import ChatContract
+from locustfiles.journal import dumps
+from locustfiles.judge import crosstalk
+from locustfiles.outcome import judge_response
 from locustfiles.script import MAX_BURST
 from oracle.tokens import make_token, new_nonce, new_session_id
 
 log = logging.getLogger("goldfish")
 CROSSTALK_LOG_LIMIT = 10  # per process: the first few cross-talks are logged with their source
+INTERRUPTED = "interrupted: the test stopped with this turn in flight"
+REQUEST_NAMES = {kind: f"chat {kind}" for kind in ("plant", "probe", "chatter", "burst")}
+# What FastHttpSession.request adds to a ``json=`` request unless the caller set it (pinned
+# against Locust itself by tests/test_locust_wire.py).
+LOCUST_JSON_HEADERS = (("Accept-Encoding", "gzip, deflate, br"), ("Content-Type", "application/json"),
+                       ("Accept", "application/json"))
 
 
 class Amnesia(Exception):
@@ -44,6 +61,41 @@ AMNESIA = Amnesia("amnesia")
 CROSSTALK = CrossTalk("reply carries another session's token or nonce (source session in the journal)")
 
 
+def locust_headers(headers: dict | None, auth_header: str | None) -> dict:
+    """A new dict: the headers ``FastHttpSession.request`` sends with a ``json=`` body."""
+    out = dict(headers) if headers else {}
+    if auth_header:  # credentials in --host
+        out["Authorization"] = auth_header
+    for name, value in LOCUST_JSON_HEADERS:
+        if name not in out and name.lower() not in out:
+            out[name] = value
+    return out
+
+
+class Wire:
+    """What a turn sends, worked out once per contract (the web UI or a worker's test_start may
+    swap the contract between runs): the URL and the headers template."""
+
+    def __init__(self, contract: ChatContract, client: FastHttpSession):
+        self.contract = contract
+        self.url = client._build_url(contract.path)  # noqa: SLF001 - Locust's own base-URL join (pinned by a test)
+        self.url_split = URL(self.url)
+        # the request target LocustUserAgent._urlopen sends (quoted_uri since geventhttpclient 2.3.4)
+        self.uri = getattr(self.url_split, "quoted_uri", self.url_split.request_uri)
+        self.auth_header = client.auth_header
+        self.simple = not contract.session_header and not contract.headers and \
+            "." not in contract.message_field + contract.session_field
+        self.headers = locust_headers(None, self.auth_header)  # the simple contract's, copied per turn
+
+    def request(self, session: str, message: str) -> tuple[bytes, dict]:
+        """The body and a fresh headers dict (urlopen's error path writes into the dict it is given)."""
+        contract = self.contract
+        if self.simple:
+            return dumps({contract.session_field: session, contract.message_field: message}), self.headers.copy()
+        body, headers = contract.request(session, message)
+        return dumps(body), locust_headers(headers, self.auth_header)
+
+
 class ChatUser(FastHttpUser):
     """A user who holds whole conversations from a script (``--script``), one per iteration."""
 
@@ -54,6 +106,8 @@ class ChatUser(FastHttpUser):
         self.network_timeout = self.connection_timeout = self.rt.settings.timeout
         super().__init__(environment)
         self.user_id = f"{os.getpid()}-u{self.rt.next_user_id()}"
+        self._wire: Wire | None = None
+        self._lean = True  # False once the bot redirected: then every turn goes through urlopen
 
     def wait_time(self):
         return self.think()
@@ -62,6 +116,12 @@ class ChatUser(FastHttpUser):
         low, high = self.rt.settings.think
         return low if low == high else random.uniform(low, high)
 
+    def wire(self) -> Wire:
+        wire = self._wire
+        if wire is None or wire.contract is not self.rt.contract:
+            wire = self._wire = Wire(self.rt.contract, self.client)
+        return wire
+
     @task
     def conversation(self) -> None:
         rt = self.rt
@@ -69,79 +129,159 @@ class ChatUser(FastHttpUser):
         facts: dict[str, tuple[list[str], bool]] = {}  # fact -> (acceptable nonces, latest last; maybe absent)
         turn = 0
         steps = rt.script.steps
+        pause = rt.settings.think[1] > 0
         for i, step in enumerate(steps):
             kind = step.kind
             if kind == "think":
                 gevent.sleep(random.uniform(*step.think))
                 continue
             if kind == "burst":
-                group = Group()
-                for k in range(step.turns):
-                    group.spawn(self.turn, session, turn + k, "burst", self.chatter_line(None), None, None, facts)
-                try:
-                    group.join()
-                except GreenletExit:
-                    group.kill()  # each in-flight burst turn journals itself as interrupted
-                    raise
+                self.burst(session, turn, step.turns, facts)
                 turn += step.turns
-            elif kind == "plant":
-                nonce = new_nonce()
-                message = f"[{make_token(session, turn)}] My {step.fact} is {nonce}."
-                self.turn(session, turn, "plant", message, step.fact, nonce, facts)
-                turn += 1
-            elif kind == "probe":
-                message = f"[{make_token(session, turn)}] What is my {step.fact}?"
-                self.turn(session, turn, "probe", message, step.fact, None, facts)
-                turn += 1
             else:
-                self.turn(session, turn, "chatter", self.chatter_line(step.text), None, None, facts)
+                token = make_token(session, turn)
+                if kind == "plant":
+                    nonce = new_nonce()
+                    self.turn(session, turn, token, kind, f"[{token}] My {step.fact} is {nonce}.", step.fact, nonce,
+                              facts)
+                elif kind == "probe":
+                    self.turn(session, turn, token, kind, f"[{token}] What is my {step.fact}?", step.fact, None, facts)
+                else:
+                    self.turn(session, turn, token, kind, f"[{token}] {step.text or self.chatter_line(None)}", None,
+                              None, facts)
                 turn += 1
-            if i + 1 < len(steps) and rt.settings.think[1] > 0:
+            if pause and i + 1 < len(steps):
                 gevent.sleep(self.think())
+
+    def burst(self, session: str, first: int, turns: int, facts: dict) -> None:
+        """``turns`` turns of one session at once: one greenlet per turn, all joined."""
+        greenlets = []
+        for k in range(first, first + turns):
+            token = make_token(session, k)
+            greenlets.append(gevent.spawn(self.turn, session, k, token, "burst", f"[{token}] {self.chatter_line(None)}",
+                                          None, None, facts))
+        try:
+            gevent.joinall(greenlets)
+        except GreenletExit:
+            gevent.killall(greenlets)  # each in-flight burst turn journals itself as interrupted
+            raise
 
     def chatter_line(self, text: str | None) -> str:
         return text or random.choice(self.rt.script.chatter)
 
-    def turn(self, session: str, turn: int, kind: str, message: str, fact: str | None,
+    def turn(self, session: str, turn: int, token: str, kind: str, message: str, fact: str | None,
              nonce: str | None, facts: dict) -> None:
-        """Send one turn, judge it, fire its events and journal it (also when interrupted)."""
+        """Send one turn (``message`` already carries ``token``), judge it, fire its events and
+        journal it (also when interrupted)."""
         rt = self.rt
-        token = make_token(session, turn)
-        if kind in ("chatter", "burst"):
-            message = f"[{token}] {message}"
         if kind == "plant":
             rt.plants.add(nonce, session)
-        if kind == "probe" and fact in facts:
+        elif kind == "probe" and fact in facts:
             nonce = facts[fact][0][-1]
-        body, headers = rt.contract.request(session, message)
-        record = {"run": rt.settings.run_id, "session": session, "turn": turn, "kind": kind, "token": token,
-                  "message": message, "fact": fact, "nonce": nonce, "sent": time.time(), "received": None,
-                  "outcome": "info", "status": None, "reply": None, "error": None, "verdict": None,
-                  "crosstalk": [], "step": rt.step, "user": self.user_id}
-        start = time.perf_counter()
+        wire = self.wire()
+        payload, headers = wire.request(session, message)
+        sent = time()
+        start = perf_counter()
         try:
-            with self.client.post(rt.contract.path, json=body, headers=headers, name=f"chat {kind}",
-                                  catch_response=True) as resp:
-                record["received"] = time.time()
-                status, content, error = resp.status_code, None, getattr(resp, "error", None)
-                if status:
-                    try:
-                        content = resp.content
-                    except Exception as exc:  # noqa: BLE001 - body lost mid-read: indeterminate
-                        status, error = 0, exc
-                read_response(status, content, error, rt.contract, record)
-                if record["outcome"] == "ok":
-                    resp.success()
-                else:
-                    resp.failure(record["error"])
+            resp, status, content, error = self.send(wire, payload, headers)
         except GreenletExit:
-            record["received"] = time.time()
-            record["error"] = "interrupted: the test stopped with this turn in flight"
-            self.finish(record, fact, nonce, facts, 0.0)
+            self.finish(session, turn, token, kind, message, fact, nonce, sent, time(), "info", None, None,
+                        INTERRUPTED, facts, 0.0)
             raise
-        self.finish(record, fact, nonce, facts, (time.perf_counter() - start) * 1000)
+        response_ms = (perf_counter() - start) * 1000
+        received = time()
+        outcome, reply, error_text = judge_response(status, content, error, rt.contract)
+        self.environment.events.request.fire(
+            request_type="POST", name=REQUEST_NAMES[kind], response_time=response_ms,
+            response_length=len(content) if content else 0,
+            exception=None if outcome == "ok" else CatchResponseError(error_text),
+            context=self.context(), response=resp, start_time=sent, url=wire.url)
+        self.finish(session, turn, token, kind, message, fact, nonce, sent, received, outcome, status or None, reply,
+                    error_text, facts, response_ms)
 
-    def finish(self, record: dict, fact, nonce, facts: dict, response_ms: float) -> None:
+    def send(self, wire: Wire, payload: bytes, headers: dict) -> tuple:
+        """POST one turn: (response, status (0: no HTTP response), body, error).
+
+        What ``UserAgent.urlopen`` does for a POST, minus the layers a turn does not need while
+        they would do nothing: no cookie to add (the jar is empty; a response that sets one is
+        fed to the jar, and from then on this user goes through urlopen itself), no redirect (the
+        first one is followed the way urlopen follows it, and this user goes through urlopen from
+        then on), no retry (urlopen never retries a POST). Same client, same headers, same errors
+        (urlopen's own error hooks), same response type. tests/test_locust_wire.py checks both
+        paths put the same bytes on the wire and give the same outcomes."""
+        ua = self.client.client
+        jar = ua.cookiejar
+        if not self._lean or (jar is not None and len(jar)):
+            return self.send_urlopen(wire.url, payload, headers)
+        req_headers = ua.default_headers.copy()  # a new Headers each turn, as urlopen builds it
+        req_headers.update(headers)
+        try:
+            try:
+                raw = ua.clientpool.get_client(wire.url_split).request("POST", wire.uri, body=payload,
+                                                                       headers=req_headers)
+            except GreenletExit:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - exactly urlopen's handling of a POST that failed
+                raise ua._handle_retries_exceeded(wire.url, last_error=ua._handle_error(exc, url=wire.url))  # noqa: SLF001
+            resp = FastResponse(raw, sent_request=getattr(raw, "_sent_request", None))
+            if jar is not None and ("set-cookie" in resp.headers or "set-cookie2" in resp.headers):
+                jar.extract_cookies(resp, FastRequest(wire.url, method="POST", headers=req_headers, payload=payload))
+            status = resp.status_code
+            if status in ua.redirect_response_codes and ua.max_redirects > 0 and \
+                    isinstance(resp.headers.get("location"), str):
+                self._lean = False  # a redirecting bot: urlopen from now on; this turn goes on as urlopen would
+                request = FastRequest(wire.url, method="POST", headers=req_headers, payload=payload)
+                resp.release()
+                request.redirect(status, resp.headers.get("location"))
+                return self.send_urlopen(request.url, request.payload, request.headers, request.method,
+                                         ua.max_redirects - 1)
+            try:
+                ua._verify_status(status, url=wire.url)  # noqa: SLF001 - Locust's accepted codes
+            except Exception as exc:  # noqa: BLE001
+                exc.response = resp
+                raise
+        except FAILURE_EXCEPTIONS as exc:
+            return self.error_response(wire.url, payload, headers, exc)
+        try:
+            content = resp.content
+        except Exception as exc:  # noqa: BLE001 - body lost mid-read: indeterminate
+            return resp, 0, None, exc
+        return resp, status, content, None
+
+    def send_urlopen(self, url: str, payload, headers, method: str = "POST", max_redirects: int | None = None) -> tuple:
+        """The turn through ``UserAgent.urlopen`` (what FastHttpSession.request calls)."""
+        try:
+            resp = self.client.client.urlopen(url, method=method, headers=headers, payload=payload,
+                                              max_redirects=max_redirects)
+        except FAILURE_EXCEPTIONS as exc:
+            return self.error_response(url, payload, headers, exc, method)
+        try:
+            content = resp.content
+        except Exception as exc:  # noqa: BLE001 - body lost mid-read: indeterminate
+            return resp, 0, None, exc
+        return resp, resp.status_code, content, None
+
+    @staticmethod
+    def error_response(url: str, payload, headers, exc: BaseException, method: str = "POST") -> tuple:
+        """What FastHttpSession makes of a failed urlopen: the response if there was one, else a
+        stand-in (built on a copy of the headers: geventhttpclient's request builder writes into
+        the mapping it is given, which is how a shared headers dict once turned every later turn
+        into an HTTP 422)."""
+        resp = getattr(exc, "response", None)
+        if resp is None:
+            resp = ErrorResponse(FastRequest(url, method=method, headers=Headers(headers), payload=payload), exc)
+        resp.error = exc
+        status = resp.status_code
+        if not status:
+            return resp, 0, None, exc
+        try:
+            content = resp.content
+        except Exception as read_error:  # noqa: BLE001 - body lost mid-read: indeterminate
+            return resp, 0, None, read_error
+        return resp, status, content, exc
+
+    def finish(self, session: str, turn: int, token: str, kind: str, message: str, fact, nonce, sent: float,
+               received: float, outcome: str, status, reply, error, facts: dict, response_ms: float) -> None:
         """Online judgement and the journal line; no gevent switch happens in here.
 
         ``facts[fact]`` is (acceptable nonces, maybe absent). An ``ok`` plant is certain; an
@@ -149,7 +289,7 @@ class ChatUser(FastHttpUser):
         new one, and when no plant of the fact is certain, "I don't know" is no evidence of
         amnesia either: the verdict stays null (indeterminate) and no RECALL event fires."""
         rt = self.rt
-        kind, outcome, reply = record["kind"], record["outcome"], record["reply"]
+        verdict, sources = None, []
         if kind == "plant" and outcome != "fail":
             if outcome == "ok":
                 facts[fact] = ([nonce], False)
@@ -157,23 +297,28 @@ class ChatUser(FastHttpUser):
                 nonces, maybe_absent = facts.get(fact, ([], True))
                 facts[fact] = (nonces + [nonce], maybe_absent)
         if outcome == "ok":
-            fire = self.environment.events.request.fire
             if kind == "probe" and nonce is not None:
                 nonces, maybe_absent = facts[fact]
-                passed = any(recall(reply, n) for n in nonces)  # nonces ends with the latest plant
+                passed = any(n in reply for n in nonces)  # nonces ends with the latest plant
                 if passed or not maybe_absent:
-                    record["verdict"] = "pass" if passed else "amnesia"
-                    fire(request_type="RECALL", name=fact, response_time=response_ms, response_length=len(reply),
-                         exception=None if passed else AMNESIA, context={"session": record["session"]})
-            sources = crosstalk(reply, record["session"], rt.plants)
-            if sources:
-                record["crosstalk"] = sources
-                fire(request_type="CROSSTALK", name="reply", response_time=response_ms,
-                     response_length=len(reply), exception=CROSSTALK,
-                     context={"session": record["session"], "sources": sources})
-                if rt.crosstalk_logged < CROSSTALK_LOG_LIMIT:
-                    rt.crosstalk_logged += 1
-                    log.warning("cross-talk: session %s turn %s got a reply carrying %s",
-                                record["session"], record["turn"], ", ".join(sources))
+                    verdict = "pass" if passed else "amnesia"
+                    self.environment.events.request.fire(
+                        request_type="RECALL", name=fact, response_time=response_ms, response_length=len(reply),
+                        exception=None if passed else AMNESIA, context={"session": session})
+            if "gf" in reply or "-" in reply:  # every token starts with "gf", every nonce has a dash
+                sources = crosstalk(reply, session, rt.plants)
+                if sources:
+                    self.environment.events.request.fire(
+                        request_type="CROSSTALK", name="reply", response_time=response_ms,
+                        response_length=len(reply), exception=CROSSTALK,
+                        context={"session": session, "sources": sources})
+                    if rt.crosstalk_logged < CROSSTALK_LOG_LIMIT:
+                        rt.crosstalk_logged += 1
+                        log.warning("cross-talk: session %s turn %s got a reply carrying %s", session, turn,
+                                    ", ".join(sources))
         if rt.journal is not None:
-            rt.journal.record(record)
+            rt.journal.record({
+                "run": rt.settings.run_id, "session": session, "turn": turn, "kind": kind, "token": token,
+                "message": message, "fact": fact, "nonce": nonce, "sent": sent, "received": received,
+                "outcome": outcome, "status": status, "reply": reply, "error": error, "verdict": verdict,
+                "crosstalk": sources, "step": rt.step, "user": self.user_id})

@@ -31,24 +31,26 @@ def classify_error(exc: BaseException | None) -> tuple[str, str]:
     return "info", f"connection error: {type(exc).__name__}"
 
 
-def read_response(status: int, content: bytes | None, error: BaseException | None, contract: ChatContract,
-                  record: dict) -> None:
-    """Fill ``outcome``, ``status``, ``reply`` and ``error`` of a journal record."""
+def judge_response(status: int, content: bytes | None, error: BaseException | None,
+                   contract: ChatContract) -> tuple[str, str | None, str | None]:
+    """(outcome, reply, error text) of one turn from what came back (status 0: no HTTP response)."""
     if not status:
-        record["outcome"], record["error"] = classify_error(error)
-        return
-    record["status"] = status
+        outcome, text = classify_error(error)
+        return outcome, None, text
     if not 200 <= status < 300:
-        record["error"] = f"HTTP {status}"
-        return
+        return "info", None, f"HTTP {status}"
     try:
         payload = _loads(content or b"")
     except ValueError:
-        record["error"] = "reply is not JSON"
-        return
+        return "info", None, "reply is not JSON"
     try:
-        record["reply"] = contract.reply(payload)
+        return "ok", contract.reply(payload), None
     except NoReply as exc:
-        record["error"] = str(exc)
-        return
-    record["outcome"] = "ok"
+        return "info", None, str(exc)
+
+
+def read_response(status: int, content: bytes | None, error: BaseException | None, contract: ChatContract,
+                  record: dict) -> None:
+    """Fill ``outcome``, ``status``, ``reply`` and ``error`` of a journal record."""
+    record["outcome"], record["reply"], record["error"] = judge_response(status, content, error, contract)
+    record["status"] = status or None

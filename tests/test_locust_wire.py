@@ -1,0 +1,320 @@
+"""ChatUser's request path against Locust's own: the same bytes on the wire, the same outcomes.
+
+A turn does not go through ``FastHttpSession.request`` (catch_response, per-request wrapper)
+nor, while nothing needs it, through ``UserAgent.urlopen`` (docs/locust.md "Performance"). These
+tests pin what that path must keep equal to Locust's, against a real raw HTTP server on loopback
+that records every request it gets and answers what each test tells it to: the request head and
+body, cookies, redirects, bad statuses, timeouts, refused and dropped connections. They also pin
+the Locust internals the path relies on (the headers FastHttpSession adds, its base-URL join).
+
+Locust must be imported before anything imports ssl (it monkey-patches at import), and pytest's
+plugins import ssl first; so the checks run in a fresh interpreter that patches first, started by
+the one test pytest collects here: ``test_request_path_matches_locusts``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+
+import pytest
+
+INNER = os.environ.get("GOLDFISH_WIRE_CHECKS") == "1"
+if INNER:
+    import gevent
+    from gevent.server import StreamServer
+
+    from locustfiles.conversation import ChatUser, locust_headers
+    from locustfiles.outcome import judge_response
+
+
+def test_request_path_matches_locusts():
+    if INNER:
+        pytest.skip("this is the inner run")
+    code = ("from gevent import monkey; monkey.patch_all()\n"
+            "import sys, pytest\n"
+            "sys.exit(pytest.main([sys.argv[1], '-q', '-p', 'no:cacheprovider']))")
+    proc = subprocess.run([sys.executable, "-c", code, __file__], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "GOLDFISH_WIRE_CHECKS": "1"}, cwd=os.path.dirname(__file__))
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert " passed" in proc.stdout and " failed" not in proc.stdout, proc.stdout[-3000:]
+
+
+# ---- a raw HTTP server that records requests and answers from a script -----------------------
+class RawServer:
+    """Answers each request with ``handler(path, head, body)`` -> bytes to send, or "close" (close
+    without a response), "reset" (RST), "hang" (never answer). Keeps every raw request."""
+
+    def __init__(self, handler):
+        self.handler, self.requests = handler, []
+        self.server = StreamServer(("127.0.0.1", 0), self._serve)
+        self.server.start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def _serve(self, sock, _addr):
+        buf = b""
+        while True:
+            while b"\r\n\r\n" not in buf:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                buf += data
+            head, buf = buf.split(b"\r\n\r\n", 1)
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            while len(buf) < length:
+                buf += sock.recv(65536)
+            body, buf = buf[:length], buf[length:]
+            self.requests.append((head, body))
+            path = head.split(b" ")[1].decode()
+            answer = self.handler(path, head, body)
+            if answer == "close":
+                sock.close()
+                return
+            if answer == "reset":
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()
+                return
+            if answer == "hang":
+                gevent.sleep(30)
+                return
+            sock.sendall(answer)
+
+    def stop(self):
+        self.server.stop(timeout=0)
+
+
+def response(status: str = "200 OK", body: bytes = b'{"reply": "Noted."}', headers=()) -> bytes:
+    head = [f"HTTP/1.1 {status}", "Content-Type: application/json", f"Content-Length: {len(body)}", *headers]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+@pytest.fixture
+def raw_server():
+    servers = []
+
+    def start(handler):
+        server = RawServer(handler)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def make_user(host: str, *args: str, timeout: float = 5.0) -> ChatUser:
+    """A ChatUser in this process, with goldfish's options parsed as Locust would (no journal)."""
+    from locust import events
+    from locust.argument_parser import get_parser
+    from locust.env import Environment
+
+    from locustfiles import hooks  # noqa: F401 - registers goldfish's options
+    from locustfiles.options import Settings
+    from locustfiles.runtime import Runtime
+
+    options = get_parser().parse_args(["--timeout", str(timeout), *args])
+    user_class = type("WireUser", (ChatUser,), {"host": host})
+    env = Environment(user_classes=[user_class], host=host, events=events)
+    env.goldfish = Runtime.from_settings(Settings.from_options(options))
+    return user_class(env)
+
+
+def send(user: ChatUser, lean: bool, session: str = "gf0123456789abcdef", message: str = "[gf0123456789abcdeft0] hi"):
+    """One turn's request through the lean path or through urlopen:
+    (status, outcome, reply, error text, type of the error urlopen would raise)."""
+    user._lean = lean
+    wire = user.wire()
+    payload, headers = wire.request(session, message)
+    _resp, status, content, error = user.send(wire, payload, headers)
+    return (status,) + judge_response(status, content, error, user.rt.contract) + (type(error).__name__,)
+
+
+def heads(server: RawServer) -> list[list[bytes]]:
+    return [head.split(b"\r\n") for head, _body in server.requests]
+
+
+# ---- Locust internals the path relies on -----------------------------------------------------
+@pytest.mark.parametrize("given", [None, {"Authorization": "Bearer x", "X-Tenant": "t"},
+                                   {"content-type": "text/plain", "ACCEPT": "*/*"}, {"Accept-Encoding": "identity"}])
+@pytest.mark.parametrize("host", ["http://127.0.0.1:9", "http://user:p%40ss@127.0.0.1:9"])
+def test_locust_headers_are_the_headers_fasthttpsession_sends(given, host):
+    from locust.contrib.fasthttp import FastHttpSession
+
+    seen = {}
+
+    class Sent(Exception):
+        pass
+
+    def capture(method, url, **kw):
+        seen.update(kw, url=url)
+        raise Sent
+
+    session = FastHttpSession(host, request_event=None, user=None)
+    session._send_request_safe_mode = capture
+    with pytest.raises(Sent):
+        session.request("POST", "/chat", json={"a": 1}, headers=dict(given) if given else None)
+    assert seen["headers"] == locust_headers(given, session.auth_header)
+    assert list(seen["headers"]) == list(locust_headers(given, session.auth_header))  # same order
+    assert seen["url"] == session._build_url("/chat")
+
+
+# ---- the same bytes on the wire --------------------------------------------------------------
+def test_lean_path_sends_the_request_urlopen_sends_and_locust_post_sends(raw_server):
+    server = raw_server(lambda path, head, body: response())
+    user = make_user(server.url)
+    assert send(user, lean=True) == send(user, lean=False) == (200, "ok", "Noted.", None, "NoneType")
+    user.client.post("/chat", json={"session_id": "gf0123456789abcdef", "message": "[gf0123456789abcdeft0] hi"})
+    (lean_head, lean_body), (urlopen_head, urlopen_body), (locust_head, locust_body) = server.requests
+    assert lean_head == urlopen_head and lean_body == urlopen_body  # byte for byte
+    # Locust's own post: same request line and headers, the same JSON (its encoder adds spaces)
+    strip = lambda head: [h for h in head.split(b"\r\n") if not h.lower().startswith(b"content-length")]  # noqa: E731
+    assert strip(lean_head) == strip(locust_head)
+    assert json.loads(lean_body) == json.loads(locust_body)
+    assert b"Content-Type: application/json" in lean_head.split(b"\r\n")
+
+
+def test_contract_with_headers_and_credentials_in_the_host_sends_what_locust_sends(raw_server):
+    server = raw_server(lambda path, head, body: response(body=b'{"data": {"text": "yo"}}'))
+    host = server.url.replace("http://", "http://me:s%3Acret@")
+    user = make_user(host, "--chat-path", "/v2/chat?x=1", "--message-field", "input.text", "--session-header",
+                     "X-Conv", "--header", "X-Tenant: t", "--header", "Authorization: Bearer mine",
+                     "--reply-field", "data.text")
+    assert send(user, lean=True) == send(user, lean=False) == (200, "ok", "yo", None, "NoneType")
+    user.client.post("/v2/chat?x=1", json={"input": {"text": "[gf0123456789abcdeft0] hi"}},
+                     headers={"X-Tenant": "t", "Authorization": "Bearer mine", "X-Conv": "gf0123456789abcdef"})
+    (lean_head, lean_body), (urlopen_head, urlopen_body), (locust_head, _) = server.requests
+    assert lean_head == urlopen_head and lean_body == urlopen_body
+    strip = lambda head: [h for h in head.split(b"\r\n") if not h.lower().startswith(b"content-length")]  # noqa: E731
+    assert strip(lean_head) == strip(locust_head)
+    assert lean_head.startswith(b"POST /v2/chat?x=1 HTTP/1.1")
+
+
+def test_headers_template_is_never_written_into_by_any_path(raw_server):
+    """The 422 regression at unit level: every path, also the error ones, leaves the template alone."""
+    answers = iter(["close", "reset", response("503 Service Unavailable", b"busy"), response()])
+    server = raw_server(lambda path, head, body: next(answers))
+    user = make_user(server.url)
+    wire = user.wire()
+    template = dict(wire.headers)
+    results = [send(user, lean=True) for _ in range(4)]
+    assert [r[1] for r in results] == ["info", "info", "info", "ok"], results
+    assert wire.headers == template
+    user._lean = False
+    refused = make_user("http://127.0.0.1:9")
+    for lean in (True, False):
+        assert send(refused, lean)[1:] == ("fail", None, "connection refused", "ConnectionRefusedError")
+    assert refused.wire().headers == template
+    assert all(b"Content-Type: application/json" in h for h, _ in server.requests)
+
+
+# ---- the same outcomes -----------------------------------------------------------------------
+ANSWERS = {
+    "ok": lambda: response(),
+    "503": lambda: response("503 Service Unavailable", b"down"),
+    "404": lambda: response("404 Not Found", b'{"detail": "no"}'),
+    "not json": lambda: response(body=b"hello"),
+    "no field": lambda: response(body=b'{"answer": "x"}'),
+    "closed": lambda: "close",
+    "reset": lambda: "reset",
+    "gzip": lambda: None,  # below
+}
+
+
+@pytest.mark.parametrize("case", sorted(ANSWERS))
+def test_lean_path_and_urlopen_give_the_same_outcome(raw_server, case):
+    import gzip
+
+    def handler(path, head, body):
+        if case == "gzip":
+            data = gzip.compress(b'{"reply": "zipped"}')
+            return response(body=data, headers=("Content-Encoding: gzip",))
+        return ANSWERS[case]()
+
+    server = raw_server(handler)
+    user = make_user(server.url)
+    lean, urlopen = send(user, lean=True), send(user, lean=False)
+    assert lean == urlopen, (lean, urlopen)
+
+
+def test_timeout_is_the_same_on_both_paths(raw_server):
+    server = raw_server(lambda path, head, body: "hang")
+    user = make_user(server.url, timeout=0.3)
+    assert send(user, lean=True) == send(user, lean=False) == (0, "info", None, "timeout", "RetriesExceeded")
+
+
+def test_a_cookie_set_by_the_bot_is_sent_back_on_later_turns(raw_server):
+    server = raw_server(lambda path, head, body: response(headers=("Set-Cookie: sticky=bot-2; Path=/",)))
+    user = make_user(server.url)
+    for _ in range(3):
+        assert send(user, lean=True)[1] == "ok"
+    cookies = [[h for h in head if h.lower().startswith(b"cookie:")] for head in heads(server)]
+    assert cookies == [[], [b"Cookie: sticky=bot-2"], [b"Cookie: sticky=bot-2"]]
+
+
+@pytest.mark.parametrize("code,method", [(308, b"POST"), (307, b"POST"), (302, b"GET"), (301, b"GET"), (303, b"GET")])
+def test_a_redirect_is_followed_as_urlopen_follows_it(raw_server, code, method):
+    def handler(path, head, body):
+        if path == "/chat":
+            return response(f"{code} Moved", b"", headers=("Location: /v2/chat",))
+        return response(body=json.dumps({"reply": f"{head.split(b' ')[0].decode()} {len(body)}"}).encode())
+
+    server = raw_server(handler)
+    lean_user, urlopen_user = make_user(server.url), make_user(server.url)
+    lean = send(lean_user, lean=True)
+    after_lean = len(server.requests)
+    urlopen = send(urlopen_user, lean=False)
+    assert lean == urlopen and lean[1] == "ok", (lean, urlopen)
+    assert lean[2].startswith(method.decode())
+    # the two paths asked the server for the same things, in the same way
+    first, second = server.requests[:after_lean], server.requests[after_lean:]
+    assert [(h, b) for h, b in first] == [(h, b) for h, b in second]
+    assert not lean_user._lean  # a redirecting bot: urlopen from then on
+    before = len(server.requests)
+    assert send(lean_user, lean=lean_user._lean) == lean  # through urlopen now: the same again
+    assert [h.split(b" ")[:2] for h, _ in server.requests[before:]] == [[b"POST", b"/chat"], [method, b"/v2/chat"]]
+
+
+def test_cookies_from_a_redirect_response_are_kept(raw_server):
+    def handler(path, head, body):
+        if path == "/chat":
+            return response("307 Temporary Redirect", b"", headers=("Location: /v2/chat", "Set-Cookie: a=1; Path=/"))
+        return response()
+
+    server = raw_server(handler)
+    user = make_user(server.url)
+    assert send(user, lean=True)[1] == "ok"
+    assert [h for h in heads(server)[1] if h.lower().startswith(b"cookie:")] == [b"Cookie: a=1"]
+    assert len(user.client.client.cookiejar) == 1
+
+
+def test_the_request_event_is_fired_once_per_turn_with_locusts_fields(raw_server, tmp_path):
+    answers = iter([response(), response("500 Internal Server Error", b"x")])
+    server = raw_server(lambda path, head, body: next(answers))
+    user = make_user(server.url)
+    fired = []
+    user.environment.events.request.add_listener(lambda **kw: fired.append(kw))
+    facts = {}
+    user.turn("gf0123456789abcdef", 0, "gf0123456789abcdeft0", "chatter", "[gf0123456789abcdeft0] hi", None, None,
+              facts)
+    user.turn("gf0123456789abcdef", 1, "gf0123456789abcdeft1", "chatter", "[gf0123456789abcdeft1] hi", None, None,
+              facts)
+    assert [(e["request_type"], e["name"]) for e in fired] == [("POST", "chat chatter")] * 2
+    ok, failed = fired
+    assert ok["exception"] is None and ok["response_length"] == len(b'{"reply": "Noted."}')
+    assert repr(failed["exception"]) == "CatchResponseError('HTTP 500')"
+    for event in fired:
+        assert set(event) == {"request_type", "name", "response_time", "response_length", "exception", "context",
+                              "response", "start_time", "url"}
+        assert event["url"] == f"{server.url}/chat" and event["context"] == {} and event["response_time"] > 0
+
+
+if not INNER:  # collected in the fresh interpreter only (see the module docstring)
+    for _name in [n for n in list(globals()) if n.startswith("test_") and n != "test_request_path_matches_locusts"]:
+        del globals()[_name]
