@@ -8,9 +8,7 @@ unusual bot writes a Locust config file, not Python.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-
-_MISSING = object()
+from functools import cached_property
 
 
 class NoReply(ValueError):
@@ -46,20 +44,14 @@ class ChatContract:
             set_dotted(body, self.session_field, session)
         return body, headers or None
 
+    @cached_property
+    def reply_path(self) -> tuple[str, ...]:
+        return tuple(self.reply_field.split("."))
+
     def reply(self, payload) -> str:
         """The reply text inside a decoded JSON response; NoReply when it is not there."""
-        field = self.reply_field
-        if type(payload) is dict and "." not in field:  # the hot, common case: a top-level field
-            value = payload.get(field, _MISSING)
-            if type(value) is str:
-                return value
-            if value is _MISSING:
-                raise NoReply(f"no reply field {field!r}")
-            if not isinstance(value, str):
-                raise NoReply(f"reply field {field!r} is not text")
-            return value
         value = payload
-        for part in self.reply_field.split("."):
+        for part in self.reply_path:
             if isinstance(value, dict) and part in value:
                 value = value[part]
             elif isinstance(value, list) and part.isdigit() and int(part) < len(value):

@@ -34,7 +34,7 @@ from locust.exception import CatchResponseError
 
 from locustfiles.contract import ChatContract
 from locustfiles.journal import dumps
-from locustfiles.judge import crosstalk
+from locustfiles.judge import crosstalk, recall
 from locustfiles.outcome import judge_response
 from locustfiles.script import MAX_BURST
 from oracle.tokens import make_token, new_nonce, new_session_id
@@ -72,6 +72,14 @@ def locust_headers(headers: dict | None, auth_header: str | None) -> dict:
     return out
 
 
+def with_body(resp, status: int, error: BaseException | None = None) -> tuple:
+    """(response, status, body, error); a body lost mid-read makes the turn indeterminate (status 0)."""
+    try:
+        return resp, status, resp.content, error
+    except Exception as exc:  # noqa: BLE001 - body lost mid-read
+        return resp, 0, None, exc
+
+
 class Wire:
     """What a turn sends, worked out once per contract (the web UI or a worker's test_start may
     swap the contract between runs): the URL and the headers template."""
@@ -83,17 +91,12 @@ class Wire:
         # the request target LocustUserAgent._urlopen sends (quoted_uri since geventhttpclient 2.3.4)
         self.uri = getattr(self.url_split, "quoted_uri", self.url_split.request_uri)
         self.auth_header = client.auth_header
-        self.simple = not contract.session_header and not contract.headers and \
-            "." not in contract.message_field + contract.session_field
-        self.headers = locust_headers(None, self.auth_header)  # the simple contract's, copied per turn
+        self.headers = locust_headers(None, self.auth_header)  # for a contract without headers, copied per turn
 
     def request(self, session: str, message: str) -> tuple[bytes, dict]:
         """The body and a fresh headers dict (urlopen's error path writes into the dict it is given)."""
-        contract = self.contract
-        if self.simple:
-            return dumps({contract.session_field: session, contract.message_field: message}), self.headers.copy()
-        body, headers = contract.request(session, message)
-        return dumps(body), locust_headers(headers, self.auth_header)
+        body, headers = self.contract.request(session, message)
+        return dumps(body), self.headers.copy() if headers is None else locust_headers(headers, self.auth_header)
 
 
 class ChatUser(FastHttpUser):
@@ -242,11 +245,7 @@ class ChatUser(FastHttpUser):
                 raise
         except FAILURE_EXCEPTIONS as exc:
             return self.error_response(wire.url, payload, headers, exc)
-        try:
-            content = resp.content
-        except Exception as exc:  # noqa: BLE001 - body lost mid-read: indeterminate
-            return resp, 0, None, exc
-        return resp, status, content, None
+        return with_body(resp, status)
 
     def send_urlopen(self, url: str, payload, headers, method: str = "POST", max_redirects: int | None = None) -> tuple:
         """The turn through ``UserAgent.urlopen`` (what FastHttpSession.request calls)."""
@@ -255,11 +254,7 @@ class ChatUser(FastHttpUser):
                                               max_redirects=max_redirects)
         except FAILURE_EXCEPTIONS as exc:
             return self.error_response(url, payload, headers, exc, method)
-        try:
-            content = resp.content
-        except Exception as exc:  # noqa: BLE001 - body lost mid-read: indeterminate
-            return resp, 0, None, exc
-        return resp, resp.status_code, content, None
+        return with_body(resp, resp.status_code)
 
     @staticmethod
     def error_response(url: str, payload, headers, exc: BaseException, method: str = "POST") -> tuple:
@@ -274,11 +269,7 @@ class ChatUser(FastHttpUser):
         status = resp.status_code
         if not status:
             return resp, 0, None, exc
-        try:
-            content = resp.content
-        except Exception as read_error:  # noqa: BLE001 - body lost mid-read: indeterminate
-            return resp, 0, None, read_error
-        return resp, status, content, exc
+        return with_body(resp, status, exc)
 
     def finish(self, session: str, turn: int, token: str, kind: str, message: str, fact, nonce, sent: float,
                received: float, outcome: str, status, reply, error, facts: dict, response_ms: float) -> None:
@@ -299,23 +290,22 @@ class ChatUser(FastHttpUser):
         if outcome == "ok":
             if kind == "probe" and nonce is not None:
                 nonces, maybe_absent = facts[fact]
-                passed = any(n in reply for n in nonces)  # nonces ends with the latest plant
+                passed = any(recall(reply, n) for n in nonces)  # nonces ends with the latest plant
                 if passed or not maybe_absent:
                     verdict = "pass" if passed else "amnesia"
                     self.environment.events.request.fire(
                         request_type="RECALL", name=fact, response_time=response_ms, response_length=len(reply),
                         exception=None if passed else AMNESIA, context={"session": session})
-            if "gf" in reply or "-" in reply:  # every token starts with "gf", every nonce has a dash
-                sources = crosstalk(reply, session, rt.plants)
-                if sources:
-                    self.environment.events.request.fire(
-                        request_type="CROSSTALK", name="reply", response_time=response_ms,
-                        response_length=len(reply), exception=CROSSTALK,
-                        context={"session": session, "sources": sources})
-                    if rt.crosstalk_logged < CROSSTALK_LOG_LIMIT:
-                        rt.crosstalk_logged += 1
-                        log.warning("cross-talk: session %s turn %s got a reply carrying %s", session, turn,
-                                    ", ".join(sources))
+            sources = crosstalk(reply, session, rt.plants)
+            if sources:
+                self.environment.events.request.fire(
+                    request_type="CROSSTALK", name="reply", response_time=response_ms,
+                    response_length=len(reply), exception=CROSSTALK,
+                    context={"session": session, "sources": sources})
+                if rt.crosstalk_logged < CROSSTALK_LOG_LIMIT:
+                    rt.crosstalk_logged += 1
+                    log.warning("cross-talk: session %s turn %s got a reply carrying %s", session, turn,
+                                ", ".join(sources))
         if rt.journal is not None:
             rt.journal.record({
                 "run": rt.settings.run_id, "session": session, "turn": turn, "kind": kind, "token": token,

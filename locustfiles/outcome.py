@@ -48,9 +48,3 @@ def judge_response(status: int, content: bytes | None, error: BaseException | No
     except NoReply as exc:
         return "info", None, str(exc)
 
-
-def read_response(status: int, content: bytes | None, error: BaseException | None, contract: ChatContract,
-                  record: dict) -> None:
-    """Fill ``outcome``, ``status``, ``reply`` and ``error`` of a journal record."""
-    record["outcome"], record["reply"], record["error"] = judge_response(status, content, error, contract)
-    record["status"] = status or None
