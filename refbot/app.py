@@ -45,8 +45,9 @@ def create_app(config: Config | None = None) -> FastAPI:
         return {"reply": reply}
 
     @app.get("/sessions/{session_id}/history")
-    async def history(session_id: str) -> dict:
+    async def history(session_id: str, response: Response) -> dict:
         """What this replica's memory holds for the session, oldest first (before prompt building)."""
+        response.headers["X-Refbot-Replica"] = config.replica
         messages = await memory.history(session_id)
         return {"session_id": session_id,
                 "messages": [{"type": m.type, "content": m.content} for m in messages]}

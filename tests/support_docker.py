@@ -134,9 +134,28 @@ class ComposeStack:
                 pass
         return seen
 
+    def serving(self) -> set[str]:
+        """Replica names that read a history from Redis through HAProxy (a handful of tries).
+
+        /healthz is liveness only. A bot that just started, or lost its connection to a
+        restarted Redis, resolves the name `redis` again, and podman's DNS sometimes takes 10-20 s
+        to answer (seen in the bots' logs as "Temporary failure in name resolution"): such a
+        replica is up but cannot serve a turn yet. Reading a history touches Redis, writes nothing.
+        """
+        seen = set()
+        for _ in range(9):
+            try:
+                r = requests.get(self.url + "/sessions/gfreadiness/history", timeout=3)
+                if r.ok:
+                    seen.add(r.headers.get("X-Refbot-Replica"))
+            except requests.RequestException:
+                pass
+        return seen
+
     def wait_replicas(self, n: int, timeout: float = 120) -> None:
-        wait_until(lambda: len(self.replicas()) >= n, timeout=timeout, interval=0.5,
-                   what=f"{n} healthy bot replicas behind HAProxy at {self.url}")
+        """Until ``n`` replicas are healthy behind HAProxy and each can reach Redis."""
+        wait_until(lambda: len(self.replicas()) >= n and len(self.serving()) >= n, timeout=timeout, interval=0.5,
+                   what=f"{n} bot replicas behind HAProxy at {self.url} serving from Redis")
 
     def down(self) -> None:
         self.compose("down", "-v", "-t", "1", timeout=180)
