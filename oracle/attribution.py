@@ -28,7 +28,7 @@ def inside(times: np.ndarray, intervals: list[tuple[float, float]]) -> np.ndarra
 
 def rates(turns: pd.DataFrame, mask) -> dict:
     sub = turns[mask]
-    ok = sub["outcome"] == "ok"
+    ok = sub["ok"]
     return {
         "turns": int(len(sub)),
         "probe_amnesia": wilson(sub["failed_probe"].sum(), sub["answered_probe"].sum()),
@@ -39,7 +39,7 @@ def rates(turns: pd.DataFrame, mask) -> dict:
 
 def loss_causes(turns: pd.DataFrame, faults: list[Fault], run_end: float) -> pd.Series:
     """Fault kind charged with each lost acknowledged turn ("" when no fault came after it)."""
-    lost = turns[turns["lost"] & (turns["outcome"] == "ok")]
+    lost = turns[turns["lost"] & turns["ok"]]
     acked = lost["done"].to_numpy(dtype=float)
     causes = np.full(len(acked), "", dtype=object)
     for fault in sorted(faults, key=lambda f: f.start):  # earliest first: the first fault after the ack wins
@@ -77,7 +77,7 @@ def by_step(turns: pd.DataFrame, steps: list[dict]) -> list[dict]:
         info = known.get(int(step), {})
         start = info.get("start", sub["sent"].min())
         end = info.get("end", sub["done"].max())
-        ok = sub["outcome"] == "ok"
+        ok = sub["ok"]
         span = max(float(end) - float(start), 1e-9)
         out.append({"step": int(step), "users": info.get("users"), "start": float(start), "end": float(end),
                     "acked": int(ok.sum()), "throughput": float(ok.sum()) / span,

@@ -156,13 +156,18 @@ def _jobs(jobs: int | None, store: StoreOptions, sessions: int) -> int:
     if store.on_batch is not None or store.name() != "redis":
         return 1
     if jobs is None:
-        jobs = min(os.cpu_count() or 1, 8) if sessions >= PARALLEL_MIN_SESSIONS else 1
+        jobs = _cores() if sessions >= PARALLEL_MIN_SESSIONS else 1
     return max(1, min(jobs, -(-sessions // store.batch)))
+
+
+def _cores() -> int:
+    return min(os.cpu_count() or 1, 8)
 
 
 def _parallel(run_dir: Path, store: StoreOptions, shape: Shape, journal, sessions: list[str],
               writer: SnapshotWriter, judge: Judge, findings: FindingsWriter, jobs: int):
-    """read_and_judge over ``jobs`` contiguous parts in forked processes, merged in order.
+    """read_and_judge over ``jobs`` contiguous parts (the first here, the others in forked processes),
+    merged in order.
 
     Each part writes its own snapshot file and its findings (without ids) to a part file; the
     parent numbers and explains them in part order, so the result is the serial audit's.
@@ -182,7 +187,7 @@ def _parallel(run_dir: Path, store: StoreOptions, shape: Shape, journal, session
 
     done = batches_done = 0
     error = None
-    for k, result in enumerate(run_parts(work, split(sessions, jobs))):
+    for k, result in enumerate(run_parts(work, split(sessions, jobs), here=True)):
         judge.merge(result["judge"])
         path = audit_dir / f"anomalies.part{k}.tmp"
         with open(path, "rb") as fh:
@@ -213,8 +218,8 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     """Audit one run folder; returns the summary (also written to audit/summary.json).
 
     Reads the store live when ``store`` is given (and snapshots it), else re-audits from
-    ``store/``. ``jobs`` processes read and judge the live store in parallel (None: one per
-    core for a large run, see ``_jobs``). Raises JournalError, SnapshotError or StoreError on
+    ``store/``. ``jobs`` processes decode a large journal (see history.load_journal) and read
+    and judge the live store in parallel (None: one per core for a large run, see ``_jobs``). Raises JournalError, SnapshotError or StoreError on
     input it cannot use.
     """
     with _gc_paused():
@@ -224,7 +229,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
 def _audit_run(run_dir, store, window_s, recovery_s, thresholds, jobs) -> dict:
     run_dir = Path(run_dir)
     clock = time.perf_counter()
-    journal = load_journal(run_dir)
+    journal = load_journal(run_dir, jobs=jobs or _cores())
     timings = {"journal": time.perf_counter() - clock}
     problems = list(journal.problems)
     if store is not None:

@@ -35,8 +35,9 @@ def parser() -> argparse.ArgumentParser:
                    help="dotted path of the message list in the HTTP reply ('' = the reply itself)")
     s.add_argument("--batch", type=int, default=d.batch, help="sessions per pipeline round trip")
     s.add_argument("--no-scan", action="store_true", help="do not SCAN the namespace for foreign keys")
-    s.add_argument("--jobs", type=int, help="processes reading and judging a Redis store in parallel "
-                   "(default: one per core, at most 8, from 20,000 sessions up; 1 below)")
+    s.add_argument("--jobs", type=int, help="processes decoding a journal of 64 MB or more, and reading and judging "
+                   "a Redis store, in parallel (default: one per core, at most 8; the store split from 20,000 "
+                   "sessions up); 1 for one process")
     p.add_argument("--window", type=float, default=5.0, help="window length in seconds (default 5)")
     p.add_argument("--recovery", type=float, default=5.0, help="recovery margin after each fault, s (default 5)")
     t = p.add_argument_group("thresholds (exit 1 when crossed)")

@@ -5,7 +5,7 @@ are small; scipy computes it (``binomtest(k, n).proportion_ci(method="wilson")``
 """
 from __future__ import annotations
 
-import math
+from itertools import chain
 
 import numpy as np
 import pandas as pd
@@ -23,7 +23,8 @@ def wilson(count: int, total: int) -> dict:
 
 
 def quantiles(values) -> dict:
-    values = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    values = np.asarray(values, dtype=float)  # None -> NaN
+    values = values[~np.isnan(values)]
     if values.size == 0:
         return {"p50": None, "p95": None, "p99": None}
     p50, p95, p99 = np.quantile(values, [0.5, 0.95, 0.99])
@@ -33,35 +34,46 @@ def quantiles(values) -> dict:
 def turn_table(journal, lost: set, anomalous: set) -> pd.DataFrame:
     """One row per journaled turn, sessions in journal order, with the audit's per-turn verdicts.
 
-    ``sidx`` numbers each row's session in journal order (for the per-session sums). Text
-    columns are plain object arrays: pandas' string dtype would check every one of a
-    million values on the way in and gains nothing here.
+    ``sidx`` numbers each row's session in journal order (for the per-session sums). Outcomes
+    and kinds become boolean columns (``ok``, ``fail``, ``info``, ``probe``) here, once, so the
+    tables compare no strings; each column is one pass over the turns (a million of them).
     """
-    turns = [t for ts in journal.sessions.values() for t in ts]
-    received = [t.received for t in turns]
-    df = pd.DataFrame({
-        "session": _objects([t.session for t in turns]), "turn": np.array([t.turn for t in turns], dtype=np.int64),
-        "kind": _objects([t.kind for t in turns]), "outcome": _objects([t.outcome for t in turns]),
-        "sent": np.array([t.sent for t in turns], dtype=float),
-        "received": np.array([np.nan if r is None else r for r in received] if None in received else received,
-                             dtype=float),
-        "verdict": _objects([t.verdict for t in turns]),
-        "step": pd.to_numeric(_objects([t.step for t in turns]), errors="coerce"),
-        "online_crosstalk": np.array([bool(t.crosstalk) for t in turns], dtype=bool),
+    turns = list(chain.from_iterable(journal.sessions.values()))
+    n = len(turns)
+    outcome = np.fromiter(map(_OUTCOME_CODES.__getitem__, [t.outcome for t in turns]), np.int8, n)
+    ok = outcome == 0
+    probe = np.fromiter([t.kind == "probe" for t in turns], bool, n)
+    sent = np.fromiter([t.sent for t in turns], float, n)
+    received = _floats([t.received for t in turns])
+    answered = np.zeros(n, bool)
+    failed = np.zeros(n, bool)
+    for i in np.flatnonzero(probe & ok).tolist():  # a verdict only matters for an answered probe
+        verdict = turns[i].verdict
+        answered[i] = verdict == "pass" or verdict == "amnesia"
+        failed[i] = verdict == "amnesia"
+    return pd.DataFrame({
+        "ok": ok, "fail": outcome == 1, "info": outcome == 2, "probe": probe,
+        "sent": sent, "received": received, "latency": received - sent,
+        "done": np.where(np.isnan(received), sent, received),
+        "step": _floats([t.step for t in turns]),
+        "online_crosstalk": ~np.fromiter([not t.crosstalk for t in turns], bool, n),
+        "answered_probe": answered, "failed_probe": failed,
         "lost": _member(turns, lost), "anomalous": _member(turns, anomalous),
         "sidx": np.repeat(np.arange(len(journal.sessions)), [len(ts) for ts in journal.sessions.values()]),
     })
-    df["latency"] = df["received"] - df["sent"]
-    df["done"] = df["received"].fillna(df["sent"])
-    probe_ok = (df["kind"].to_numpy() == "probe") & (df["outcome"].to_numpy() == "ok")
-    df["answered_probe"] = probe_ok & df["verdict"].isin(["pass", "amnesia"]).to_numpy()
-    df["failed_probe"] = df["answered_probe"].to_numpy() & (df["verdict"].to_numpy() == "amnesia")
-    return df
 
 
-def _objects(values: list) -> pd.Series:
-    """Python objects as they are (a bare object array would be re-typed as pandas' string dtype)."""
-    return pd.Series(np.fromiter(values, dtype=object, count=len(values)), dtype=object)
+_OUTCOME_CODES = {"ok": 0, "fail": 1, "info": 2}  # the journal loader admits no other outcome
+
+
+def _floats(values: list) -> np.ndarray:
+    """Floats with NaN for None (and for anything else that is not a number: a step is a label)."""
+    types = set(map(type, values))
+    if types <= {float, int}:
+        return np.fromiter(values, float, len(values))
+    if types == {type(None)}:
+        return np.full(len(values), np.nan)
+    return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
 
 
 def _member(turns: list, pairs: set) -> np.ndarray:

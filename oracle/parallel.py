@@ -16,26 +16,32 @@ class WorkerError(Exception):
     """A worker process crashed or raised something it could not report as a result."""
 
 
-def run_parts(work: Callable[[int, list], dict], parts: list[list]) -> list[dict]:
-    """``[work(0, parts[0]), work(1, parts[1]), ...]``, each call in its own forked process."""
+def run_parts(work: Callable[[int, list], object], parts: list[list], here: bool = False) -> list:
+    """``[work(0, parts[0]), work(1, parts[1]), ...]``, each call in its own forked process.
+
+    With ``here``, part 0 runs in this process while the others run in theirs (its result
+    needs no pickling, and this process would only have waited).
+    """
     ctx = multiprocessing.get_context("fork")
     started = []
     try:
         for k, part in enumerate(parts):
+            if here and k == 0:
+                continue
             receive, send = ctx.Pipe(duplex=False)
             process = ctx.Process(target=_worker, args=(send, work, k, part), name=f"oracle-part-{k}", daemon=True)
             process.start()
             send.close()
             started.append((process, receive))
-        results = []
-        for k, (process, receive) in enumerate(started):
+        results = [work(0, parts[0])] if here and parts else []
+        for k, (process, receive) in enumerate(started, len(results)):
             try:
                 result = receive.recv()
             except EOFError:
                 process.join(10)
                 raise WorkerError(f"audit worker {k} died without a result (exit code {process.exitcode})") from None
-            if "traceback" in result:
-                raise WorkerError(f"audit worker {k} failed:\n{result['traceback']}")
+            if isinstance(result, _Failed):
+                raise WorkerError(f"audit worker {k} failed:\n{result.traceback}")
             results.append(result)
         return results
     finally:
@@ -47,11 +53,18 @@ def run_parts(work: Callable[[int, list], dict], parts: list[list]) -> list[dict
                 process.join(5)
 
 
+class _Failed:
+    """What a worker sends instead of its result when ``work`` raised."""
+
+    def __init__(self, traceback_text: str):
+        self.traceback = traceback_text
+
+
 def _worker(send, work, k: int, part: list) -> None:
     try:
         result = work(k, part)
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
-        result = {"traceback": traceback.format_exc()}
+        result = _Failed(traceback.format_exc())
     send.send(result)
     send.close()
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from oracle.attribution import by_fault, by_step
+from oracle.csvfile import write_csv
 from oracle.metrics import quantiles, turn_table, wilson
 from oracle.timeline import load_faults, load_steps
 from oracle.windows import window_table
@@ -36,7 +37,6 @@ def session_table(turns: pd.DataFrame, sessions: int, judged: list[str], positio
     ``positions``: each judged session's place in the journal (its ``sidx``)."""
     n = sessions
     sidx = turns["sidx"].to_numpy()
-    outcome = turns["outcome"].to_numpy()
 
     def total(mask) -> np.ndarray:
         return np.bincount(sidx, weights=mask, minlength=n).astype(np.int64)
@@ -44,8 +44,9 @@ def session_table(turns: pd.DataFrame, sessions: int, judged: list[str], positio
     starts = np.flatnonzero(np.r_[True, sidx[1:] != sidx[:-1]]) if len(sidx) else np.array([], int)
     per_session = pd.DataFrame({
         "turns": np.bincount(sidx, minlength=n),
-        "ok": total(outcome == "ok"), "fail": total(outcome == "fail"), "info": total(outcome == "info"),
-        "probes": total(turns["kind"].to_numpy() == "probe"),
+        "ok": total(turns["ok"].to_numpy()), "fail": total(turns["fail"].to_numpy()),
+        "info": total(turns["info"].to_numpy()),
+        "probes": total(turns["probe"].to_numpy()),
         "probes_answered": total(turns["answered_probe"].to_numpy()),
         "probes_failed": total(turns["failed_probe"].to_numpy()),
         "crosstalk_online": total(turns["online_crosstalk"].to_numpy()),
@@ -74,16 +75,16 @@ def tables(run_dir: Path, journal, judged: list[str], dirty: dict, compact: list
     index = {s: i for i, s in enumerate(journal.sessions)}
     positions = [index[s] for s in judged]
     sessions = session_table(turns, len(journal.sessions), judged, positions, dirty)
-    sessions.to_csv(audit_dir / "sessions.csv", index=False)
+    write_csv(sessions, audit_dir / "sessions.csv")
     found = pd.DataFrame(compact, columns=["class", "session", "turn", "time"])
     faults = load_faults(run_dir, problems)
     steps = load_steps(run_dir, problems)
     windows = window_table(turns, found, faults, steps, window_s)
-    windows.to_csv(audit_dir / "windows.csv", index=False)
+    write_csv(windows, audit_dir / "windows.csv")
 
     if len(judged) != len(journal.sessions):
         turns = turns[np.isin(turns["sidx"].to_numpy(), positions)]
-    ok = turns["outcome"] == "ok"
+    ok = turns["ok"]
     run_end = float(windows["end"].iloc[-1]) if not windows.empty else 0.0
     span = (turns["done"].max() - turns["sent"].min()) if not turns.empty else 0.0
     fault_rows, baseline = by_fault(turns, windows, faults, run_end, recovery_s)
@@ -91,8 +92,8 @@ def tables(run_dir: Path, journal, judged: list[str], dirty: dict, compact: list
     return {
         "run": journal.run, "label": _label(run_dir), "window_s": window_s, "recovery_s": recovery_s,
         "sessions": int(len(sessions)),
-        "turns": {"total": int(len(turns)), "ok": int(ok.sum()), "fail": int((turns["outcome"] == "fail").sum()),
-                  "info": int((turns["outcome"] == "info").sum()),
+        "turns": {"total": int(len(turns)), "ok": int(ok.sum()), "fail": int(turns["fail"].sum()),
+                  "info": int(turns["info"].sum()),
                   "info_stored": int(sessions["info_stored"].sum()) if len(sessions) else 0},
         "metrics": {
             "probe_amnesia": wilson(turns["failed_probe"].sum(), turns["answered_probe"].sum()),
@@ -102,7 +103,7 @@ def tables(run_dir: Path, journal, judged: list[str], dirty: dict, compact: list
                                 if len(sessions) else 0, len(sessions)),
         },
         "throughput": float(ok.sum() / span) if span and span > 0 else 0.0,
-        "latency": quantiles(turns.loc[ok, "latency"].tolist()),
+        "latency": quantiles(turns.loc[ok, "latency"].to_numpy()),
         "anomalies": dict(sorted(counts.items())),
         "by_fault": fault_rows, "baseline": baseline, "steps": by_step(turns, steps),
         "faults": [f.__dict__ for f in faults],

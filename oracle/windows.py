@@ -44,7 +44,7 @@ def window_table(turns: pd.DataFrame, findings: pd.DataFrame, faults: list[Fault
     n = len(edges) - 1
     run_end = float(edges[-1])
     done = _bucket(turns["done"], edges)
-    ok = turns["outcome"] == "ok"
+    ok = turns["ok"]
 
     def count(mask, where):
         return np.bincount(where[mask], minlength=n)[:n]
@@ -76,13 +76,16 @@ def window_table(turns: pd.DataFrame, findings: pd.DataFrame, faults: list[Fault
 def _steps(table: pd.DataFrame, turns: pd.DataFrame, done: pd.Series, steps: list[dict]) -> list:
     """The load step running at each window's midpoint (steps.jsonl), else the turns' most common step."""
     out = []
-    by_window = turns["step"].groupby(done).agg(lambda s: s.mode().iloc[0] if s.notna().any() else np.nan)
+    known = pd.DataFrame({"w": done.to_numpy(), "step": turns["step"].to_numpy()}).dropna()
+    counts = known.value_counts().reset_index(name="n")  # most turns first; ties: the lowest step
+    counts = counts.sort_values(["w", "n", "step"], ascending=[True, False, True]).drop_duplicates("w")
+    by_window = dict(zip(counts["w"].tolist(), counts["step"].tolist()))
     for i, (s, e) in enumerate(zip(table["start"], table["end"])):
         mid = (s + e) / 2
         hit = [st["step"] for st in steps if st.get("start", math.inf) <= mid < st.get("end", math.inf)]
         if hit:
             out.append(int(hit[-1]))
         else:
-            v = by_window.get(i, np.nan)
-            out.append(None if pd.isna(v) else int(v))
+            v = by_window.get(i)
+            out.append(None if v is None else int(v))
     return pd.array(out, dtype="Int64")

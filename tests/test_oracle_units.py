@@ -189,3 +189,28 @@ def test_function_reader_with_str_entries_snapshots_them_as_text(tmp_path):
     summary = audit_run(tmp_path, StoreOptions(reader="support_oracle:function_reader"))
     assert finding_keys(tmp_path) == expected
     assert audit_run(tmp_path)["metrics"] == summary["metrics"]  # and again from the snapshot
+
+
+def test_a_window_without_steps_jsonl_takes_its_turns_most_common_step_lowest_on_a_tie():
+    import numpy as np
+    from oracle.windows import window_table
+    # window 0: steps 2, 2, 1 -> 2; window 1: steps 3, 1 (a tie) -> 1; window 2: no step known -> empty
+    sent = np.array([0.1, 0.2, 0.3, 1.1, 1.2, 2.1])
+    turns = pd.DataFrame({"sent": sent, "received": sent + 0.05, "done": sent + 0.05, "latency": 0.05,
+                          "ok": True, "answered_probe": False, "failed_probe": False, "lost": False,
+                          "online_crosstalk": False, "step": [2, 2, 1, 3, 1, np.nan]})
+    no_findings = pd.DataFrame(columns=["class", "session", "turn", "time"])
+    assert window_table(turns, no_findings, [], [], 1.0)["step"].tolist() == [2, 1, pd.NA]
+    steps = [{"step": 7, "start": 1.0, "end": 2.0}]
+    assert window_table(turns, no_findings, [], steps, 1.0)["step"].tolist() == [2, 7, pd.NA]
+
+
+def test_an_unknown_outcome_is_reported_by_line_and_the_rest_of_its_chunk_is_kept(tmp_path):
+    world = build_world(simple_specs(2))
+    bad = dict(world.records[1], outcome="maybe")
+    write_journal(tmp_path, [world.records[0], bad, *world.records[2:]])
+    journal = load_journal(tmp_path)
+    (problem,) = journal.problems
+    assert ":2: skipped malformed journal line (outcome 'maybe' is not one of ok/fail/info)" in problem
+    assert sum(len(t) for t in journal.sessions.values()) == len(world.records) - 1
+    assert {t.outcome for ts in journal.sessions.values() for t in ts} <= {"ok", "fail", "info"}
