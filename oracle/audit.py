@@ -219,8 +219,8 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
 
     Reads the store live when ``store`` is given (and snapshots it), else re-audits from
     ``store/``. ``jobs`` processes decode a large journal (see history.load_journal) and read
-    and judge the live store in parallel (None: one per core for a large run, see ``_jobs``). Raises JournalError, SnapshotError or StoreError on
-    input it cannot use.
+    and judge the live store in parallel (None: one per core for a large run, see ``_jobs``).
+    Raises JournalError, SnapshotError or StoreError on input it cannot use.
     """
     with _gc_paused():
         return _audit_run(run_dir, store, window_s, recovery_s, thresholds, jobs)

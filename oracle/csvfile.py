@@ -1,10 +1,11 @@
 """``write_csv``: the bytes of pandas' ``DataFrame.to_csv(path, index=False)``, about twice as fast.
 
 The audit writes one row per session; at 100,000 sessions pandas' writer was a tenth of the
-whole audit. Here each column is turned into strings at once (an integer column formats each distinct
-value once) and the rows are joined, the way pandas would write them: floats as ``repr`` (shortest round trip),
-NaN / None / NA as empty fields, text quoted only when it holds a comma, a quote or a newline
-(csv's QUOTE_MINIMAL with pandas' "\n" line terminator). tests/test_oracle_csvfile.py holds the two writers byte for byte.
+whole audit. Here each column is turned into strings at once (an integer column formats each
+distinct value once) and the rows are joined, the way pandas writes them: floats as ``repr``
+(shortest round trip), NaN / None / NA as empty fields, text quoted only when it holds a
+comma, a quote or a newline (csv's QUOTE_MINIMAL with pandas' "\n" line terminator).
+tests/test_oracle_csvfile.py holds the two writers to the same bytes.
 """
 from __future__ import annotations
 

@@ -109,8 +109,8 @@ def _typed_chunk(lines: list[bytes]):
 
     One msgspec call per line decodes it straight into a Turn (no dict, no Python
     constructor). Any blank, torn or malformed line, a missing required field or an unknown
-    outcome (a ``Literal``, so msgspec refuses it) returns None, and the exact line-by-line loop handles the chunk (and names each
-    bad line).
+    outcome (a ``Literal``, so msgspec refuses it) returns None, and the exact line-by-line
+    loop handles the chunk (and names each bad line).
     """
     try:
         turns = list(map(_decode_turn, lines))
@@ -292,7 +292,10 @@ def _read_segments(shards: list[Path], jobs: int) -> list[tuple[int, _Segment]]:
         segments = [(i, _read_segment(shards[i], start, end)) for i, start, end in part]
         if k > 0:  # to the parent through a file: a pipe moves a hundred megabytes several times slower
             for _, seg in segments:
-                data = _pack(seg.turns)
+                try:
+                    data = _pack(seg.turns)
+                except (OverflowError, msgspec.EncodeError):  # an integer beyond 64 bits: the pipe pickles these
+                    continue
                 spills[k].write(data)
                 seg.turns = len(data)
             spills[k].flush()

@@ -106,6 +106,8 @@ def journal_with_damage(run, rng: random.Random, shards: int) -> None:
             files[rng.randrange(shards)].append(rng.choice(
                 ["garbage\n", "\n", json.dumps(dict(record, outcome="maybe")) + "\n", '{"session": "x"}\n']))
     for k, lines in enumerate(files):
+        if rng.random() < 0.5:  # a value msgpack cannot carry between the processes
+            lines.insert(rng.randrange(len(lines) + 1), json.dumps(dict(world.records[0], status=2 ** 70)) + "\n")
         ending = rng.choice(["", '{"run": "r", "sess', "not json at all\n"])
         (folder / f"local-{k}.jsonl").write_text("".join(lines) + ending)
 
