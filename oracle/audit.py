@@ -105,14 +105,13 @@ class Judge:
             self.anomalous.add((raw.session, turn))
 
     def state(self) -> dict:
-        return {k: getattr(self, k) for k in ("dirty", "judged", "seen", "gone", "lost", "anomalous", "ttl_in_use",
-                                              "problems")}
+        return {k: getattr(self, k) for k in ("dirty", "judged", "gone", "lost", "anomalous", "ttl_in_use", "problems")}
 
     def merge(self, state: dict) -> None:
         """Add the state of a judge that judged the next part of the sessions."""
         self.dirty.update(state["dirty"])
         self.judged += state["judged"]
-        self.seen |= state["seen"]
+        self.seen.update(state["judged"])  # the parts' sessions are disjoint: seen is what was judged
         self.gone += state["gone"]
         self.lost |= state["lost"]
         self.anomalous |= state["anomalous"]

@@ -37,7 +37,7 @@ class Turn(msgspec.Struct, gc=False):
     """
     session: str
     turn: int
-    outcome: Literal["ok", "fail", "info"]  # checked in C; the three shared strings, not a copy per line
+    outcome: Literal[OUTCOMES]  # checked in C; the three shared strings, not a copy per line
     sent: float
     kind: Optional[str] = "chatter"
     token: Optional[str] = None
@@ -146,7 +146,8 @@ def _typed_turn(raw: bytes):
 @dataclass
 class _Segment:
     """What reading one byte range of a shard found; line numbers count from the range's start."""
-    turns: list = field(default_factory=list)  # Turns, or their msgpack while crossing a process boundary
+    turns: list = field(default_factory=list)
+    packed: int | None = None  # crossing from a forked process: the turns' msgpack length in its file
     lines: int = 0
     run: Any = None
     bad: list = field(default_factory=list)  # [(line number, problem, looks torn)]
@@ -297,7 +298,7 @@ def _read_segments(shards: list[Path], jobs: int) -> list[tuple[int, _Segment]]:
                 except (OverflowError, msgspec.EncodeError):  # an integer beyond 64 bits: the pipe pickles these
                     continue
                 spills[k].write(data)
-                seg.turns = len(data)
+                seg.turns, seg.packed = [], len(data)
             spills[k].flush()
         return segments
 
@@ -308,8 +309,8 @@ def _read_segments(shards: list[Path], jobs: int) -> list[tuple[int, _Segment]]:
         for spill, segments in zip(spills, run_parts(work, parts, here=True)):
             spill.seek(0)
             for i, seg in segments:
-                if isinstance(seg.turns, int):
-                    seg.turns = _unpack(spill.read(seg.turns))
+                if seg.packed is not None:
+                    seg.turns = _unpack(spill.read(seg.packed))
                 out.append((i, seg))
     finally:
         for spill in spills:

@@ -10,6 +10,8 @@ from itertools import chain
 import numpy as np
 import pandas as pd
 
+from oracle.history import OUTCOMES  # the journal loader admits no other outcome
+
 
 def wilson(count: int, total: int) -> dict:
     """``{"count", "total", "rate", "low", "high"}``; rate and bounds are null when total is 0."""
@@ -40,8 +42,8 @@ def turn_table(journal, lost: set, anomalous: set) -> pd.DataFrame:
     """
     turns = list(chain.from_iterable(journal.sessions.values()))
     n = len(turns)
-    outcome = np.fromiter(map(_OUTCOME_CODES.__getitem__, [t.outcome for t in turns]), np.int8, n)
-    ok = outcome == 0
+    outcome = np.fromiter(map(OUTCOMES.index, [t.outcome for t in turns]), np.int8, n)
+    ok, fail, info = (outcome == code for code in range(len(OUTCOMES)))
     probe = np.fromiter([t.kind == "probe" for t in turns], bool, n)
     sent = np.fromiter([t.sent for t in turns], float, n)
     received = _floats([t.received for t in turns])
@@ -52,7 +54,7 @@ def turn_table(journal, lost: set, anomalous: set) -> pd.DataFrame:
         answered[i] = verdict == "pass" or verdict == "amnesia"
         failed[i] = verdict == "amnesia"
     return pd.DataFrame({
-        "ok": ok, "fail": outcome == 1, "info": outcome == 2, "probe": probe,
+        "ok": ok, "fail": fail, "info": info, "probe": probe,
         "sent": sent, "received": received, "latency": received - sent,
         "done": np.where(np.isnan(received), sent, received),
         "step": _floats([t.step for t in turns]),
@@ -61,9 +63,6 @@ def turn_table(journal, lost: set, anomalous: set) -> pd.DataFrame:
         "lost": _member(turns, lost), "anomalous": _member(turns, anomalous),
         "sidx": np.repeat(np.arange(len(journal.sessions)), [len(ts) for ts in journal.sessions.values()]),
     })
-
-
-_OUTCOME_CODES = {"ok": 0, "fail": 1, "info": 2}  # the journal loader admits no other outcome
 
 
 def _floats(values: list) -> np.ndarray:

@@ -62,9 +62,17 @@ def _json_line(r: RawSession) -> bytes | None:
         return None
     if b"\n" in joined or b"\r" in joined or not (joined.isascii() or _utf8(joined)):
         return None
-    head = fastjson.dumps_line({"session": r.session, "key": r.key, "exists": r.exists, "ttl": r.ttl,
-                                "type": r.type, "entries_as": "json"})
+    head = fastjson.dumps_line({**_head(r), "entries_as": "json"})
     return head[:-2] + b',"entries":[' + joined + b"]}\n"
+
+
+def _text_line(r: RawSession) -> bytes:
+    """The session's line with its entries as strings (base64 / JSON where they are not text)."""
+    return fastjson.dumps_line({**_head(r), "entries": _entries_for_snapshot(r.entries)})
+
+
+def _head(r: RawSession) -> dict:
+    return {"session": r.session, "key": r.key, "exists": r.exists, "ttl": r.ttl, "type": r.type}
 
 
 def _utf8(data: bytes) -> bool:
@@ -90,9 +98,7 @@ class SessionsFile:
     def write_batch(self, raws: list[RawSession], decoded: list[bool] | None = None) -> None:
         """``decoded[i]``: every entry of ``raws[i]`` is bytes that decoded as a message (valid JSON)."""
         lines = [_json_line(r) if decoded and decoded[i] else None for i, r in enumerate(raws)]
-        lines = [line or fastjson.dumps_line({"session": r.session, "key": r.key, "exists": r.exists, "ttl": r.ttl,
-                                              "type": r.type, "entries": _entries_for_snapshot(r.entries)})
-                 for line, r in zip(lines, raws)]
+        lines = [line or _text_line(r) for line, r in zip(lines, raws)]
         self.file.write(b"".join(lines))
         self.count += len(raws)
 
