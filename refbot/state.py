@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -103,9 +104,11 @@ def locked_state(path=None, missing_ok: bool = False):
                     raise StateError(f"nothing is up: no state file at {directory / STATE_NAME}")
                 state = {}
             before = json.dumps(state, sort_keys=True)
-            yield state
-            if state and json.dumps(state, sort_keys=True) != before:
-                save(state, directory)
+            try:
+                yield state
+            finally:  # even when the body raised: a process it started must stay recorded
+                if state and json.dumps(state, sort_keys=True) != before:
+                    save(state, directory)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -142,14 +145,38 @@ def member_alive(member: dict) -> bool:
 def start_member(member: dict) -> subprocess.Popen:
     """Start ``member`` from its record: cmd with env over os.environ, in cwd, log appended,
     in a new session (its own process group). Records the new pid in ``member``; the
-    caller saves the state (inside ``locked_state``)."""
+    caller saves the state (inside ``locked_state``).
+
+    Ctrl-C and SIGTERM are held until the pid is recorded: landing inside Popen they would
+    raise after the child exists but before anyone knows its pid, and it would outlive `down`."""
     Path(member["cwd"]).mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **member.get("env", {})}
-    with open(member["log"], "ab") as log:
+    with _interrupts_held(), open(member["log"], "ab") as log:
         proc = subprocess.Popen(member["cmd"], env=env, cwd=member["cwd"], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    member["pid"] = proc.pid
+        member["pid"] = proc.pid
     return proc
+
+
+@contextmanager
+def _interrupts_held(signals=(signal.SIGINT, signal.SIGTERM)):
+    """Defer these signals' Python handlers to the end of the block, then deliver each once.
+
+    Only the main thread can set handlers; elsewhere (and for a handler Python did not set)
+    the block runs unguarded, as before."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = [s for s in signals if signal.getsignal(s) is not None]
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum)) for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(caught):
+            signal.raise_signal(s)
 
 
 def stop_member(member: dict, sig: int = signal.SIGTERM, timeout: float = 10.0) -> bool:

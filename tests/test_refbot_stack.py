@@ -205,6 +205,34 @@ def test_state_file_matches_the_contract_with_mixed_releases(refbot_stack):
     wait_until(lambda: stack.lb_status()["bot-1"].startswith("UP"), timeout=10, what="bot-1 back UP")
 
 
+def test_ctrl_c_landing_inside_popen_still_records_and_saves_the_child(tmp_path, monkeypatch):
+    """The race behind a flaky `up` interrupt: Ctrl-C inside Popen (child forked, pid not yet
+    returned) used to raise with the child unrecorded, so nothing ever stopped it. Popen is
+    wrapped only to deliver a real SIGINT at that moment; the child is a real process."""
+    real_popen, started = subprocess.Popen, []
+
+    def popen_then_ctrl_c(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        signal.raise_signal(signal.SIGINT)  # handled right here, before Popen returns
+        return started[-1]
+
+    member = {"cmd": [sys.executable, "-c", "import time; time.sleep(60)"], "cwd": str(tmp_path),
+              "log": str(tmp_path / "m.log"), "pid": None}
+    state.save({"version": 1, "dir": str(tmp_path), "members": {"m": member}}, tmp_path)
+    monkeypatch.setattr(subprocess, "Popen", popen_then_ctrl_c)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with state.locked_state(tmp_path) as st:
+                state.start_member(st["members"]["m"])
+        recorded = state.load(tmp_path)["members"]["m"]
+        assert recorded["pid"] == started[0].pid and state.member_alive(recorded)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler given back
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+
+
 def test_locked_state_serialises_updates(tmp_path):
     """Two writers under locked_state never lose each other's update (plain files, no servers)."""
     state.save({"version": 1, "dir": str(tmp_path), "members": {}, "n": 0}, tmp_path)
