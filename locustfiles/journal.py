@@ -102,12 +102,3 @@ def complete_lines(data: bytes) -> list[bytes]:
     """The newline-terminated lines of ``data`` (a torn tail is dropped), each with its newline."""
     return [line + b"\n" for line in data.split(b"\n")[:-1]]
 
-
-def count_lines(path: str | Path) -> int:
-    with open(path, "rb") as f:
-        return f.read().count(b"\n")
-
-
-def ensure_dir(path: str | Path) -> Path:
-    os.makedirs(path, exist_ok=True)
-    return Path(path)

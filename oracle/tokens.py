@@ -25,11 +25,6 @@ def make_token(session_id: str, turn: int) -> str:
     return f"{session_id}t{turn}"
 
 
-def find_tokens(text: str) -> list[tuple[str, int]]:
-    """Every (session id, turn) whose token appears in ``text``, in order of appearance."""
-    return [(m.group(1), int(m.group(2))) for m in TOKEN_RE.finditer(text or "")]
-
-
 def new_nonce(rng: random.Random | None = None) -> str:
     """A fact value such as ``8892-X7Q4``: 4 digits, a dash, 4 letters/digits (~34 bits)."""
     rng = rng or random
