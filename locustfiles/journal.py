@@ -101,4 +101,3 @@ def shards(run_dir: str | Path) -> list[Path]:
 def complete_lines(data: bytes) -> list[bytes]:
     """The newline-terminated lines of ``data`` (a torn tail is dropped), each with its newline."""
     return [line + b"\n" for line in data.split(b"\n")[:-1]]
-

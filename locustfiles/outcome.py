@@ -47,4 +47,3 @@ def judge_response(status: int, content: bytes | None, error: BaseException | No
         return "ok", contract.reply(payload), None
     except NoReply as exc:
         return "info", None, str(exc)
-

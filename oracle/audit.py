@@ -58,7 +58,8 @@ class FindingsWriter:
 class Judge:
     """Judges batches of stored sessions against the journal; keeps only what the tables need.
 
-    A proven-clean session leaves nothing but its name in ``judged``; the others keep their
+    A proven-clean session leaves nothing but its name in ``judged`` (a dict: judging order and
+    a set at once); the others keep their
     full row in ``dirty`` and hand their findings to ``emit`` (vanished ones wait in ``gone``
     until every TTL has been seen, to tell expired from vanished).
     """
@@ -66,8 +67,7 @@ class Judge:
     def __init__(self, journal, shape: Shape, emit):
         self.journal, self.shape, self.emit = journal, shape, emit
         self.dirty: dict[str, dict] = {}
-        self.judged: list[str] = []
-        self.seen: set[str] = set()
+        self.judged: dict[str, None] = {}
         self.gone: list[dict] = []
         self.lost: set = set()
         self.anomalous: set = set()
@@ -80,11 +80,10 @@ class Judge:
             if raw.session not in sessions:
                 self.problems.append(f"snapshot session {raw.session} is not in the journal; not judged")
                 continue
-            if raw.session in self.seen:
+            if raw.session in self.judged:
                 self.problems.append(f"session {raw.session} was read twice; judged once")
                 continue
-            self.seen.add(raw.session)
-            self.judged.append(raw.session)
+            self.judged[raw.session] = None
             self.ttl_in_use = self.ttl_in_use or (raw.exists and raw.ttl is not None and raw.ttl >= 0)
             if not clean:
                 self._check(raw, elements)
@@ -110,8 +109,7 @@ class Judge:
     def merge(self, state: dict) -> None:
         """Add the state of a judge that judged the next part of the sessions."""
         self.dirty.update(state["dirty"])
-        self.judged += state["judged"]
-        self.seen.update(state["judged"])  # the parts' sessions are disjoint: seen is what was judged
+        self.judged.update(state["judged"])
         self.gone += state["gone"]
         self.lost |= state["lost"]
         self.anomalous |= state["anomalous"]
@@ -298,7 +296,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, thresholds, jobs) -> dict:
         findings.write(f)
     findings.close()
     problems += judge.problems
-    missing = [s for s in sessions if s not in judge.seen]
+    missing = [s for s in sessions if s not in judge.judged]
     for s in missing[:20]:
         problems.append(f"session {s} is journaled but not in the stored reads; not judged")
     if len(missing) > 20:
@@ -306,7 +304,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, thresholds, jobs) -> dict:
     findings.path.replace(audit_dir / "anomalies.jsonl")
     timings["read_check"] = time.perf_counter() - clock - timings["journal"]
 
-    summary = tables(run_dir, journal, judge.judged, judge.dirty, findings.compact, judge.lost, judge.anomalous,
+    summary = tables(run_dir, journal, list(judge.judged), judge.dirty, findings.compact, judge.lost, judge.anomalous,
                      window_s, recovery_s, problems)
     summary["jobs"] = jobs
     summary["store"] = {"complete": True, "reader": reader_name, "url": where, "source": source,

@@ -36,7 +36,6 @@ class BatchProof:
 
 
 def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: Shape) -> BatchProof:
-    text_of = operator.attrgetter("content.text" if len(shape.fast or ()) == 3 else "content")
     clean = [False] * len(batch)
     decoded: list = [None] * len(batch)  # per session: its elements, or None
     if shape.decoder is None:
@@ -62,7 +61,7 @@ def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: 
             continue
         candidates.append((i, len(roles), len(ok)))
         roles += map(ROLE, elements)
-        texts += map(text_of, elements)
+        texts += map(shape.text_of, elements)
         want_replies += map(REPLY, ok)
         want_prefixes += [f"[{raw.session}t{n}]" for n in numbers]
     if not candidates:

@@ -6,12 +6,12 @@ names configured for user and assistant; other roles (system, tool) are kept as 
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
-
-from oracle import fastjson
 
 import msgspec  # decodes just the role and the text of an element, ~3x faster than a full parse
 
+from oracle import fastjson
 from oracle.store import RawSession, StoreOptions
 
 USER, ASSISTANT, OTHER = "user", "assistant", "other"
@@ -78,6 +78,8 @@ class Shape:
         self.fast = (self.role_path[0], *self.content_path) if len(self.role_path) == 1 and \
             len(self.content_path) in (1, 2) else None
         self.decoder = _typed_decoder(*self.fast, *([None] * (3 - len(self.fast)))) if self.fast else None
+        # the text of an element ``decoder`` made (its content, or the content's sub-field)
+        self.text_of = operator.attrgetter("content.text" if self.fast and len(self.fast) == 3 else "content")
 
     def message(self, element):
         """(role, text) or a string naming why the element has the wrong shape."""
@@ -162,7 +164,7 @@ def decode_session(raw: RawSession, shape: Shape, elements: list | None = None) 
 
 
 def _typed_decoder(role_key: str, content_key: str, sub_key: str | None):
-    """A msgspec decoder that reads only the role and text of an element (or None without msgspec).
+    """A msgspec decoder that reads only the role and text of an element (None: a shape it cannot express).
 
     msgspec skips the fields it is not asked for and builds no dicts, about 3x faster than a
     full parse; it raises on anything that does not have exactly this shape.
@@ -189,8 +191,7 @@ def decode_elements(entries: list, shape: Shape) -> list | None:
 
 
 def _from_elements(elements: list, shape: Shape, out: Decoded) -> None:
-    texts = [e.content for e in elements] if len(shape.fast) == 2 else [e.content.text for e in elements]
-    _fill(out, [e.role for e in elements], texts, shape)
+    _fill(out, [e.role for e in elements], list(map(shape.text_of, elements)), shape)
 
 
 def _fill(out: Decoded, roles: list, texts: list, shape: Shape) -> None:
