@@ -54,6 +54,7 @@ def _on_init(environment, runner, **_kw):
     # master or local: pin the run folder for everyone (workers get parsed_options at spawn)
     environment.parsed_options.run_dir = rt.settings.run_dir
     rt.end = endofrun.EndOfRun(rt.settings)
+    rt.end.guard_signals()
     try:
         rt.end.prepare_chaos()
     except Exception as exc:  # noqa: BLE001 - PlanError, state errors: bad input, before any load
@@ -130,12 +131,18 @@ def _on_quitting(environment, **_kw):
             rt.shipper.flush(final=True)
             rt.shipper.close()
         return
+    if not rt.end.begin():  # Locust's shutdown again: a second SIGTERM (record it, exit) or the final call
+        environment.process_exit_code = rt.end.again()
+        return
     if runner.state not in ("stopped", "ready"):  # Ctrl-C / SIGTERM while running: stop users first
         runner.stop()
     if isinstance(runner, MasterRunner):
         rt.collector.recover_local_shards()
-    code = rt.end.finish()
-    runfolder.end_run(rt.settings.run_dir, exit_code=code)
+    locust_code, why = endofrun.locust_exit_code(environment)  # Locust's own, before ours is set
+    code = rt.end.final = endofrun.combine(rt.end.finish(), locust_code)
+    if code != rt.end.code:
+        endofrun.say(f"exit code {code}: Locust's own ({why})")
+    runfolder.end_run(rt.settings.run_dir, exit_code=code, phase=endofrun.DONE, verdict=rt.end.verdict)
     environment.process_exit_code = code
 
 

@@ -7,11 +7,14 @@ bad value gives one clear message naming the option.
 """
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+
+from oracle.verdict import GateError, Gates, legacy_overrides, parse_gates
 
 DEFAULT_SCRIPT = str(Path(__file__).parent / "scripts" / "support.yaml")
 
@@ -45,9 +48,14 @@ def add_arguments(parser) -> None:
     add("--store-format", default="auto", help="stored history layout: auto, list or blob (oracle.store)")
     add("--no-audit", action="store_true", default=False, help="skip the end-of-run audit")
     add("--settle", default="2s", help="wait after healing before the audit reads the store")
-    add("--max-probe-amnesia", default="", help="exit 1 above this failed-probe rate (0..1)")
-    add("--max-stored-loss", default="", help="exit 1 above this lost-turn rate (0..1, needs the audit)")
-    add("--max-crosstalk", default="0", help="exit 1 above this many cross-talk findings")
+    add("--gate", default="strict",
+        help="the verdict's gates: strict (nothing allowed), lenient, a YAML file, and/or name=limit items, "
+             "comma-separated, later ones win, e.g. 'strict,probe_amnesia=1%%,errors=5' (docs/oracle.md). The "
+             "errors gate judges failed requests (allowed only while a chaos fault is in force), so goldfish "
+             "sets Locust's --exit-code-on-error default to 0; set it to fail on any failed request as plain Locust")
+    add("--max-probe-amnesia", default="", help="same as --gate probe_amnesia=RATE (0..1)")
+    add("--max-stored-loss", default="", help="same as --gate stored_loss=RATE (0..1, needs the audit)")
+    add("--max-crosstalk", default="", help="same as --gate crosstalk=N (sessions with cross-talk)")
     # chaos
     add("--chaos", default="", help="chaos plan YAML (faults start at test start, heal at the end)", include_in_web_ui=False)
     add("--chaos-backend", default="local", help="chaos backend: local, docker, kubernetes", include_in_web_ui=False)
@@ -56,6 +64,8 @@ def add_arguments(parser) -> None:
     add("--step-users", type=int, default=0, help="users added per load step (enables the step shape)", include_in_web_ui=False)
     add("--step-duration", default="30s", help="duration of each load step", include_in_web_ui=False)
     add("--steps", type=int, default=0, help="number of load steps", include_in_web_ui=False)
+    # failed requests are judged by the errors gate (faults excuse them); an explicit value still applies
+    parser.set_defaults(exit_code_on_error=0)
 
 
 def parse_duration(text: str | float | int, name: str) -> float:
@@ -95,9 +105,31 @@ def _optional_float(value, name: str, low: float | None = 0.0, high: float | Non
         number = float(value)
     except ValueError:
         raise OptionError(f"--{name}: {value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise OptionError(f"--{name}: {value!r} is not a finite number")
     if (low is not None and number < low) or (high is not None and number > high):
         raise OptionError(f"--{name}: {value!r} is out of range [{low}, {high}]")
     return number
+
+
+def parse_gate_options(get) -> Gates:
+    """--gate plus the older --max-* shorthands, as the oracle's gates (one grammar: oracle/verdict.py)."""
+    overrides = legacy_overrides(
+        _optional_float(get("max_probe_amnesia"), "max-probe-amnesia", 0.0, 1.0),
+        _optional_float(get("max_stored_loss"), "max-stored-loss", 0.0, 1.0),
+        _optional_int(get("max_crosstalk"), "max-crosstalk"))
+    try:
+        gates = parse_gates(str(get("gate") or "strict"))
+    except GateError as exc:
+        raise OptionError(str(exc)) from None
+    return gates.with_overrides(overrides, ",".join(f"{name}={limit}" for name, limit in overrides.items()))
+
+
+def _optional_int(value, name: str) -> int | None:
+    number = _optional_float(value, name, 0.0, None)
+    if number is not None and number != int(number):
+        raise OptionError(f"--{name}: {value!r} is not a whole number")
+    return None if number is None else int(number)
 
 
 def parse_header(text: str) -> tuple[str, str]:
@@ -133,9 +165,7 @@ class Settings:
     store_format: str
     no_audit: bool
     settle: float
-    max_probe_amnesia: float | None
-    max_stored_loss: float | None
-    max_crosstalk: float
+    gates: Gates
     chaos: str
     chaos_backend: str
     stack_state: str
@@ -187,9 +217,7 @@ class Settings:
             store_format=str(get("store_format") or "auto"),
             no_audit=bool(get("no_audit", False)),
             settle=parse_duration(get("settle", "2s"), "settle"),
-            max_probe_amnesia=_optional_float(get("max_probe_amnesia"), "max-probe-amnesia", 0.0, 1.0),
-            max_stored_loss=_optional_float(get("max_stored_loss"), "max-stored-loss", 0.0, 1.0),
-            max_crosstalk=_optional_float(get("max_crosstalk"), "max-crosstalk", 0.0, None) or 0.0,
+            gates=parse_gate_options(get),
             chaos=str(get("chaos") or ""),
             chaos_backend=str(get("chaos_backend") or "local"),
             stack_state=str(get("stack_state") or ".stack/state.json"),
@@ -201,6 +229,7 @@ class Settings:
     def public(self) -> dict:
         """The options for run.json, with header values masked (they often hold credentials)."""
         d = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        d["gates"] = self.gates.spec
         d["headers"] = {k: "***" for k in self.headers}
         d["think"] = list(self.think)
         d["store_url"] = mask_url(self.store_url)

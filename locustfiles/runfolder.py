@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,8 +27,10 @@ def versions() -> dict:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    """Write through a temporary file of its own (a signal handler may write while a phase does)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(json.dumps(data, indent=2, default=str) + "\n")
     os.replace(tmp, path)
 
 
@@ -48,15 +51,19 @@ def start_run(settings, script, target: str | None) -> Path:
     return run_dir
 
 
-def end_run(run_dir: str | Path, **extra) -> None:
+def update_run(run_dir: str | Path, **fields) -> None:
+    """Set fields of run.json (the phase in progress, the outcome); a missing run.json is left alone."""
     path = Path(run_dir) / "run.json"
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    meta["end"] = time.time()
-    meta.update(extra)
+    meta.update(fields)
     write_json_atomic(path, meta)
+
+
+def end_run(run_dir: str | Path, **fields) -> None:
+    update_run(run_dir, end=time.time(), **fields)
 
 
 def append_step(run_dir: str | Path, step: int, users: int, start: float, end: float) -> None:

@@ -21,10 +21,9 @@ import redis
 import requests
 
 from oracle import fastjson
-from oracle.checkers import check_session, finding
+from oracle.checkers import check_session
 from oracle.clean import prove_clean
 from oracle.decode import Shape, decode_session
-from oracle.explain import explain
 from oracle.history import load_journal
 from oracle.parallel import run_parts, split
 from oracle.prefetch import prefetched
@@ -32,24 +31,23 @@ from oracle.snapshot import (SnapshotError, SnapshotWriter, options_from_meta, r
                              read_sessions)
 from oracle.store import StoreError, StoreOptions, make_reader
 from oracle.tables import tables
-from oracle.thresholds import breaches
+from oracle import rootcause, verdict
+from oracle.keys import ForeignKeys, TemplateMismatch, diagnose_missing_keys
 STORE_ERRORS = (StoreError, redis.RedisError, OSError, requests.RequestException)
 
 
 class FindingsWriter:
-    """Numbers, explains and streams findings to anomalies.jsonl; keeps what the tables need."""
+    """Numbers and streams raw findings (no explanation yet: oracle/rootcause.py links and explains
+    them once every session is judged)."""
 
     def __init__(self, path: Path):
         self.path = path
         self.file = open(path, "wb")
         self.ids: Counter = Counter()
-        self.compact: list[tuple] = []  # (class, session, turn, time)
 
     def write(self, f: dict) -> None:
         self.ids[f["class"]] += 1
-        record = {"id": f"{f['class']}-{self.ids[f['class']]}", **f, "explanation": explain(f)}
-        self.file.write(fastjson.dumps_line(record))
-        self.compact.append((f["class"], f["session"], f["turn"], f["time"]))
+        self.file.write(fastjson.dumps_line({"id": f"{f['class']}-{self.ids[f['class']]}", **f}))
 
     def close(self) -> None:
         self.file.close()
@@ -72,6 +70,7 @@ class Judge:
         self.lost: set = set()
         self.anomalous: set = set()
         self.ttl_in_use = False
+        self.entries = 0  # stored entries read (a JSON blob counts as one)
         self.problems: list[str] = []
 
     def batch(self, batch, proof) -> None:
@@ -84,6 +83,7 @@ class Judge:
                 self.problems.append(f"session {raw.session} was read twice; judged once")
                 continue
             self.judged[raw.session] = None
+            self.entries += len(raw.entries)
             self.ttl_in_use = self.ttl_in_use or (raw.exists and raw.ttl is not None and raw.ttl >= 0)
             if not clean:
                 self._check(raw, elements)
@@ -104,7 +104,8 @@ class Judge:
             self.anomalous.add((raw.session, turn))
 
     def state(self) -> dict:
-        return {k: getattr(self, k) for k in ("dirty", "judged", "gone", "lost", "anomalous", "ttl_in_use", "problems")}
+        return {k: getattr(self, k) for k in ("dirty", "judged", "gone", "lost", "anomalous", "ttl_in_use", "problems",
+                                              "entries")}
 
     def merge(self, state: dict) -> None:
         """Add the state of a judge that judged the next part of the sessions."""
@@ -115,6 +116,7 @@ class Judge:
         self.anomalous |= state["anomalous"]
         self.ttl_in_use = self.ttl_in_use or state["ttl_in_use"]
         self.problems += state["problems"]
+        self.entries += state["entries"]
 
 
 def read_and_judge(reader, sessions: list[str], out, judge: Judge, on_batch=None):
@@ -211,19 +213,20 @@ def _gc_paused():
 
 
 def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0, recovery_s: float = 5.0,
-              thresholds: dict | None = None, jobs: int | None = None) -> dict:
-    """Audit one run folder; returns the summary (also written to audit/summary.json).
+              gates: verdict.Gates | None = None, jobs: int | None = None) -> dict:
+    """Audit one run folder; returns the summary (also written to audit/summary.json), verdict included.
 
     Reads the store live when ``store`` is given (and snapshots it), else re-audits from
     ``store/``. ``jobs`` processes decode a large journal (see history.load_journal) and read
     and judge the live store in parallel (None: one per core for a large run, see ``_jobs``).
-    Raises JournalError, SnapshotError or StoreError on input it cannot use.
+    ``gates``: the verdict's limits (default: strict). Raises JournalError, SnapshotError or
+    StoreError (TemplateMismatch among them) on input it cannot use.
     """
     with _gc_paused():
-        return _audit_run(run_dir, store, window_s, recovery_s, thresholds, jobs)
+        return _audit_run(run_dir, store, window_s, recovery_s, gates or verdict.parse_gates(None), jobs)
 
 
-def _audit_run(run_dir, store, window_s, recovery_s, thresholds, jobs) -> dict:
+def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs) -> dict:
     run_dir = Path(run_dir)
     clock = time.perf_counter()
     journal = load_journal(run_dir, jobs=jobs or _cores())
@@ -233,7 +236,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, thresholds, jobs) -> dict:
         reader = make_reader(store)
         reader.check()
         shape, source = Shape(store), "live"
-        reader_name, where = store.name(), store.where()
+        reader_name, where, template = store.name(), store.where(), store.key_template
     else:
         meta = read_meta(run_dir)
         if not meta.get("complete"):
@@ -241,15 +244,17 @@ def _audit_run(run_dir, store, window_s, recovery_s, thresholds, jobs) -> dict:
                 f"the snapshot in {run_dir / 'store'} is incomplete: reading {meta.get('url') or 'the store'} "
                 f"stopped after {meta.get('sessions_read')} of {meta.get('sessions_expected')} sessions "
                 f"({meta.get('error')}). Read the store again: pass --store-url (or --http-url / --reader)")
-        shape, source = Shape(options_from_meta(meta)), "snapshot"
-        reader_name, where = meta.get("reader", "redis"), meta.get("url")
+        options = options_from_meta(meta)
+        shape, source = Shape(options), "snapshot"
+        reader_name, where, template = meta.get("reader", "redis"), meta.get("url"), options.key_template
 
     audit_dir = run_dir / "audit"
     audit_dir.mkdir(exist_ok=True)
-    findings = FindingsWriter(audit_dir / "anomalies.jsonl.tmp")
+    findings = FindingsWriter(audit_dir / "anomalies.raw.tmp")
     sessions = list(journal.sessions)
     jobs = _jobs(jobs, store, len(sessions)) if source == "live" else 1
     judge = Judge(journal, shape, findings.write)
+    foreign = ForeignKeys(template)
     started = time.time()
     writer = None
     try:
@@ -270,17 +275,23 @@ def _audit_run(run_dir, store, window_s, recovery_s, thresholds, jobs) -> dict:
             try:
                 for record in foreign_iter:
                     writer.write_foreign(record)
-                    findings.write(finding("foreign", None, None, None, **record))
+                    foreign.add(record)
+                if judge.gone and hasattr(reader, "client"):
+                    writer.meta["missing_keys"] = _diagnose(reader.client, store, journal, judge)
             except STORE_ERRORS as exc:
+                if isinstance(exc, TemplateMismatch):
+                    raise
                 writer.close(False, f"{type(exc).__name__} during SCAN: {exc}")
-                raise StoreError(f"the store at {where} failed while scanning for foreign keys after reading "
+                raise StoreError(f"the store at {where} failed while scanning its keys after reading "
                                  f"all {len(sessions)} sessions: {exc}. Run the audit again") from exc
+            missing_keys = writer.meta.get("missing_keys")
             writer.close(True)
         else:
             for batch in prefetched(read_sessions(run_dir)):
                 judge.batch(batch, prove_clean(batch, journal.sessions, shape))
             for record in read_foreign(run_dir):
-                findings.write(finding("foreign", None, None, None, **record))
+                foreign.add(record)
+            missing_keys = meta.get("missing_keys")
     except BaseException as exc:
         if writer is not None and not writer.closed:  # an audit bug or Ctrl-C: keep what was read, marked so
             writer.close(False, f"audit stopped: {type(exc).__name__}: {exc}")
@@ -293,32 +304,103 @@ def _audit_run(run_dir, store, window_s, recovery_s, thresholds, jobs) -> dict:
             f["class"] = "expired"
             f["evidence"]["ttl_in_use"] = True
             judge.dirty[f["session"]]["expired"] += 1
+        _with_key_evidence(f, missing_keys)
         findings.write(f)
     findings.close()
+    compact, causes, misrouted = rootcause.link(findings.path, audit_dir / "anomalies.jsonl.tmp")
+    findings.path.unlink()
+    (audit_dir / "anomalies.jsonl.tmp").replace(audit_dir / "anomalies.jsonl")
+    for session, turn in misrouted:  # written under another session's key: cross-talk, not a store loss
+        if (session, turn) in judge.lost:
+            judge.lost.discard((session, turn))
+            judge.dirty[session]["lost_turns"] -= 1
+            judge.dirty[session]["misrouted"] = judge.dirty[session].get("misrouted", 0) + 1
     problems += judge.problems
     missing = [s for s in sessions if s not in judge.judged]
     for s in missing[:20]:
         problems.append(f"session {s} is journaled but not in the stored reads; not judged")
     if len(missing) > 20:
         problems.append(f"... and {len(missing) - 20} more journaled sessions not in the stored reads")
-    findings.path.replace(audit_dir / "anomalies.jsonl")
     timings["read_check"] = time.perf_counter() - clock - timings["journal"]
 
-    summary = tables(run_dir, journal, list(judge.judged), judge.dirty, findings.compact, judge.lost, judge.anomalous,
-                     window_s, recovery_s, problems)
+    summary = tables(run_dir, journal, list(judge.judged), judge.dirty, compact, judge.lost, judge.anomalous,
+                     window_s, recovery_s, problems, judge.entries)
+    summary["causes"] = dict(sorted(causes.items()))
+    summary["information"] = {"foreign_keys": foreign.information()}
+    if missing_keys:
+        summary["information"]["missing_keys"] = missing_keys
     summary["jobs"] = jobs
     summary["store"] = {"complete": True, "reader": reader_name, "url": where, "source": source,
                         "audit_seconds": time.time() - started}
     timings["tables"] = time.perf_counter() - clock - timings["journal"] - timings["read_check"]
     summary["timings"] = timings
-    thresholds = dict(thresholds or {})
-    summary["thresholds"] = thresholds
-    summary["breaches"] = breaches(summary, **thresholds)
+    summary["verdict"] = verdict.evaluate(summary["observed"], gates)
+    summary["verdict"]["root_causes"] = verdict.root_causes(causes, len(misrouted),
+                                                            summary["metrics"]["probe_amnesia"]["count"])
+    summary["thresholds"] = {name: str(limit) for name, limit in gates.limits.items()}
+    summary["breaches"] = summary["verdict"]["failed"]
     (audit_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_jsonable) + "\n")
     return summary
+
+
+def _diagnose(client, store: StoreOptions, journal, judge: Judge) -> dict:
+    """Why acknowledged sessions have no key: raises TemplateMismatch when we look in the wrong place."""
+    ok_sessions, first_ack, failed, answered = 0, None, 0, 0
+    for turns in journal.sessions.values():
+        acked = [t.received or t.sent for t in turns if t.outcome == "ok"]
+        if acked:
+            ok_sessions += 1
+            first_ack = min(acked) if first_ack is None else min(first_ack, min(acked))
+        for t in turns:
+            if t.outcome == "ok" and t.verdict in ("pass", "amnesia"):
+                answered += 1
+                failed += t.verdict == "amnesia"
+    gone = [f["session"] for f in judge.gone]
+    return diagnose_missing_keys(client, store, gone, len(gone) >= ok_sessions, first_ack, (failed, answered))
+
+
+def _with_key_evidence(f: dict, missing_keys: dict | None) -> None:
+    if not missing_keys:
+        return
+    elsewhere = (missing_keys.get("found_elsewhere") or {}).get(f["session"])
+    if elsewhere:
+        f["evidence"]["found_under"] = elsewhere
+    if missing_keys.get("restarted_at"):
+        f["evidence"]["store_restarted_at"] = missing_keys["restarted_at"]
+    elif missing_keys.get("bot_forgot") and not elsewhere:
+        f["evidence"]["bot_forgot"] = True
 
 
 def _jsonable(value):
     if hasattr(value, "item"):
         return value.item()
     return str(value)
+
+
+def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: float = 5.0) -> dict:
+    """The verdict from the journal alone, when the store is not audited: what the clients saw online
+    (failed probes, cross-talk in replies, failed requests while no fault was in force); the gates
+    that need the store are "not measured". Returns ``{"turns", "observed", "verdict"}``."""
+    from oracle.attribution import intervals, overlapping
+    from oracle.metrics import turn_table
+    from oracle.timeline import load_faults
+
+    run_dir = Path(run_dir)
+    journal = load_journal(run_dir)
+    turns = turn_table(journal, set(), set())
+    run_end = float(turns["done"].max()) if len(turns) else 0.0
+    quiet = ~overlapping(turns["sent"].to_numpy(dtype=float), turns["done"].to_numpy(dtype=float),
+                         intervals(load_faults(run_dir), run_end, recovery_s))
+    leaked = turns.loc[turns["online_crosstalk"], "sidx"].nunique()
+    observed = {
+        "probe_amnesia": {"count": int(turns["failed_probe"].sum()), "total": int(turns["answered_probe"].sum())},
+        "crosstalk": {"count": int(leaked), "total": len(journal.sessions)},
+        "errors": {"count": int((turns["error"].to_numpy() & quiet).sum()), "total": int(quiet.sum())},
+    }
+    judged = verdict.evaluate(observed, gates or verdict.parse_gates(None))
+    judged["root_causes"] = verdict.root_causes({}, 0, observed["probe_amnesia"]["count"])
+    counts = {"total": len(turns), "ok": int(turns["ok"].sum()), "fail": int(turns["fail"].sum()),
+              "info": int(turns["info"].sum()), "errors": int(turns["error"].sum()),
+              "probes_answered": observed["probe_amnesia"]["total"], "probes_failed": observed["probe_amnesia"]["count"],
+              "crosstalk_replies": int(turns["online_crosstalk"].sum())}
+    return {"turns": counts, "observed": observed, "verdict": judged}

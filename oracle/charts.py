@@ -291,7 +291,9 @@ def fault_rows(data: RunData) -> list[dict]:
         rows.append({"name": "quiet baseline", "kind": None, "windows": baseline.get("windows"),
                      **{k: rate(v) for k, v in baseline.items() if isinstance(v, dict)}})
         for f in s.get("by_fault") or []:
-            rows.append({"name": f"during {f.get('kind')}", "kind": str(f.get("kind")), "windows": f.get("windows"),
+            name = f"during {f.get('kind')}" + (" (ineffective: touched nothing)" if f.get("ineffective") else "")
+            rows.append({"name": name, "kind": str(f.get("kind")), "windows": f.get("windows"),
+                         "charged": f.get("charged"), "ineffective": bool(f.get("ineffective")),
                          **{k: rate(v) for k, v in f.items() if isinstance(v, dict)}})
         return rows
     w = data.windows

@@ -13,6 +13,7 @@ is added later by ``oracle.explain``.
 """
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -32,7 +33,7 @@ class StoredView:
     corrupt_turns: set = field(default_factory=set)     # own turns whose only trace is a corrupt entry
 
 
-def view(session: str, decoded: Decoded, raw: RawSession) -> StoredView:
+def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Turn] | None = None) -> StoredView:
     """Find the token of every user entry: own entries, and other sessions' (cross-talk)."""
     v = StoredView()
     search = TOKEN_RE.search
@@ -55,9 +56,33 @@ def view(session: str, decoded: Decoded, raw: RawSession) -> StoredView:
         for m in TOKEN_RE.finditer(text):
             if m.group(1) == session:
                 bad["turn"] = int(m.group(2))
+                bad["tied_by"] = "its token"
                 v.corrupt_turns.add(int(m.group(2)))
                 break
+    if by_turn and any("turn" not in bad for bad in decoded.corrupt):
+        _tie_by_reply(decoded, by_turn, v)
     return v
+
+
+def _tie_by_reply(decoded: Decoded, by_turn: dict[int, Turn], v: StoredView) -> None:
+    """A corrupt entry whose token is unreadable belongs to the acknowledged turn whose verbatim
+    reply is stored right after it, when that turn's user entry is nowhere else: one fault (the
+    entry was mangled), not two (corrupt here and lost there)."""
+    replies = {}
+    for t in by_turn.values():
+        if t.outcome == "ok" and t.reply and t.turn not in v.copies and t.turn not in v.corrupt_turns:
+            replies.setdefault(t.reply, t.turn)
+    indices = [index for index, _, _ in decoded.messages]
+    for bad in decoded.corrupt:
+        if "turn" in bad:
+            continue
+        at = bisect.bisect_right(indices, bad["index"])
+        if at < len(indices) and decoded.messages[at][1] == ASSISTANT:
+            turn = replies.pop(decoded.messages[at][2], None)
+            if turn is not None:
+                bad["turn"] = turn
+                bad["tied_by"] = "the verbatim reply stored right after it"
+                v.corrupt_turns.add(turn)
 
 
 def finding(cls: str, session: str | None, turn: int | None, time: float | None, **evidence) -> dict:
@@ -73,7 +98,8 @@ def check_vanished(session: str, turns: list[Turn], raw: RawSession, ttl_in_use:
         return []
     last = max(ok, key=lambda t: t.received or t.sent)
     return [finding("expired" if ttl_in_use else "vanished", session, None, last.received or last.sent,
-                    key=raw.key, ok_turns=len(ok), last_ok_turn=last.turn, ttl_in_use=ttl_in_use)]
+                    key=raw.key, ok_turns=len(ok), last_ok_turn=last.turn, ttl_in_use=ttl_in_use,
+                    ok_turn_numbers=[t.turn for t in ok])]
 
 
 def check_lost(session: str, turns: list[Turn], raw: RawSession, v: StoredView) -> list[dict]:
@@ -92,14 +118,14 @@ def check_aborted(session: str, by_turn: dict[int, Turn], v: StoredView) -> list
             for turn in v.first_position if turn in by_turn and by_turn[turn].outcome == "fail"]
 
 
-def check_crosstalk(session: str, v: StoredView, journal: dict[str, list[Turn]]) -> list[dict]:
+def check_crosstalk(session: str, v: StoredView, journal: dict[str, list[Turn]], key: str) -> list[dict]:
     """A user entry in this session carries another session's token: the source is in the token."""
     out = []
     for index, source, turn, text in v.foreign:
         source_turns = journal.get(source)
         source_turn = next((t for t in source_turns or () if t.turn == turn), None)
         out.append(finding("crosstalk", session, None, source_turn.sent if source_turn else None,
-                           source_session=source, source_turn=turn, entry_index=index,
+                           source_session=source, source_turn=turn, entry_index=index, key=key,
                            source_journaled=source_turns is not None, excerpt=text[:120]))
     return out
 
@@ -138,19 +164,22 @@ def check_reordered(session: str, by_turn: dict[int, Turn], v: StoredView) -> li
                     contradicting_pairs=pairs)]
 
 
-def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded, v: StoredView) -> list[dict]:
+def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
+                     v: StoredView) -> tuple[list[dict], list[int]]:
     """An acknowledged turn's user entry is stored but no assistant entry after it holds its reply.
 
     Matching walks from the newest entry back, giving each ok user entry a distinct later
     assistant entry: by the journaled reply text when the store keeps replies verbatim, else
     by count. Indeterminate turns never claim an assistant entry, so they cannot make an ok
-    turn look unanswered.
+    turn look unanswered. Returns (findings, misplaced): a turn whose verbatim reply is stored,
+    unclaimed, *before* it is not unanswered but out of order (``check_session`` gives it to the
+    reorder finding: one fault, one count).
     """
     ok_stored = [t for t in v.first_position if t in by_turn and by_turn[t].outcome == "ok"]
     if not ok_stored:
-        return []
+        return [], []
     if _each_reply_follows(ok_stored, by_turn, decoded, v):
-        return []
+        return [], []
     assistants = [text for _, role, text in decoded.messages if role == ASSISTANT]
     replies = {by_turn[t].reply for t in ok_stored}
     by_text = any(text in replies for text in assistants)
@@ -176,7 +205,15 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded, v
                                matched_by="reply text" if by_text else "count",
                                assistant_entries_after=sum(seen.values()) if by_text else spare))
     out.reverse()
-    return out
+    if not by_text:
+        return out, []
+    misplaced = []
+    for f in out:  # the walk has seen every assistant entry: what is left unclaimed lies before its turn
+        reply = f["evidence"]["reply"]
+        if seen[reply] > 0:
+            seen[reply] -= 1
+            misplaced.append(f["turn"])
+    return [f for f in out if f["turn"] not in misplaced], misplaced
 
 
 def _each_reply_follows(ok_stored, by_turn, decoded: Decoded, v: StoredView) -> bool:
@@ -198,6 +235,34 @@ def _each_reply_follows(ok_stored, by_turn, decoded: Decoded, v: StoredView) -> 
     return True
 
 
+def _corrupt_replies(unanswered: list[dict], decoded: Decoded, v: StoredView) -> list[dict]:
+    """An unanswered turn whose next stored entry is corrupt (with no token of its own) was answered:
+    the corrupt entry is its reply. One fault (a mangled reply), counted once, as corrupt."""
+    loose = {bad["index"]: bad for bad in decoded.corrupt if "turn" not in bad}
+    kept = []
+    for f in unanswered:
+        bad = loose.pop(v.own[v.first_position[f["turn"]]][2] + 1, None)
+        if bad is None:
+            kept.append(f)
+            continue
+        bad["turn"] = f["turn"]
+        bad["tied_by"] = f"its place right after turn {f['turn']}'s user entry, where that turn's reply belongs"
+    return kept
+
+
+def with_misplaced_replies(reordered: list[dict], misplaced: list[int], by_turn: dict[int, Turn],
+                           session: str) -> list[dict]:
+    """Replies stored before their own turn are part of the session's reorder (one finding)."""
+    if not misplaced:
+        return reordered
+    if not reordered:
+        t = by_turn[misplaced[0]]
+        reordered = [finding("reordered", session, t.turn, t.sent, reply_before_turn=t.turn, token=t.token,
+                             reply=t.reply)]
+    reordered[0]["evidence"]["replies_before_their_turn"] = misplaced
+    return reordered
+
+
 def check_corrupt(session: str, by_turn: dict[int, Turn], decoded: Decoded, raw: RawSession) -> list[dict]:
     """An entry that does not decode: invalid JSON, a pickle, not utf-8, or the wrong shape."""
     out = []
@@ -205,7 +270,8 @@ def check_corrupt(session: str, by_turn: dict[int, Turn], decoded: Decoded, raw:
         turn = bad.get("turn")
         t = by_turn.get(turn) if turn is not None else None
         out.append(finding("corrupt", session, turn, t.sent if t else None, key=raw.key, index=bad["index"],
-                           reason=bad["reason"], excerpt=bad["excerpt"], length=bad["length"]))
+                           reason=bad["reason"], excerpt=bad["excerpt"], length=bad["length"],
+                           tied_by=bad.get("tied_by")))
     return out
 
 
@@ -216,7 +282,7 @@ CHECKERS = ("vanished", "lost", "aborted", "crosstalk", "duplicated", "reordered
 class SessionResult:
     findings: list
     stats: dict
-    lost_turns: list  # ok turns the store cannot give back (lost, gone with the key, or only corrupt)
+    lost_turns: list  # ok turns the store cannot give back (lost, or gone with the key); a corrupt one is corrupt
 
 
 def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Decoded,
@@ -228,22 +294,26 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
     proves them clean a batch at a time.
     """
     by_turn = {t.turn: t for t in turns}
-    v = view(session, decoded, raw)
+    v = view(session, decoded, raw, by_turn)
     if not raw.exists:
         findings = check_vanished(session, turns, raw, ttl_in_use)
     else:
         findings = check_lost(session, turns, raw, v)
         findings += check_aborted(session, by_turn, v)
         if v.foreign:
-            findings += check_crosstalk(session, v, journal)
+            findings += check_crosstalk(session, v, journal, raw.key)
         if len(v.own) != len(v.copies):
             findings += check_duplicated(session, by_turn, v)
-        findings += check_reordered(session, by_turn, v)
-        findings += check_unanswered(session, by_turn, decoded, v)
+        unanswered, misplaced = check_unanswered(session, by_turn, decoded, v)
+        if decoded.corrupt and unanswered:
+            unanswered = _corrupt_replies(unanswered, decoded, v)
+        findings += with_misplaced_replies(check_reordered(session, by_turn, v), misplaced, by_turn, session)
+        findings += unanswered
         if decoded.corrupt:
             findings += check_corrupt(session, by_turn, decoded, raw)
     gone = bool(findings) and findings[0]["class"] in ("vanished", "expired")
-    lost_turns = [t.turn for t in turns if t.outcome == "ok" and (gone or t.turn not in v.copies)]
+    lost_turns = [t.turn for t in turns if t.outcome == "ok" and
+                  (gone or (t.turn not in v.copies and t.turn not in v.corrupt_turns))]
     return SessionResult(findings, session_stats(turns, v, raw, findings, len(lost_turns)), lost_turns)
 
 

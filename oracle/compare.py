@@ -4,7 +4,8 @@ Rates are compared with Fisher's exact test on the 2x2 counts (scipy), throughpu
 latency with a Mann-Whitney U test on the per-window values. A rate is **worse** only when the
 difference is significant (p < --alpha) AND larger than --margin (absolute), so a pipeline can
 gate on it without failing on noise. Every candidate is compared with BASE; the exit code
-follows the last candidate: 1 when it is worse on any rate or breaches a threshold, 0 otherwise,
+follows the last candidate: 1 when it is worse on any rate or fails a gate of its verdict (the same
+rules as the audit, oracle/verdict.py), 0 otherwise,
 2 for input that cannot be compared.
 """
 from __future__ import annotations
@@ -92,14 +93,19 @@ def like_for_like(runs: list[RunData]) -> list[str]:
     return warnings
 
 
-def threshold_breaches(summary: dict, args) -> tuple[list[str], str | None]:
-    """The audit's own threshold check applied to a candidate (lazy: oracle.thresholds is another module's)."""
-    try:
-        from oracle.thresholds import breaches
-    except ImportError as exc:
-        return [], f"thresholds not checked: oracle.thresholds is unavailable ({exc})"
-    return breaches(summary, max_probe_amnesia=args.max_probe_amnesia, max_stored_loss=args.max_stored_loss,
-                    max_crosstalk=args.max_crosstalk), None
+def candidate_verdict(summary: dict, args) -> dict:
+    """The last candidate's verdict under the same rules as the audit (oracle/verdict.py): the gates
+    given here, else the ones it was audited with."""
+    from oracle import verdict
+
+    overrides = verdict.legacy_overrides(args.max_probe_amnesia, args.max_stored_loss, args.max_crosstalk)
+    if args.gate is None and not overrides:
+        return verdict.of_summary(summary)
+    gates = verdict.parse_gates(args.gate).with_overrides(overrides, ",".join(
+        f"{name}={limit}" for name, limit in overrides.items()))
+    v = verdict.of_summary(summary, gates)
+    v["root_causes"] = (summary.get("verdict") or {}).get("root_causes") or []
+    return v
 
 
 def format_table(base: RunData, cand: RunData, rows: list[Row]) -> str:
@@ -163,16 +169,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m oracle compare",
         description="Compare audited runs, in release order: BASE CANDIDATE [MORE...]. Exit 1 when the last "
-                    "candidate is worse than BASE on any rate or breaches a threshold, 0 otherwise, 2 on bad input.")
+                    "candidate is worse than BASE on any rate or fails a gate of the verdict, 0 otherwise, 2 on bad input.")
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run folders, base first")
     parser.add_argument("--margin", type=float, default=0.01,
                         help="smallest absolute rate increase that counts as worse (default 0.01 = 1 point)")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
     parser.add_argument("--html", type=Path, help="also write an HTML comparison here")
-    parser.add_argument("--max-probe-amnesia", type=float, default=None, help="threshold on the last candidate")
-    parser.add_argument("--max-stored-loss", type=float, default=None, help="threshold on the last candidate")
-    parser.add_argument("--max-crosstalk", type=int, default=0,
-                        help="most sessions with cross-talk the last candidate may have (default 0)")
+    parser.add_argument("--gate", default=None,
+                        help="judge the last candidate with these gates (the audit's grammar: strict, lenient, a "
+                             "file, name=limit; default: the gates it was audited with)")
+    parser.add_argument("--max-probe-amnesia", type=float, default=None, help="same as --gate probe_amnesia=RATE")
+    parser.add_argument("--max-stored-loss", type=float, default=None, help="same as --gate stored_loss=RATE")
+    parser.add_argument("--max-crosstalk", type=int, default=None, help="same as --gate crosstalk=N")
     parser.add_argument("--audit", action="store_true", help="audit runs that have no audit yet")
     args = parser.parse_args(argv)
     if len(args.runs) < 2:
@@ -193,9 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     base, last = runs[0], runs[-1]
     results = {r.path.as_posix(): compare_pair(base, r, args.alpha, args.margin) for r in runs[1:]}
     warnings = like_for_like(runs) + [w for r in runs for w in r.warnings]
-    breaches, note = threshold_breaches(last.summary, args)
-    if note:
-        warnings.append(note)
+    from oracle.verdict import GateError, headline
+
+    try:
+        judged = candidate_verdict(last.summary, args)
+    except GateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    breaches = judged["failed"]
     gate = overall(results[last.path.as_posix()])
     trend = trend_rows(runs, results)
     out = []
@@ -205,11 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         out += [format_trend(trend), ""]
     for r in runs[1:]:
         out += [format_table(base, r, results[r.path.as_posix()]), ""]
-    out += [f"BREACHED ({last.label}): {b}" for b in breaches]
+    out.append(f"{last.label} on its own (gates {judged['gates']}): {headline(judged)}")
+    out += [f"  gate failed: {b}" for b in breaches]
     failed = gate == WORSE or bool(breaches)
     out.append(f"verdict: {last.label} against {base.label}: {gate.upper() if gate != SAME else gate} "
                f"(alpha {args.alpha}, margin {args.margin * 100:g} points)"
-               + (f"; {len(breaches)} threshold(s) breached" if breaches else "") + f" -> exit {int(failed)}")
+               + (f"; {len(breaches)} gate(s) failed" if breaches else "") + f" -> exit {int(failed)}")
     print("\n".join(out))
     if args.html:
         print(f"html: {write_html(args.html, runs, results, warnings, breaches, trend, gate, args)}")

@@ -18,16 +18,38 @@ def explain(f: dict) -> str:
     e, s, turn = f["evidence"], f["session"], f["turn"]
     cls = f["class"]
     if cls == "lost":
-        return (f"Session {s} sent turn {turn} (token {e['token']}) at {_t(e['sent'])} and the bot acknowledged it "
+        head = (f"Session {s} sent turn {turn} (token {e['token']}) at {_t(e['sent'])} and the bot acknowledged it "
                 f"at {_t(e['received'])}, so the user's message must be in the stored history. The key {e['key']} "
                 f"exists and holds {e['stored_user_entries']} of this session's user entries, but none carries "
-                f"{e['token']}: the store lost an acknowledged write.")
+                f"{e['token']}")
+        went = e.get("stored_under")
+        if went:
+            return (f"{head}. It was written under session {went['session']}'s key {went['key']} instead (finding "
+                    f"{went['finding']}): the bot misrouted this turn to another user's memory. One fault, counted "
+                    "once, as cross-talk; the store itself lost nothing.")
+        return f"{head}: the store lost an acknowledged write."
     if cls in ("vanished", "expired"):
-        why = ("Other keys in this store carry a TTL, so the most likely cause is key expiry."
-               if cls == "expired" else "No TTL was seen on any key, so the key was deleted or never persisted "
-               "(a store restart without persistence, an eviction, or a flush).")
-        return (f"Session {s} had {e['ok_turns']} acknowledged turns, the last (turn {e['last_ok_turn']}) at "
-                f"{_t(f['time'])}, yet its key {e['key']} does not exist at all: the whole conversation is gone. {why}")
+        head = (f"Session {s} had {e['ok_turns']} acknowledged turns, the last (turn {e['last_ok_turn']}) at "
+                f"{_t(f['time'])}, yet its key {e['key']} does not exist at all: the whole conversation is gone.")
+        if e.get("misrouted_turns"):
+            where = ", ".join(f"turn {w['turn']} under {w['key']}" for w in e["stored_under"])
+            return (f"{head} {e['misrouted_turns']} of its turns were written under other sessions' keys ({where}"
+                    f"{', ...' if e['misrouted_turns'] > len(e['stored_under']) else ''}): the bot misrouted this "
+                    "session's memory, so its own key was never written. Counted once, as cross-talk.")
+        if e.get("found_under"):
+            return (f"{head} Its session id is in another key of the store ({', '.join(e['found_under'])}): the bot "
+                    "stored this session under a different key than the others.")
+        if cls == "expired":
+            return f"{head} Other keys in this store carry a TTL, so the most likely cause is key expiry."
+        if e.get("bot_forgot"):
+            return (f"{head} The bot also failed most recall probes, and no key of the store holds this run's "
+                    "sessions: it does not keep the conversation in this store at all (memory in a process, "
+                    "built per request, or written somewhere else).")
+        if e.get("store_restarted_at"):
+            return (f"{head} The Redis server restarted at {_t(e['store_restarted_at'])}, after this session's turns "
+                    "were acknowledged, and did not keep them: a restart without (enough) persistence.")
+        return (f"{head} No TTL was seen on any key, so the key was deleted or never persisted (a store restart "
+                "without persistence, an eviction, or a flush).")
     if cls == "aborted":
         return (f"Session {s} turn {turn} (token {e['token']}) failed before it left the client (connection "
                 f"refused at {_t(f['time'])}), so it definitely did not reach the bot; yet its user entry is stored "
@@ -35,31 +57,36 @@ def explain(f: dict) -> str:
                 f"store disagree (a replay, a shared client, or a mis-recorded outcome).")
     if cls == "crosstalk":
         where = "" if e["source_journaled"] else " (that session is not in this run's journal)"
+        moved = (" That turn is missing from its own session: the bot misrouted it (one fault, counted once)."
+                 if e.get("missing_from_own_session") else "")
         return (f"The stored history of session {s} holds a user entry (entry {e['entry_index']}) carrying the "
                 f"token of session {e['source_session']} turn {e['source_turn']}{where}. Tokens are unique to one "
-                f"session, so another user's message was written into this user's memory: cross-talk. "
+                f"session, so another user's message was written into this user's memory: cross-talk.{moved} "
                 f"Entry: {e['excerpt']!r}.")
     if cls == "duplicated":
         return (f"Session {s} turn {turn} was sent once (outcome {e['outcome']}), but its user entry is stored "
                 f"{e['copies']} times, at positions {e['positions']} of the session's user entries. The client "
                 f"never resends a token, so the store or the bot wrote the same message twice.")
     if cls == "reordered":
+        misplaced = e.get("replies_before_their_turn") or []
+        tail = (f" The bot's reply to turn(s) {', '.join(map(str, misplaced))} is stored before the turn itself; "
+                "those replies are part of this reorder, not missing." if misplaced else "")
+        if e.get("earlier_turn") is None:
+            return (f"In session {s}, the bot acknowledged turn {turn} (token {e['token']}) with its reply, and both "
+                    f"are stored, but the reply comes first: the history reads the answer before the question, so "
+                    f"the next turn's context is out of order.{tail}")
         return (f"In session {s}, turn {e['earlier_turn']} was acknowledged at {_t(e['earlier_received'])}, before "
                 f"turn {e['later_turn']} was sent at {_t(e['later_sent'])}; real time orders them, yet the store "
                 f"holds turn {e['later_turn']} at user position {e['later_position']}, before turn "
                 f"{e['earlier_turn']} at position {e['earlier_position']}. This is the closest of "
-                f"{e['contradicting_pairs']} contradicting pair(s).")
+                f"{e['contradicting_pairs']} contradicting pair(s).{tail}")
     if cls == "unanswered":
         return (f"Session {s} turn {turn} (token {e['token']}) was acknowledged with a reply, and its user entry is "
                 f"stored, but no assistant entry after it holds that reply (matched by {e['matched_by']}). The bot "
                 f"answered the user without keeping its answer, so the next turn's context is missing half of "
                 f"this exchange.")
     if cls == "corrupt":
-        whose = f" It belongs to turn {turn}." if turn is not None else ""
+        whose = f" It belongs to turn {turn} (identified by {e['tied_by']})." if turn is not None else ""
         return (f"Entry {e['index']} of {e['key']} cannot be read: {e['reason']}. Excerpt: {e['excerpt']!r}."
                 f"{whose} A bot reading this history either crashes or silently drops the entry.")
-    if cls == "foreign":
-        return (f"The key {e['key']} (a Redis {e['type']}, length {e['length']}) sits under the session key "
-                f"template but belongs to no session of this run: data from another run, another tenant, or a "
-                f"bot writing under the wrong session id.")
     return f"{cls} in session {s}: {e}"

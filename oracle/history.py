@@ -47,6 +47,7 @@ class Turn(msgspec.Struct, gc=False):
     crosstalk: Optional[tuple] = ()
     step: Any = None
     status: Any = None
+    error: Any = None
 
     @property
     def latency(self) -> float | None:
@@ -87,7 +88,7 @@ def _turn(record: dict) -> Turn:
     return Turn(session, turn, outcome, float(sent), kind=get("kind") or "chatter",
                 token=get("token") or f"{session}t{turn}", received=None if received is None else float(received),
                 verdict=get("verdict"), reply=get("reply"), crosstalk=tuple(crosstalk) if crosstalk else (),
-                step=get("step"), status=get("status"))
+                step=get("step"), status=get("status"), error=get("error"))
 
 
 def _normalise(t: Turn) -> Turn:

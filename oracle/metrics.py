@@ -12,6 +12,8 @@ import pandas as pd
 
 from oracle.history import OUTCOMES  # the journal loader admits no other outcome
 
+INTERRUPTED = "interrupted"  # the error text of a turn still in flight when the test stopped: no request failed
+
 
 def wilson(count: int, total: int) -> dict:
     """``{"count", "total", "rate", "low", "high"}``; rate and bounds are null when total is 0."""
@@ -36,6 +38,9 @@ def quantiles(values) -> dict:
 def turn_table(journal, lost: set, anomalous: set) -> pd.DataFrame:
     """One row per journaled turn, sessions in journal order, with the audit's per-turn verdicts.
 
+    ``error``: a request that failed (what Locust counts as a failure); a turn the test interrupted
+    in flight is neither ok nor an error.
+
     ``sidx`` numbers each row's session in journal order (for the per-session sums). Outcomes
     and kinds become boolean columns (``ok``, ``fail``, ``info``, ``probe``) here, once, so the
     tables compare no strings; each column is one pass over the turns (a million of them).
@@ -53,8 +58,10 @@ def turn_table(journal, lost: set, anomalous: set) -> pd.DataFrame:
         verdict = turns[i].verdict
         answered[i] = verdict == "pass" or verdict == "amnesia"
         failed[i] = verdict == "amnesia"
+    interrupted = np.fromiter([not o and isinstance(t.error, str) and t.error.startswith(INTERRUPTED)
+                               for o, t in zip(ok.tolist(), turns)], bool, n)
     return pd.DataFrame({
-        "ok": ok, "fail": fail, "info": info, "probe": probe,
+        "ok": ok, "fail": fail, "info": info, "probe": probe, "error": ~ok & ~interrupted,
         "sent": sent, "received": received, "latency": received - sent,
         "done": np.where(np.isnan(received), sent, received),
         "step": _floats([t.step for t in turns]),

@@ -19,6 +19,7 @@ import jinja2
 from oracle import charts
 from oracle.report_data import RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run, rate
 from oracle.report_format import interval, ms, number, pct, verdict
+from oracle.verdict import of_summary, rule_line
 
 EXAMPLES_PER_CLASS = 10
 CHARTS = {
@@ -113,8 +114,8 @@ def context(data: RunData) -> dict:
     return {
         "run": data.run, "label": data.label, "run_id": data.run.get("run") or data.path.name, "summary": s,
         "level": level, "headline": headline, "detail": detail, "headline_rows": headline_rows(s),
-        "turns": s.get("turns") or {}, "latency": s.get("latency") or {}, "throughput": s.get("throughput"),
-        "breaches": s.get("breaches") or [], "warnings": warnings,
+        "turns": turn_counts(s), "latency": s.get("latency") or {}, "throughput": s.get("throughput"),
+        "verdict": of_summary(s), "information": information(s), "warnings": warnings,
         "fault_rows": charts.fault_rows(data), "faults": faults.to_dict("records"),
         "steps": steps.to_dict("records"), "anomaly_counts": {k: v for k, v in counts.items() if v},
         "examples": {k: v[:EXAMPLES_PER_CLASS] for k, v in by_class.items()}, "examples_n": EXAMPLES_PER_CLASS,
@@ -122,6 +123,32 @@ def context(data: RunData) -> dict:
         "started": _utc(data.run.get("start")), "fault_color": charts.fault_color, "attributed": [
             m for m in (*charts.ATTRIBUTED, "lost_after") if any((r.get(m) or {}).get("total") for r in charts.fault_rows(data))], "duration": data.t_end - data.t0, "rate_titles": RATE_TITLES,
     }
+
+
+def turn_counts(summary: dict) -> dict:
+    """The summary's turn counts plus failed requests (what Locust counts as failures) split into
+    refused and indeterminate; a turn interrupted by the stop is neither (no request failed)."""
+    t = dict(summary.get("turns") or {})
+    t.setdefault("interrupted", 0)
+    t.setdefault("errors", t.get("fail", 0) + t.get("info", 0) - t["interrupted"])
+    t["indeterminate"] = t.get("info", 0) - t["interrupted"]
+    return t
+
+
+def information(summary: dict) -> list[str]:
+    """What the audit saw that is not judged (shown, never in the verdict)."""
+    info = summary.get("information") or {}
+    out = []
+    foreign = info.get("foreign_keys") or {}
+    if foreign.get("other_goldfish_runs") or foreign.get("not_goldfish"):
+        out.append(f"the store also holds {foreign['other_goldfish_runs']} key(s) of other goldfish runs and "
+                   f"{foreign['not_goldfish']} other key(s) under the key template (for example "
+                   f"{', '.join(foreign.get('examples') or [])}); they are not this run's and are not judged")
+    for row in summary.get("by_fault") or []:
+        if row.get("ineffective"):
+            out.append(f"fault {row['kind']} was ineffective: its {row['occurrences']} occurrence(s) touched nothing "
+                       "(e.g. no connection to kill), so the run says nothing about surviving it")
+    return out
 
 
 def _utc(epoch) -> str | None:
@@ -136,23 +163,27 @@ def terminal_summary(run_dir: str | Path) -> str:
     s = data.summary
     level, headline, detail = verdict(s)
     lines = [f"goldfish · {data.label} · run {data.run.get('run') or data.path.name} · target {data.run.get('target')}",
-             f"verdict: {headline.upper()} - {detail}", "",
+             f"verdict: {headline} - {detail}", "",
              f"{'metric':<22}{'rate':>9}  {'95% interval':<20}{'count/total':>14}"]
     for row in headline_rows(s):
         lines.append(f"{row['title']:<22}{pct(row['rate']):>9}  {row['interval']:<20}"
                      f"{row['count']:>7}/{row['total']:<6}")
-    lat, turns = s.get("latency") or {}, s.get("turns") or {}
+    lat, turns = s.get("latency") or {}, turn_counts(s)
     lines += ["", f"throughput {number(s.get('throughput'))} acked turns/s · latency p50 {ms(lat.get('p50'))}, "
                   f"p95 {ms(lat.get('p95'))}, p99 {ms(lat.get('p99'))}",
-              f"turns {turns.get('total', 'n/a')}: ok {turns.get('ok', 'n/a')}, errors (fail) {turns.get('fail', 'n/a')}, "
-              f"indeterminate (info) {turns.get('info', 'n/a')}"]
+              f"turns {turns.get('total', 'n/a')}: ok {turns.get('ok', 'n/a')}, failed requests "
+              f"{turns['errors']} (refused {turns.get('fail', 0)}, indeterminate {turns['indeterminate']}), "
+              f"interrupted by the stop {turns['interrupted']}"]
     anomalies = {k: v for k, v in (s.get("anomalies") or {}).items() if v}
     lines.append("anomalies: " + (", ".join(f"{k} {v}" for k, v in anomalies.items()) or "none"))
     if not data.faults.empty:
         kinds = data.faults["kind"].value_counts()
         lines.append("faults: " + ", ".join(f"{k} x{n}" for k, n in kinds.items()))
-    for b in s.get("breaches") or []:
-        lines.append(f"BREACHED: {b}")
+    v = of_summary(s)
+    lines += ["", f"verdict rules (gates {v['gates']}):"]
+    lines += [f"  {rule['result'].upper():<13} {rule_line(rule)}" for rule in v["rules"]]
+    for i in information(s):
+        lines.append(f"information: {i}")
     for w in data.warnings:
         lines.append(f"warning: {w}")
     return "\n".join(lines)

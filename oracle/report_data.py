@@ -20,7 +20,7 @@ RATE_TITLES = {
     "session_amnesia": "session amnesia rate",
     "crosstalk": "cross-talk rate",
     "anomalies": "anomalous turn rate",
-    "lost_after": "lost turns charged (first fault after the ack)",
+    "lost_after": "loss of turns acked before it (charged when above the baseline)",
 }
 WINDOW_COLUMNS = ["start", "end", "step", "acked", "throughput", "latency_p50", "latency_p95",
                   "latency_p99", "errors", "probes", "probes_failed", "lost", "crosstalk",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from oracle.report_data import RATE_METRICS, rate
+from oracle.report_data import rate
 
 
 def pct(value, digits: int = 2) -> str:
@@ -31,16 +31,14 @@ def number(value, digits: int = 2) -> str:
 
 
 def verdict(summary: dict) -> tuple[str, str, str]:
-    """(level, headline, detail): level is fail / warn / ok / none, for the banner colour and exit codes."""
-    metrics = {k: rate(summary.get("metrics", {}).get(k)) for k in RATE_METRICS}
-    anomalies = {k: int(v) for k, v in (summary.get("anomalies") or {}).items() if v}
-    findings = [f"{metrics['probe_amnesia']['count']} failed probes"] if metrics["probe_amnesia"]["count"] else []
-    findings += [f"{v} {k}" for k, v in anomalies.items()]
-    if summary.get("breaches"):
-        return "fail", "Thresholds breached", "; ".join(summary["breaches"])
-    if findings:
-        return "warn", "Amnesia found", ", ".join(findings)
-    if not metrics["probe_amnesia"]["total"] and not metrics["stored_loss"]["total"]:
-        return "none", "Nothing measured", "no answered probes and no acknowledged turns"
-    return "ok", "No amnesia found", (f"{metrics['probe_amnesia']['total']} probes answered, "
-                                      f"{metrics['stored_loss']['total']} acknowledged turns all stored")
+    """(level, headline, detail) from the summary's verdict (oracle/verdict.py): level is fail / ok /
+    none (nothing was measured), for the badge, the banner and the terminal."""
+    from oracle.verdict import FAIL, PASS, headline, of_summary
+
+    v = of_summary(summary)
+    if v["result"] == FAIL:
+        return "fail", "FAIL", headline(v)[len("FAIL — "):]
+    measured = {r["gate"]: r["total"] for r in v["rules"] if r["result"] in (PASS, FAIL)}
+    if not measured.get("probe_amnesia") and not measured.get("stored_loss"):
+        return "none", "NOTHING MEASURED", "no answered probes, no acknowledged turns: no gate had anything to judge"
+    return "ok", "PASS", headline(v)[len("PASS — "):]

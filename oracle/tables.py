@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from oracle.attribution import by_fault, by_step
+from oracle.attribution import by_fault, by_step, intervals, overlapping
 from oracle.csvfile import write_csv
 from oracle.metrics import quantiles, turn_table, wilson
 from oracle.timeline import load_faults, load_steps
@@ -24,10 +24,10 @@ SESSION_COLUMNS = ["session", "turns", "ok", "fail", "info", "info_stored", "pro
                    "probes_failed", "lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished",
                    "unanswered", "anomalous", "first_sent", "last_received",
                    # additions after the pinned columns (backward compatible)
-                   "expired", "aborted", "lost_turns", "crosstalk_online", "exists"]
+                   "expired", "aborted", "lost_turns", "crosstalk_online", "exists", "misrouted"]
 # what only the store can say; a proven-clean session has 0 of each and exists
 STORE_COLUMNS = ["info_stored", "lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished",
-                 "unanswered", "expired", "aborted", "lost_turns"]
+                 "unanswered", "expired", "aborted", "lost_turns", "misrouted"]
 
 
 def session_table(turns: pd.DataFrame, sessions: int, judged: list[str], positions: list[int],
@@ -61,14 +61,16 @@ def session_table(turns: pd.DataFrame, sessions: int, judged: list[str], positio
     table["anomalous"] = ((table["probes_failed"] > 0) | (table["crosstalk_online"] > 0)).astype(np.int64)
     if dirty:
         rows = [i for i, s in enumerate(judged) if s in dirty]
-        stats = pd.DataFrame([dirty[judged[i]] for i in rows], index=rows)
+        stats = pd.DataFrame([dirty[judged[i]] for i in rows], index=rows).reindex(
+            columns=[*STORE_COLUMNS, "exists", "anomalous"], fill_value=0)
+        stats["misrouted"] = stats["misrouted"].fillna(0).astype(np.int64)  # only misrouted sessions have it
         for column in [*STORE_COLUMNS, "exists", "anomalous"]:
             table.loc[rows, column] = stats[column].to_numpy()
     return table[SESSION_COLUMNS]
 
 
 def tables(run_dir: Path, journal, judged: list[str], dirty: dict, compact: list, lost: set, anomalous: set,
-           window_s: float, recovery_s: float, problems: list[str]) -> dict:
+           window_s: float, recovery_s: float, problems: list[str], entries: int = 0) -> dict:
     """sessions.csv, windows.csv and the summary dict."""
     audit_dir = run_dir / "audit"
     turns = turn_table(journal, lost, anomalous)
@@ -76,10 +78,11 @@ def tables(run_dir: Path, journal, judged: list[str], dirty: dict, compact: list
     positions = [index[s] for s in judged]
     sessions = session_table(turns, len(journal.sessions), judged, positions, dirty)
     write_csv(sessions, audit_dir / "sessions.csv")
-    found = pd.DataFrame(compact, columns=["class", "session", "turn", "time"])
+    found = pd.DataFrame(compact, columns=["class", "cause", "session", "turn", "time"])
     faults = load_faults(run_dir, problems)
+    effective = [f for f in faults if f.effective]
     steps = load_steps(run_dir, problems)
-    windows = window_table(turns, found, faults, steps, window_s)
+    windows = window_table(turns, found, effective, steps, window_s)
     write_csv(windows, audit_dir / "windows.csv")
 
     if len(judged) != len(journal.sessions):
@@ -89,25 +92,55 @@ def tables(run_dir: Path, journal, judged: list[str], dirty: dict, compact: list
     span = (turns["done"].max() - turns["sent"].min()) if not turns.empty else 0.0
     fault_rows, baseline = by_fault(turns, windows, faults, run_end, recovery_s)
     counts = Counter(c for c, *_ in compact)
+    metrics = {
+        "probe_amnesia": wilson(turns["failed_probe"].sum(), turns["answered_probe"].sum()),
+        "stored_loss": wilson(sessions["lost_turns"].sum() if len(sessions) else 0, ok.sum()),
+        "session_amnesia": wilson(sessions["anomalous"].sum() if len(sessions) else 0, len(sessions)),
+        "crosstalk": wilson(((sessions["crosstalk"] + sessions["crosstalk_online"]) > 0).sum()
+                            if len(sessions) else 0, len(sessions)),
+    }
     return {
         "run": journal.run, "label": _label(run_dir), "window_s": window_s, "recovery_s": recovery_s,
         "sessions": int(len(sessions)),
         "turns": {"total": int(len(turns)), "ok": int(ok.sum()), "fail": int(turns["fail"].sum()),
-                  "info": int(turns["info"].sum()),
+                  "info": int(turns["info"].sum()), "errors": int(turns["error"].sum()),
+                  "interrupted": int((~ok & ~turns["error"]).sum()),
                   "info_stored": int(sessions["info_stored"].sum()) if len(sessions) else 0},
-        "metrics": {
-            "probe_amnesia": wilson(turns["failed_probe"].sum(), turns["answered_probe"].sum()),
-            "stored_loss": wilson(sessions["lost_turns"].sum() if len(sessions) else 0, ok.sum()),
-            "session_amnesia": wilson(sessions["anomalous"].sum() if len(sessions) else 0, len(sessions)),
-            "crosstalk": wilson(((sessions["crosstalk"] + sessions["crosstalk_online"]) > 0).sum()
-                                if len(sessions) else 0, len(sessions)),
-        },
+        "metrics": metrics,
+        "observed": observed(turns, metrics, Counter(cause for _, cause, *_ in compact), len(sessions),
+                             intervals(faults, run_end, recovery_s), entries),
         "throughput": float(ok.sum() / span) if span and span > 0 else 0.0,
         "latency": quantiles(turns.loc[ok, "latency"].to_numpy()),
         "anomalies": dict(sorted(counts.items())),
         "by_fault": fault_rows, "baseline": baseline, "steps": by_step(turns, steps),
-        "faults": [f.__dict__ for f in faults],
+        "faults": [{**f.__dict__, "effective": f.effective} for f in faults],
         "problems": problems,
+    }
+
+
+def observed(turns: pd.DataFrame, metrics: dict, causes: Counter, sessions: int,
+             fault_intervals: list[tuple[float, float]], entries: int) -> dict:
+    """What each gate of the verdict counts, and over what (oracle/verdict.py GATES): one root
+    cause counts once (a misrouted turn is cross-talk, not a store loss; a corrupt entry is not
+    also lost; a reply stored before its turn is part of the reorder, not unanswered)."""
+    ok = int(turns["ok"].sum())
+
+    def of(count, total) -> dict:
+        return {"count": int(count), "total": int(total)}
+
+    quiet = ~overlapping(turns["sent"].to_numpy(dtype=float), turns["done"].to_numpy(dtype=float), fault_intervals)
+    return {
+        "probe_amnesia": of(metrics["probe_amnesia"]["count"], metrics["probe_amnesia"]["total"]),
+        "stored_loss": of(metrics["stored_loss"]["count"], ok),
+        "crosstalk": of(metrics["crosstalk"]["count"], sessions),
+        "duplicated": of(causes["duplicated"], len(turns)),
+        "reordered": of(causes["reordered"], sessions),
+        "corrupt": of(causes["corrupt"], entries),
+        "vanished": of(causes["vanished"], sessions),
+        "expired": of(causes["expired"], sessions),
+        "unanswered": of(causes["unanswered"], ok),
+        "aborted": of(causes["aborted"], len(turns)),
+        "errors": of((turns["error"].to_numpy() & quiet).sum(), quiet.sum()),
     }
 
 

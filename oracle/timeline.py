@@ -19,6 +19,12 @@ class Fault:
     instance: str | None
     start: float
     end: float | None  # None: never recovered
+    touched: int | None = None  # what the apply hit, when the backend can tell (connections killed...)
+
+    @property
+    def effective(self) -> bool:
+        """False when the fault touched nothing (0 connections killed): it tested nothing."""
+        return self.touched != 0
 
 
 def _records(path: Path, problems: list[str]):
@@ -50,9 +56,15 @@ def load_faults(run_dir: Path, problems: list[str] | None = None) -> list[Fault]
             applies.setdefault(key, r)
         elif r.get("event") == "recover" and r.get("time") is not None:
             ends.setdefault(key, float(r["time"]))
-    faults = [Fault(str(k[0]), str(r.get("kind")), r.get("target"), k[1], float(r["time"]), ends.get(k))
+    faults = [Fault(str(k[0]), str(r.get("kind")), r.get("target"), k[1], float(r["time"]), ends.get(k),
+                    _touched(r.get("detail")))
               for k, r in applies.items()]
     return sorted(faults, key=lambda f: f.start)
+
+
+def _touched(detail) -> int | None:
+    value = detail.get("touched") if isinstance(detail, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def load_steps(run_dir: Path, problems: list[str] | None = None) -> list[dict]:

@@ -54,13 +54,13 @@ def window_table(turns: pd.DataFrame, findings: pd.DataFrame, faults: list[Fault
     q = lat.groupby("w")["latency"].quantile([0.5, 0.95, 0.99]).unstack() if not lat.empty else pd.DataFrame()
     table = pd.DataFrame({
         "start": edges[:-1], "end": edges[1:], "acked": acked, "throughput": acked / window_s,
-        "errors": count(~ok, done), "probes": count(turns["answered_probe"], done),
+        "errors": count(turns["error"], done), "probes": count(turns["answered_probe"], done),
         "probes_failed": count(turns["failed_probe"], done), "lost": count(turns["lost"] & ok, done),
         "crosstalk": count(turns["online_crosstalk"], done),
     })
     for col, qv in (("latency_p50", 0.5), ("latency_p95", 0.95), ("latency_p99", 0.99)):
         table[col] = q[qv].reindex(range(n)).to_numpy() if qv in getattr(q, "columns", []) else np.nan
-    timed = findings[findings["time"].notna() & (findings["class"] != "foreign")] if not findings.empty else findings
+    timed = findings[findings["time"].notna()] if not findings.empty else findings
     if not timed.empty:
         fw = _bucket(timed["time"].astype(float), edges)
         table["anomalies"] = np.bincount(fw, minlength=n)[:n]

@@ -77,7 +77,7 @@ ROWS = [
         "SIGKILL a replica every 5 s",
         {"mode": "fire-and-forget", "flush_ms": 1500, **FAST},
         must_show=("stored_loss",), must_be_zero=("crosstalk", "corrupt"), plan="matrix-kill-bots",
-        attributed_to="kill"),
+        attributed_to="kill", seconds=22),
     Row("pickle-drift", "pickled history across releases",
         "messages pickled with a class that a new release renamed; the new replicas load an empty history",
         "replicas on releases v1, v2, v1",

@@ -38,10 +38,11 @@ def measures(summary: dict) -> dict[str, int]:
 
 
 def attributed(summary: dict, kind: str) -> int:
-    """Lost turns the audit charges to fault kind ``kind`` (the first fault after their acknowledgement)."""
+    """Lost turns the audit charges to fault kind ``kind``: lost after their acknowledgement, at a rate
+    above the quiet baseline's (oracle/attribution.py)."""
     for entry in summary.get("by_fault", []):
         if entry.get("kind") == kind:
-            return entry.get("lost_after", {}).get("count", 0)
+            return entry.get("charged", 0)
     return 0
 
 
@@ -70,6 +71,7 @@ def run_row(row: Row, tmp_path: Path) -> dict:
         "stored_loss_rate": summary["metrics"]["stored_loss"]["rate"],
         "attributed": attributed(summary, row.attributed_to) if row.attributed_to else None,
         "attributed_to": row.attributed_to, "run_dir": str(run.run_dir),
+        "verdict": summary["verdict"]["result"], "exit_code": run.returncode,
     }
     result["detected"] = all(observed[m] > 0 for m in row.must_show) and all(observed[m] == 0 for m in row.must_be_zero)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -89,3 +91,6 @@ def test_signature(row: Row, tmp_path):
         assert observed[measure] == 0, f"{row.id}: expected {measure} == 0, observed {observed} (see {result['run_dir']})"
     if row.attributed_to:
         assert result["attributed"] > 0, f"{row.id}: no loss attributed to {row.attributed_to}: {result}"
+    # a bug found fails the run (strict gates); a correct bot under survivable faults passes
+    expected = (0, "pass") if not row.must_show else (1, "fail")
+    assert (result["exit_code"], result["verdict"]) == expected, f"{row.id}: {result}"

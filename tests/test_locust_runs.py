@@ -49,7 +49,7 @@ def test_forgetting_bot_shows_recall_failures_and_exits_1(tmp_path):
     records = run.records()
     amnesia = sum(r["verdict"] == "amnesia" for r in records)
     assert amnesia > 0 and amnesia == run.count("RECALL", failures=True)
-    assert "probe amnesia (online)" in run.output
+    assert "verdict FAIL (online, from the journal" in run.output and "FAIL  probe_amnesia:" in run.output
 
 
 def test_leaking_bot_shows_crosstalk_naming_the_source_in_the_journal(tmp_path):
@@ -62,7 +62,7 @@ def test_leaking_bot_shows_crosstalk_naming_the_source_in_the_journal(tmp_path):
     assert {row["name"] for row in run.rows("CROSSTALK")} == {"reply"}
     sessions = {r["session"] for r in records}
     assert all(src in sessions and src != r["session"] for r in leaked for src in r["crosstalk"])
-    assert "crosstalk (online)" in run.output and "cross-talk: session" in run.output
+    assert "FAIL  crosstalk:" in run.output and "cross-talk: session" in run.output
 
 
 def test_bot_with_another_contract_runs_by_config_file_alone(tmp_path):

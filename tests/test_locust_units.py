@@ -110,7 +110,11 @@ def test_options_parse_and_reject_with_the_option_name():
     O.max_probe_amnesia = "0.01"
     s = Settings.from_options(O)
     assert s.headers == {"Authorization": "Bearer x"} and s.public()["headers"] == {"Authorization": "***"}
-    assert s.run_dir.startswith("results/") and s.max_probe_amnesia == 0.01
+    assert s.run_dir.startswith("results/") and str(s.gates.limits["probe_amnesia"]) == "1%"
+    assert s.gates.spec == "strict,probe_amnesia=1%" and s.public()["gates"] == s.gates.spec
+    O.gate = "lenient,lost=nope"
+    with pytest.raises(OptionError, match="--gate .lost=nope.: .nope. is not a limit"):
+        Settings.from_options(O)
     O.header = ["no colon"]
     with pytest.raises(OptionError, match="--header"):
         Settings.from_options(O)

@@ -45,9 +45,9 @@ def test_reports_exactly_the_injected_anomalies(specs, plan, seed, ttl, foreign)
                 world.ttl[session] = 3600
         if any(s not in world.gone for s in world.order):
             expected = {("expired" if c == "vanished" else c, s, t) for c, s, t in expected}
-    if foreign:
+    if foreign:  # others' keys in a shared store: information, never a finding
         world.foreign.append({"key": "message_store:someone-else", "type": "list", "length": 4})
-        expected.add(("foreign", None, None))
+        world.foreign.append({"key": "message_store:gf00000000000000aa", "type": "list", "length": 2})
     # a correct store may leave out indeterminate turns, or hold them: never an anomaly
     run = Path(tempfile.mkdtemp(prefix="oracle-prop-"))
     try:
@@ -63,6 +63,13 @@ def test_reports_exactly_the_injected_anomalies(specs, plan, seed, ttl, foreign)
         probes = [r for r in world.records if r["kind"] == "probe" and r["outcome"] == "ok"]
         assert summary["metrics"]["probe_amnesia"]["total"] == len(probes)
         assert summary["metrics"]["probe_amnesia"]["count"] == sum(r["verdict"] == "amnesia" for r in probes)
+        foreign_keys = summary["information"]["foreign_keys"]
+        assert (foreign_keys["not_goldfish"], foreign_keys["other_goldfish_runs"]) == ((1, 1) if foreign else (0, 0))
+        # strict by default: the run fails exactly when something was found (a failed request is
+        # one too: no fault was in force to explain it)
+        found = bool(expected) or summary["metrics"]["probe_amnesia"]["count"] > 0 or \
+            any(r["outcome"] != "ok" for r in world.records)
+        assert summary["verdict"]["result"] == ("fail" if found else "pass"), summary["verdict"]["failed"]
     finally:
         shutil.rmtree(run, ignore_errors=True)
 

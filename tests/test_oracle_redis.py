@@ -33,7 +33,12 @@ def test_clean_store_has_zero_anomalies_and_reaudits_from_snapshot(tmp_path, red
     run, world, _ = make_run(tmp_path, redis_server)
     summary = audit_run(run, StoreOptions(url=redis_server.url))
     assert finding_keys(run) == set()
-    assert summary["anomalies"] == {} and summary["breaches"] == []
+    assert summary["anomalies"] == {}
+    # strict gates: only what the journal itself shows fails (failed probes, failed requests), nothing stored
+    failed = {r["gate"] for r in summary["verdict"]["rules"] if r["result"] == "fail"}
+    journal_shows = {"probe_amnesia": any(r["verdict"] == "amnesia" for r in world.records),
+                     "errors": any(r["outcome"] != "ok" for r in world.records)}
+    assert failed == {gate for gate, shown in journal_shows.items() if shown}
     assert summary["turns"]["info_stored"] == len(world.order)  # every info turn was stored ("both")
     meta = json.loads((run / "store" / "meta.json").read_text())
     assert meta["complete"] and meta["sessions_read"] == len(world.order)
@@ -62,8 +67,10 @@ def test_expired_when_keys_carry_a_ttl_and_foreign_keys(tmp_path, redis_server):
     client.pexpire(f"message_store:{gone}", 1)
     wait_until(lambda: not client.exists(f"message_store:{gone}"), what="the key to expire")
     client.rpush("message_store:not-ours", "x")
-    audit_run(run, StoreOptions(url=redis_server.url))
-    assert finding_keys(run) == {("expired", gone, None), ("foreign", None, None)}
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+    assert finding_keys(run) == {("expired", gone, None)}  # a key that is not ours is information, not a finding
+    assert summary["information"]["foreign_keys"] == {"other_goldfish_runs": 0, "not_goldfish": 1,
+                                                      "examples": ["message_store:not-ours"]}
     foreign = [json.loads(line) for line in (run / "store" / "foreign.jsonl").read_text().splitlines()]
     assert foreign == [{"key": "message_store:not-ours", "type": "list", "length": 1}]
 
@@ -146,10 +153,16 @@ def test_cli_exit_codes_and_messages(tmp_path, redis_server, capsys):
     code, _, err = in_process(capsys, run)
     assert code == 2 and "pass --store-url" in err
     done = oracle_cli(run, "--store-url", redis_server.url)
-    assert done.returncode == 0, done.stderr  # a lost turn breaches nothing unless asked
-    assert "stored loss" in done.stdout and "lost 1" in done.stdout
-    code, out, _ = in_process(capsys, run, "--max-stored-loss", "0")  # from the snapshot now
-    assert code == 1 and "THRESHOLD BREACHED: stored loss" in out
+    assert done.returncode == 1, done.stderr  # strict: one lost turn fails the run
+    assert "FAIL" in done.stdout and "lost 1" in done.stdout
+    assert "FAIL          stored_loss: 1 acknowledged turns lost by the store of" in done.stdout
+    lenient = "stored_loss=1,probe_amnesia=off,errors=off"
+    code, out, _ = in_process(capsys, run, "--gate", lenient)  # from the snapshot now
+    assert code == 0 and "PASS" in out and "stored_loss: 1 acknowledged turns lost by the store" in out
+    code, out, _ = in_process(capsys, run, "--gate", lenient, "--max-stored-loss", "0")  # the older spelling
+    assert code == 1 and "stored_loss" in out
+    code, _, err = in_process(capsys, run, "--gate", "lost=lots")
+    assert code == 2 and "--gate 'lost=lots': 'lots' is not a limit" in err
     code, _, err = in_process(capsys, tmp_path / "nope")
     assert code == 2 and "not a run folder" in err
     (tmp_path / "empty").mkdir()
@@ -177,6 +190,6 @@ def test_damage_done_in_redis_after_langchain_wrote(tmp_path, redis_server):
     client.lpush(key(s_dup), first_user)
     audit_run(run, StoreOptions(url=redis_server.url))
     last_ok = max(r["turn"] for r in world.turns(s_corrupt) if r["outcome"] == "ok")
-    assert finding_keys(run) == {("lost", s_lost, turn["turn"]), ("corrupt", s_corrupt, None),
-                                 ("unanswered", s_corrupt, last_ok), ("vanished", s_gone, None),
-                                 ("duplicated", s_dup, 0)}
+    # the mangled newest entry is the last turn's reply: one corrupt finding tied to that turn, not also unanswered
+    assert finding_keys(run) == {("lost", s_lost, turn["turn"]), ("corrupt", s_corrupt, last_ok),
+                                 ("vanished", s_gone, None), ("duplicated", s_dup, 0)}

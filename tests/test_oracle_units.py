@@ -1,4 +1,4 @@
-"""The oracle's pieces on their own: journal loading, decoding, metrics, windows, thresholds, readers."""
+"""The oracle's pieces on their own: journal loading, decoding, metrics, windows, readers."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,6 @@ from oracle.decode import Shape, decode_session
 from oracle.history import load_journal
 from oracle.metrics import wilson
 from oracle.store import RawSession, StoreOptions
-from oracle.thresholds import breaches
 import support_oracle
 from support_oracle import (build_world, finding_keys, inject, raw_entries, simple_specs, write_journal,
                             write_snapshot)
@@ -79,15 +78,6 @@ def test_wilson_intervals_and_empty_totals():
     w = wilson(1, 10)
     assert w["rate"] == 0.1 and 0.0 < w["low"] < 0.1 < w["high"] < 0.5
     assert wilson(0, 100)["low"] == 0.0 and wilson(0, 100)["high"] > 0
-
-
-def test_thresholds():
-    summary = {"metrics": {"probe_amnesia": wilson(5, 100), "stored_loss": wilson(0, 100),
-                           "crosstalk": wilson(1, 50)}}
-    assert breaches(summary, max_crosstalk=None) == []
-    lines = breaches(summary, max_probe_amnesia=0.01, max_stored_loss=0.0)
-    assert [line.split(":")[0] for line in lines] == ["probe amnesia", "crosstalk"]
-    assert breaches({"metrics": {"probe_amnesia": wilson(0, 0)}}, max_probe_amnesia=0) == []
 
 
 def test_windows_faults_and_attribution(tmp_path):
@@ -197,7 +187,7 @@ def test_a_window_without_steps_jsonl_takes_its_turns_most_common_step_lowest_on
     # window 0: steps 2, 2, 1 -> 2; window 1: steps 3, 1 (a tie) -> 1; window 2: no step known -> empty
     sent = np.array([0.1, 0.2, 0.3, 1.1, 1.2, 2.1])
     turns = pd.DataFrame({"sent": sent, "received": sent + 0.05, "done": sent + 0.05, "latency": 0.05,
-                          "ok": True, "answered_probe": False, "failed_probe": False, "lost": False,
+                          "ok": True, "error": False, "answered_probe": False, "failed_probe": False, "lost": False,
                           "online_crosstalk": False, "step": [2, 2, 1, 3, 1, np.nan]})
     no_findings = pd.DataFrame(columns=["class", "session", "turn", "time"])
     assert window_table(turns, no_findings, [], [], 1.0)["step"].tolist() == [2, 1, pd.NA]

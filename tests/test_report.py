@@ -43,11 +43,15 @@ def test_report_embeds_every_chart_and_references_nothing_external(amnesic_run):
 
 def test_report_shows_the_headline_numbers_and_verdict(amnesic_run):
     html = (amnesic_run / "report.html").read_text()
-    for text in ("v1.4.0", "Amnesia found", "3.00%", "60/2000", "6.25%", "25/400", "1.50%", "3/200",
+    for text in ("v1.4.0", ">FAIL<", "3.00%", "60/2000", "6.25%", "25/400", "1.50%", "3/200",
                  "[2.34%, 3.84%]", "http://127.0.0.1:8080", "support-chat", "kind: restart", "spawn_rate"):
         assert text in html, text
     # counts per anomaly class
     assert re.search(r'href="#class-lost">lost</a></td><td class="num">60<', html)
+    # the verdict: every gate with its limit, observation and result
+    assert re.search(r'<code>stored_loss</code>.*?<td class="num">0</td>\s*<td class="num">60/2000</td>.*?>fail<',
+                     html, re.S)
+    assert re.search(r'<code>reordered</code>.*?>not measured<', html, re.S)  # an older summary: no observation
 
 
 def test_every_shown_anomaly_has_a_linkable_anchor(amnesic_run):
@@ -72,12 +76,13 @@ def test_chart_pngs_are_real_pictures(amnesic_run):
 
 def test_terminal_summary_is_a_compact_table(amnesic_run):
     text = report.terminal_summary(amnesic_run)
-    assert "verdict: AMNESIA FOUND" in text
+    assert "verdict: FAIL" in text
+    assert "FAIL          stored_loss: 60 acknowledged turns lost by the store of 2,000" in text
     assert re.search(r"stored loss rate\s+3\.00%\s+\[2\.34%, 3\.84%\]\s+60/2000", text)
     assert re.search(r"probe amnesia rate\s+6\.25%", text)
-    assert "errors (fail) 12" in text and "indeterminate (info) 5" in text
+    assert "failed requests 17 (refused 12, indeterminate 5)" in text
     assert "faults: kill x1, pause x1, restart x1" in text
-    assert len(text.splitlines()) < 20
+    assert len(text.splitlines()) < 35
 
 
 def test_copied_run_folder_renders_the_same_numbers(amnesic_run, tmp_path):
@@ -93,11 +98,12 @@ def test_copied_run_folder_renders_the_same_numbers(amnesic_run, tmp_path):
         assert (copy / "charts" / f"{name}.png").stat().st_size > 10_000
 
 
-def test_breached_thresholds_head_the_report(tmp_path):
-    run = synthetic(tmp_path / "run", lost=60, breaches=["stored loss 3.00% > max 1.00%"])
+def test_the_verdict_heads_the_report(tmp_path):
+    run = synthetic(tmp_path / "run", lost=60)
     html = report.render(run).read_text()
-    assert "Thresholds breached" in html and "breached: stored loss 3.00% &gt; max 1.00%" in html
-    assert "BREACHED: stored loss 3.00% > max 1.00%" in report.terminal_summary(run)
+    assert '<div class="badge fail">FAIL</div>' in html
+    assert "60 acknowledged turns lost by the store of 2,000 acknowledged turns (3.00%" in html
+    assert "verdict: FAIL - stored_loss: 60 acknowledged turns lost by the store" in report.terminal_summary(run)
 
 
 def test_run_without_chaos_steps_or_probes_still_renders(tmp_path):
@@ -106,7 +112,7 @@ def test_run_without_chaos_steps_or_probes_still_renders(tmp_path):
     html = page.read_text()
     assert len(DATA_URI.findall(html)) == len(CHART_NAMES)
     assert "no chaos timeline" in html.lower() and "No load steps" in html
-    assert "No amnesia found" in html
+    assert '<div class="badge ok">PASS</div>' in html
     assert "n/a" in report.terminal_summary(run)  # probe amnesia with n=0
 
 
@@ -117,7 +123,7 @@ def test_empty_audit_tables_render(tmp_path):
                                                "latency_p99,errors,probes,probes_failed,lost,crosstalk,anomalies,faults\n")
     (run / "audit" / "anomalies.jsonl").write_text("")
     html = report.render(run).read_text()
-    assert "Nothing measured" in html
+    assert "NOTHING MEASURED" in html
     assert len(DATA_URI.findall(html)) == len(CHART_NAMES)
 
 

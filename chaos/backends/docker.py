@@ -198,6 +198,8 @@ class DockerBackend(Backend):
             out = self._redis_cli(c, instance, "CLIENT", "KILL", "TYPE", fault.params.get("type", "normal"),
                                   "SKIPME", "yes")
             undo["killed"] = int(out) if out.isdigit() else out
+            if out.isdigit():
+                undo["touched"] = int(out)
         elif k == F.REDIS_STALL:
             # Exactly the planned length: Redis 7.0 postpones a CLIENT UNPAUSE sent on another
             # connection until a PAUSE ALL ends, so recover cannot cut it short anyway, and if the

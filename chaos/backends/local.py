@@ -15,7 +15,7 @@ import time
 import redis
 
 from chaos import faults as F
-from chaos.haproxy import runtime_command
+from chaos.haproxy import runtime_command, server_sessions
 from chaos.backend import Backend, UnsupportedFault, refuse_own_process
 from chaos.faults import Fault
 from refbot import state
@@ -101,7 +101,7 @@ class LocalBackend(Backend):
         if k == F.REDIS_CLIENT_KILL:
             with self._redis(instance) as r:
                 killed = r.execute_command("CLIENT", "KILL", "TYPE", fault.params.get("type", "normal"), "SKIPME", "yes")
-            return {"killed": int(killed)}
+            return {"killed": int(killed), "touched": int(killed)}
         if k == F.REDIS_STALL:
             # The pause carries its own timeout, so Redis resumes by itself even if the controller
             # dies. ALL cannot be ended early (Redis 7.0 postpones CLIENT UNPAUSE too): exact
@@ -113,8 +113,9 @@ class LocalBackend(Backend):
             return {"pause_ms": ms, "mode": mode}
         if k == F.LB_DROP:
             server = self._lb_server(instance)
+            open_sessions = server_sessions(self._state()["haproxy_socket"], server)
             self._haproxy(f"shutdown sessions server {server}")
-            return {"server": server}
+            return {"server": server, "touched": open_sessions}
         if k == F.LB_DISABLE:
             server = self._lb_server(instance)
             self._haproxy(f"set server {server} state maint")

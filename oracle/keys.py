@@ -1,0 +1,187 @@
+"""What the store's keys say beyond this run's own sessions: others' keys, and keys we cannot find.
+
+Shared staging: a store holds keys of earlier goldfish runs and of other applications. They are
+information (counted, never judged, never in the verdict): ``ForeignKeys``.
+
+A missing key has two explanations that must not be confused: the store lost it (a restart
+without persistence, expiry, eviction, a flush), or the oracle looks in the wrong place (a wrong
+``--key-template``, database or URL). When acknowledged sessions have no key, the ids of some of
+them are looked for in every key of the store; the server's uptime and its expiry and eviction
+counters are the evidence of a real loss. ``diagnose_missing_keys`` decides, and raises
+``TemplateMismatch`` (exit 2, nothing judged) when the evidence says "wrong place".
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+import redis
+
+from oracle.store import StoreError, StoreOptions
+from oracle.tokens import SESSION_RE
+
+SESSION_ID = re.compile(r"gf[0-9a-f]{16}")
+SAMPLE = 20              # missing sessions whose ids are looked for
+SCAN_LIMIT = 2_000_000   # keys looked at per database, at most: a huge shared store is sampled, not walked
+EXAMPLES = 5
+FORGETFUL = 0.25  # above this share of failed probes, the bot forgot: its memory is not kept anywhere we could miss
+
+
+class TemplateMismatch(StoreError):
+    """The run's sessions are not where the key template says: the audit would report 100% loss."""
+
+
+@dataclass
+class ForeignKeys:
+    """Keys under the template that no session of this run owns, split by whose they look like."""
+    template: str
+    goldfish: int = 0   # another goldfish run's session (a goldfish session id)
+    other: int = 0      # not goldfish's at all
+    examples: list = field(default_factory=list)
+
+    def add(self, record: dict) -> None:
+        prefix, _, suffix = self.template.partition("{session}")
+        key = str(record.get("key", ""))
+        middle = key[len(prefix):len(key) - len(suffix) if suffix else None]
+        if SESSION_RE.match(middle):
+            self.goldfish += 1
+        else:
+            self.other += 1
+        if len(self.examples) < EXAMPLES:
+            self.examples.append(key)
+
+    def information(self) -> dict:
+        return {"other_goldfish_runs": self.goldfish, "not_goldfish": self.other, "examples": self.examples}
+
+
+def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list[str], all_gone: bool,
+                          first_ack: float | None, probes: tuple[int, int] = (0, 0)) -> dict:
+    """Evidence about acknowledged sessions whose key does not exist; raises TemplateMismatch when
+    the evidence says the oracle looks in the wrong place.
+
+    ``gone``: such sessions; ``all_gone``: no acknowledged session has a key at all; ``probes``:
+    (failed, answered) recall probes — a bot that remembered (few failed) keeps its memory
+    somewhere, so finding none of it here means the wrong place; a bot that forgot may simply not
+    keep this run's memory in this store (memory in a process, built per request): a loss.
+    Returns ``{"found_elsewhere": {session: [keys]}, "restarted_at": epoch|None, "expired_keys",
+    "evicted_keys", "bot_forgot": bool}``.
+    """
+    found, scanned = find_session_keys(client, gone[:SAMPLE])
+    info = _info(client)
+    restarted_at = _started_at(info)
+    restarted = restarted_at is not None and first_ack is not None and restarted_at > first_ack + 1
+    expired, evicted = int(info.get("expired_keys") or 0), int(info.get("evicted_keys") or 0)
+    failed, answered = probes
+    forgot = answered > 0 and failed > answered * FORGETFUL
+    evidence = {"found_elsewhere": {s: places_text({s: p}, _own_db(client)) for s, p in found.items()},
+                "restarted_at": restarted_at if restarted else None,
+                "expired_keys": expired, "evicted_keys": evicted, "bot_forgot": forgot}
+    if not all_gone:
+        return evidence
+    template = options.key_template
+    if found:
+        session, places = next(iter(found.items()))
+        db, key = places[0]
+        suggestion = key.replace(session, "{session}")
+        where = f" and database {db} in --store-url" if db != _own_db(client) else ""
+        raise TemplateMismatch(
+            f"no acknowledged session of this run has a key under the key template {template!r}, but their "
+            f"session ids are in other keys of the store: {_places(client, found)}. The template does not match "
+            f"where the bot writes; try --key-template {suggestion!r}{where}. Nothing was judged.")
+    if not restarted and expired + evicted < len(gone) and not forgot:
+        raise TemplateMismatch(
+            f"none of the {len(gone)} acknowledged sessions of this run has a key under the key template "
+            f"{template!r} at {options.where()}, no key of the store holds their session ids (looked at "
+            f"{scanned:,} keys: {_examples(client)}), and nothing explains a loss: the server has been up since "
+            f"before the first acknowledged turn ({_ago(restarted_at)}), and its expired_keys ({expired}) and "
+            f"evicted_keys ({evicted}) are fewer than the missing sessions; and the bot remembered ({failed} of "
+            f"{answered} recall probes failed), so its memory is somewhere. The template or --store-url does not "
+            "point where the bot writes (or someone flushed the store). Nothing was judged.")
+    return evidence
+
+
+def find_session_keys(client: redis.Redis, sessions: list[str]) -> tuple[dict[str, list[tuple[int, str]]], int]:
+    """({session: [(database, key)] holding its id}, keys looked at), over every database with keys."""
+    wanted = set(sessions)
+    found: dict[str, list[tuple[int, str]]] = {}
+    scanned = 0
+    if not wanted:
+        return found, 0
+    own = _own_db(client)
+    for db in _databases(client, own):
+        conn = client if db == own else _on_db(client, db)
+        seen = 0
+        for key in conn.scan_iter(match="*gf*", count=1000):
+            seen += 1
+            text = key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else key
+            for session in SESSION_ID.findall(text):
+                if session in wanted and len(found.setdefault(session, [])) < 3:
+                    found[session].append((db, text))
+            if seen >= SCAN_LIMIT or len(found) == len(wanted):
+                break
+        scanned += seen
+        if conn is not client:
+            conn.close()
+    return found, scanned
+
+
+def _on_db(client: redis.Redis, db: int) -> redis.Redis:
+    """A client for another database of the same server, with the same connection settings."""
+    pool = client.connection_pool
+    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class,
+                                                            **{**pool.connection_kwargs, "db": db}))
+
+
+def places_text(found: dict, own_db: int) -> list[str]:
+    return [key if db == own_db else f"{key} (database {db})" for places in found.values() for db, key in places]
+
+
+def _places(client: redis.Redis, found: dict) -> str:
+    return ", ".join(places_text(found, _own_db(client))[:EXAMPLES])
+
+
+def _own_db(client: redis.Redis) -> int:
+    return int(client.connection_pool.connection_kwargs.get("db", 0) or 0)
+
+
+def _databases(client: redis.Redis, own: int) -> list[int]:
+    try:
+        keyspace = client.info("keyspace")
+    except redis.RedisError:
+        return [own]
+    others = sorted(int(name[2:]) for name in keyspace if name.startswith("db") and name[2:].isdigit())
+    return [own] + [db for db in others if db != own]
+
+
+def _info(client: redis.Redis) -> dict:
+    info = {}
+    for section in ("server", "stats"):
+        try:
+            info.update(client.info(section))
+        except redis.RedisError:
+            pass
+    return info
+
+
+def _started_at(info: dict) -> float | None:
+    """When the server (re)started, to the second (its uptime counts whole seconds)."""
+    uptime, now = info.get("uptime_in_seconds"), info.get("server_time_usec")
+    if uptime is None:
+        return None
+    return float(round((int(now) / 1e6 if now is not None else time.time()) - int(uptime)))
+
+
+def _examples(client: redis.Redis) -> str:
+    try:
+        keys = [k.decode("utf-8", "backslashreplace") if isinstance(k, bytes) else k
+                for _, k in zip(range(EXAMPLES), client.scan_iter(count=100))]
+    except redis.RedisError:
+        return "could not list them"
+    return "for example " + ", ".join(keys) if keys else "the database is empty"
+
+
+def _ago(epoch: float | None) -> str:
+    if epoch is None:
+        return "uptime unknown"
+    return f"up {time.time() - epoch:,.0f} s"

@@ -1,0 +1,272 @@
+"""The verdict: one set of gate rules that turns what a run observed into PASS or FAIL.
+
+Strict by default: every class of finding has a gate, and a gate allows nothing until the user
+says how much is allowed — a count (``lost=3``) or a rate over the class's denominator
+(``probe_amnesia=1%``). The same rules are evaluated at the end of a Locust run, by
+``python -m oracle audit``, for the report's badge and by ``python -m oracle compare``; the result
+and every rule (gate, observed count, rate, 95% interval, result) go into ``summary.json``.
+The gate table and the spec grammar: docs/oracle.md "The verdict".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from oracle.metrics import wilson
+
+PASS, FAIL = "pass", "fail"
+OFF, UNMEASURED = "off", "not measured"
+
+
+class GateError(ValueError):
+    """A gate spec that cannot be used; the message names the item (and file:line) that is wrong."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    counts: str   # what one unit is, plural: "failed recall probes"
+    over: str     # the denominator of its rate: "answered probes"
+
+
+GATES: tuple[Gate, ...] = (
+    Gate("probe_amnesia", "failed recall probes", "answered probes"),
+    Gate("stored_loss", "acknowledged turns lost by the store", "acknowledged turns"),
+    Gate("crosstalk", "sessions holding another session's data", "sessions"),
+    Gate("duplicated", "user entries stored twice", "turns"),
+    Gate("reordered", "sessions stored out of real-time order", "sessions"),
+    Gate("corrupt", "stored entries that do not decode", "stored entries"),
+    Gate("vanished", "sessions whose whole history is gone", "sessions"),
+    Gate("expired", "sessions whose key expired", "sessions"),
+    Gate("unanswered", "turns stored without their reply", "acknowledged turns"),
+    Gate("aborted", "refused turns stored anyway", "turns"),
+    Gate("errors", "failed requests no fault was in force to explain", "turns no fault overlapped"),
+)
+BY_NAME = {g.name: g for g in GATES}
+ALIASES = {"lost": "stored_loss", "amnesia": "probe_amnesia", "failed_probes": "probe_amnesia",
+           "cross_talk": "crosstalk", "misrouted": "crosstalk", "failed_requests": "errors"}
+
+
+@dataclass(frozen=True)
+class Limit:
+    """How much of a class a run may show: at most ``count`` findings, or a ``rate``; neither: off."""
+    count: int | None = None
+    rate: float | None = None
+
+    @property
+    def off(self) -> bool:
+        return self.count is None and self.rate is None
+
+    def allows(self, count: int, total: int) -> bool:
+        if self.off:
+            return True
+        if self.count is not None:
+            return count <= self.count
+        return total == 0 or count / total <= self.rate
+
+    def __str__(self) -> str:
+        if self.off:
+            return "off"
+        if self.count is not None:
+            return str(self.count)
+        return f"{self.rate * 100:g}%"
+
+
+ZERO = Limit(count=0)
+PROFILES: dict[str, dict[str, Limit]] = {
+    "strict": {g.name: ZERO for g in GATES},
+    # a chaos soak that tolerates a little of what faults cause, never cross-talk, corruption or aborted writes
+    "lenient": {g.name: ZERO for g in GATES} | {
+        "probe_amnesia": Limit(rate=0.01), "stored_loss": Limit(rate=0.001), "duplicated": Limit(rate=0.001),
+        "reordered": Limit(rate=0.01), "unanswered": Limit(rate=0.001), "expired": Limit(rate=0.01),
+        "errors": Limit(rate=0.01)},
+    # nothing gates (``compare --gate off``: only "is the candidate worse than the base")
+    "off": {g.name: Limit() for g in GATES},
+}
+
+
+@dataclass(frozen=True)
+class Gates:
+    """The limits in force and the spec they came from (shown in the verdict)."""
+    limits: dict
+    spec: str = "strict"
+
+    def with_overrides(self, overrides: dict[str, Limit], note: str) -> "Gates":
+        if not overrides:
+            return self
+        return Gates({**self.limits, **overrides}, f"{self.spec},{note}" if note else self.spec)
+
+
+def gate_name(text: str, where: str) -> str:
+    name = text.strip().lower().replace("-", "_")
+    name = ALIASES.get(name, name)
+    if name not in BY_NAME:
+        raise GateError(f"{where}: unknown gate {text.strip()!r} (known: {', '.join(BY_NAME)}; "
+                        f"aliases: {', '.join(ALIASES)})")
+    return name
+
+
+def parse_limit(text, where: str) -> Limit:
+    """``0`` or ``3`` (a count), ``1%`` or ``0.01`` (a rate), ``off``."""
+    raw = str(text).strip().lower()
+    if raw in ("off", "any", "none", "ignore"):
+        return Limit()
+    try:
+        if raw.endswith("%"):
+            value, rate = float(raw[:-1]) / 100, True
+        elif any(c in raw for c in ".e"):
+            value, rate = float(raw), True
+        else:
+            value, rate = int(raw), False
+    except ValueError:
+        raise GateError(f"{where}: {text!r} is not a limit (a count like 0 or 3, a rate like 1% or 0.01, "
+                        "or off)") from None
+    if not math.isfinite(value) or value < 0 or (rate and value > 1):
+        raise GateError(f"{where}: {text!r} is out of range (a count >= 0, or a rate from 0% to 100%)")
+    return Limit(rate=float(value)) if rate else Limit(count=int(value))
+
+
+def parse_gates(spec: str | None, where: str = "--gate") -> Gates:
+    """``strict`` (default), ``lenient``, a YAML file, and ``name=limit`` items, comma-separated;
+    later items override earlier ones: ``lenient,probe_amnesia=0``."""
+    text = str(spec or "").strip() or "strict"
+    limits = dict(PROFILES["strict"])
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        if "=" in item:
+            name, _, value = item.partition("=")
+            limits[gate_name(name, f"{where} {item!r}")] = parse_limit(value, f"{where} {item!r}")
+        elif item.lower() in PROFILES:
+            limits = dict(PROFILES[item.lower()])
+        else:
+            limits.update(_gates_file(item, where))
+    return Gates(limits, text)
+
+
+def _gates_file(path: str, where: str) -> dict[str, Limit]:
+    """A YAML mapping ``gate: limit``; an optional ``profile:`` key names the base profile."""
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise GateError(f"{where}: {path!r} is neither a profile ({', '.join(PROFILES)}), nor name=limit, "
+                        "nor a gates file that exists")
+    try:
+        root = yaml.compose(file.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise GateError(f"{file}: not a readable YAML gates file ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
+    if not isinstance(root, yaml.MappingNode):
+        raise GateError(f"{file}:1: a gates file is a mapping of gate: limit (e.g. probe_amnesia: 1%)")
+    out: dict[str, Limit] = {}
+    for key, value in root.value:
+        line = f"{file}:{key.start_mark.line + 1}"
+        if not isinstance(key, yaml.ScalarNode) or not isinstance(value, yaml.ScalarNode):
+            raise GateError(f"{line}: each entry is `gate: limit` with plain values")
+        if key.value == "profile":
+            if value.value.lower() not in PROFILES:
+                raise GateError(f"{line}: profile: {value.value!r} is not one of {', '.join(PROFILES)}")
+            out = dict(PROFILES[value.value.lower()]) | out
+            continue
+        out[gate_name(key.value, line)] = parse_limit(value.value, f"{line}: {key.value}")
+    return out
+
+
+def legacy_overrides(max_probe_amnesia=None, max_stored_loss=None, max_crosstalk=None) -> dict[str, Limit]:
+    """The older ``--max-*`` options as gate limits (rates for amnesia and loss, a session count for
+    cross-talk); None leaves the gate as the spec set it."""
+    out = {}
+    if max_probe_amnesia is not None:
+        out["probe_amnesia"] = Limit(rate=float(max_probe_amnesia))
+    if max_stored_loss is not None:
+        out["stored_loss"] = Limit(rate=float(max_stored_loss))
+    if max_crosstalk is not None:
+        out["crosstalk"] = Limit(count=int(max_crosstalk))
+    return out
+
+
+def evaluate(observed: dict, gates: Gates) -> dict:
+    """The verdict for ``observed`` (gate -> {"count", "total"}, or None when the run could not
+    measure it): ``{"result", "gates", "rules": [...], "failed": [one line per failed rule]}``."""
+    rules, failed = [], []
+    for gate in GATES:
+        limit = gates.limits.get(gate.name, ZERO)
+        seen = observed.get(gate.name)
+        rule = {"gate": gate.name, "counts": gate.counts, "over": gate.over, "limit": str(limit)}
+        if seen is None:
+            rule.update(count=None, total=None, rate=None, low=None, high=None, result=UNMEASURED)
+        else:
+            rule.update(wilson(seen["count"], seen["total"]))
+            rule["result"] = OFF if limit.off else PASS if limit.allows(rule["count"], rule["total"]) else FAIL
+        rules.append(rule)
+        if rule["result"] == FAIL:
+            failed.append(rule_line(rule))
+    return {"result": FAIL if failed else PASS, "gates": gates.spec, "rules": rules, "failed": failed}
+
+
+def rule_line(rule: dict) -> str:
+    """``stored_loss: 63 acknowledged turns lost by the store of 2,101 (3.00%, 95% CI 2.35%-3.82%) > allowed 0``."""
+    if rule["count"] is None:
+        return f"{rule['gate']}: not measured"
+    share = "" if rule["rate"] is None else \
+        f" ({rule['rate']:.2%}, 95% CI {rule['low']:.2%}-{rule['high']:.2%})"
+    sign = ">" if rule["result"] == FAIL else "<="
+    allowed = "" if rule["result"] in (OFF, UNMEASURED) else f" {sign} allowed {rule['limit']}"
+    return f"{rule['gate']}: {rule['count']:,} {rule['counts']} of {rule['total']:,} {rule['over']}{share}{allowed}"
+
+
+def of_summary(summary: dict, gates: Gates | None = None) -> dict:
+    """The verdict of an audited summary: its own (when ``gates`` is None and it has one), else
+    evaluated afresh with ``gates`` (compare, or a summary written before verdicts existed)."""
+    if gates is None and isinstance(summary.get("verdict"), dict):
+        return summary["verdict"]
+    return evaluate(summary.get("observed") or observed_from_metrics(summary), gates or parse_gates(None))
+
+
+def observed_from_metrics(summary: dict) -> dict:
+    """Observations of a summary written before ``observed`` existed: the headline metrics only."""
+    metrics = summary.get("metrics") or {}
+    out = {}
+    for name in ("probe_amnesia", "stored_loss", "crosstalk"):
+        m = metrics.get(name)
+        if isinstance(m, dict) and m.get("total") is not None:
+            out[name] = {"count": int(m.get("count") or 0), "total": int(m["total"])}
+    return out
+
+
+CAUSES = {
+    "misroute": "turns written under another session's key: missing where they belong, cross-talk where they landed",
+    "lost": "acknowledged turns the store lost",
+    "crosstalk": "entries of one session copied into another's history",
+    "duplicated": "user entries stored more than once",
+    "reordered": "sessions stored out of real-time order",
+    "corrupt": "stored entries that do not decode",
+    "vanished": "sessions whose whole history is gone",
+    "expired": "sessions whose key expired",
+    "unanswered": "turns stored without their reply",
+    "aborted": "refused turns stored anyway",
+}
+
+
+def root_causes(causes: dict, misrouted_turns: int, failed_probes: int) -> list[dict]:
+    """The findings grouped by root cause, largest first: what the headline names (each counted once)."""
+    rows = [{"cause": "misroute", "count": misrouted_turns, "findings": int(causes.get("misroute", 0)),
+             "text": CAUSES["misroute"]}] if misrouted_turns else []
+    rows += [{"cause": cause, "count": int(n), "findings": int(n), "text": CAUSES.get(cause, cause)}
+             for cause, n in causes.items() if n and cause != "misroute"]
+    if failed_probes:
+        rows.append({"cause": "amnesia", "count": int(failed_probes), "findings": 0,
+                     "text": "recall probes the bot answered without the planted fact"})
+    return sorted(rows, key=lambda r: -r["count"])
+
+
+def headline(v: dict) -> str:
+    """``FAIL — 63 acknowledged turns the store lost; 12 ...`` or ``PASS — every gate held``."""
+    if v["result"] == PASS:
+        measured = sum(r["result"] in (PASS, OFF) for r in v["rules"])
+        return f"PASS — {measured} gate(s) held" + ("" if measured == len(v["rules"]) else
+                                                    f", {len(v['rules']) - measured} not measured")
+    causes = "; ".join(f"{r['count']:,} {r['text']}" for r in v.get("root_causes") or [])
+    return "FAIL — " + (causes or "; ".join(v["failed"]))

@@ -1,0 +1,267 @@
+"""The verdict: gate specs, evaluation, and one root cause counted once (misroute, swap, mangled entries).
+
+The audits here run on run folders with a store/ snapshot (no Redis needed: the checkers and the
+root-cause pass are what is under test); tests/test_verdict_runs.py drives real Locust runs.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from oracle.audit import audit_run
+from oracle.verdict import (FAIL, GATES, OFF, PASS, UNMEASURED, GateError, Limit, evaluate, headline,
+                            legacy_overrides, parse_gates, parse_limit)
+from support_oracle import TurnSpec, build_world, finding_keys, lc, read_findings, write_journal, write_snapshot
+
+
+# ---- gate specs ----------------------------------------------------------------------------------
+
+def test_strict_is_the_default_and_every_gate_allows_nothing():
+    gates = parse_gates(None)
+    assert gates.spec == "strict"
+    assert set(gates.limits) == {g.name for g in GATES} and all(str(v) == "0" for v in gates.limits.values())
+
+
+@pytest.mark.parametrize("text, limit", [
+    ("0", Limit(count=0)), ("3", Limit(count=3)), ("1%", Limit(rate=0.01)), ("0.5%", Limit(rate=0.005)),
+    ("0.01", Limit(rate=0.01)), ("1e-3", Limit(rate=0.001)), ("off", Limit()), ("OFF", Limit()), ("100%", Limit(rate=1.0)),
+])
+def test_limits_are_counts_rates_or_off(text, limit):
+    assert parse_limit(text, "x") == limit
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-1", "-0.5%", "101%", "1.5", "lots", "", "1 %x", "nan%"])
+def test_bad_limits_are_refused_with_where(text):
+    with pytest.raises(GateError, match="^where: "):
+        parse_limit(text, "where")
+
+
+def test_items_override_left_to_right_and_aliases_resolve():
+    gates = parse_gates("lenient,lost=0,amnesia=2%,cross-talk=1")
+    assert str(gates.limits["stored_loss"]) == "0" and str(gates.limits["probe_amnesia"]) == "2%"
+    assert str(gates.limits["crosstalk"]) == "1" and str(gates.limits["reordered"]) == "1%"  # from lenient
+    assert parse_gates("probe_amnesia=1%,strict").limits == parse_gates("strict").limits  # a profile resets
+
+
+def test_unknown_gate_names_its_item_and_the_known_ones():
+    with pytest.raises(GateError, match=r"--gate 'lots=1': unknown gate 'lots' \(known: probe_amnesia, stored_loss"):
+        parse_gates("lots=1")
+
+
+def test_gates_file_with_profile_and_line_numbered_errors(tmp_path):
+    good = tmp_path / "gates.yaml"
+    good.write_text("profile: lenient\nprobe_amnesia: 0\nerrors: off\n")
+    gates = parse_gates(f"{good},corrupt=2")
+    assert str(gates.limits["probe_amnesia"]) == "0" and gates.limits["errors"].off
+    assert str(gates.limits["stored_loss"]) == "0.1%" and str(gates.limits["corrupt"]) == "2"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("probe_amnesia: 1%\nduplicated: many\n")
+    with pytest.raises(GateError, match=f"^{bad}:2: duplicated: 'many' is not a limit"):
+        parse_gates(str(bad))
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(GateError, match="list.yaml:1: a gates file is a mapping"):
+        parse_gates(str(tmp_path / "list.yaml"))
+    (tmp_path / "bin.yaml").write_bytes(b"\x80\x81\xff")
+    with pytest.raises(GateError, match="bin.yaml: not a readable YAML gates file"):
+        parse_gates(str(tmp_path / "bin.yaml"))
+    with pytest.raises(GateError, match="'nope.yaml' is neither a profile"):
+        parse_gates("nope.yaml")
+
+
+def test_legacy_options_are_rates_and_a_count():
+    over = legacy_overrides(max_probe_amnesia=0.01, max_stored_loss=0.0, max_crosstalk=2)
+    assert over == {"probe_amnesia": Limit(rate=0.01), "stored_loss": Limit(rate=0.0), "crosstalk": Limit(count=2)}
+
+
+# ---- evaluation ----------------------------------------------------------------------------------
+
+def test_evaluation_counts_rates_off_and_not_measured():
+    observed = {"probe_amnesia": {"count": 5, "total": 1000}, "stored_loss": {"count": 2, "total": 5000},
+                "crosstalk": {"count": 0, "total": 100}, "errors": {"count": 9, "total": 900}}
+    v = evaluate(observed, parse_gates("probe_amnesia=1%,stored_loss=1,errors=off"))
+    result = {r["gate"]: r["result"] for r in v["rules"]}
+    assert result["probe_amnesia"] == PASS and result["crosstalk"] == PASS and result["errors"] == OFF
+    assert result["stored_loss"] == FAIL and result["duplicated"] == UNMEASURED
+    assert v["result"] == FAIL and v["failed"] == [
+        "stored_loss: 2 acknowledged turns lost by the store of 5,000 acknowledged turns (0.04%, 95% CI "
+        "0.01%-0.15%) > allowed 1"]
+    rule = next(r for r in v["rules"] if r["gate"] == "probe_amnesia")
+    assert rule["rate"] == 0.005 and 0 < rule["low"] < 0.005 < rule["high"] and rule["limit"] == "1%"
+    assert headline(v).startswith("FAIL — stored_loss: 2")
+
+
+def test_a_rate_gate_passes_on_an_empty_denominator_and_a_run_with_nothing_found_passes():
+    v = evaluate({"probe_amnesia": {"count": 0, "total": 0}}, parse_gates("probe_amnesia=1%"))
+    assert v["result"] == PASS and headline(v) == "PASS — 1 gate(s) held, 10 not measured"
+    assert math.isnan(float("nan"))  # (NaN never reaches a limit: parse_limit refuses it)
+
+
+# ---- one root cause, one count ---------------------------------------------------------------------
+
+def _world(sessions: int = 3, turns: int = 4, seed: int = 5):
+    return build_world([[TurnSpec("chatter", "ok") for _ in range(turns)] for _ in range(sessions)], seed=seed)
+
+
+def _audit(tmp_path, world, gates: str = "strict"):
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    return audit_run(tmp_path, gates=parse_gates(gates))
+
+
+def test_a_turn_stored_under_another_session_is_one_misroute_not_a_store_loss(tmp_path):
+    world = _world()
+    a, b, _ = world.order
+    moved = [(t, m) for t, m in world.stored[a] if t == 2]
+    world.stored[a] = [(t, m) for t, m in world.stored[a] if t != 2]
+    world.stored[b] = world.stored[b] + moved
+    summary = _audit(tmp_path, world)
+    assert finding_keys(tmp_path) == {("lost", a, 2), ("crosstalk", b, None)}
+    lost, cross = sorted(read_findings(tmp_path), key=lambda f: f["class"] != "lost")
+    assert lost["cause"] == cross["cause"] == "misroute"
+    assert lost["evidence"]["stored_under"] == {"session": b, "key": f"message_store:{b}", "finding": cross["id"]}
+    assert "written under session" in lost["explanation"] and "the store itself lost nothing" in lost["explanation"]
+    assert "the bot misrouted it" in cross["explanation"]
+    assert summary["metrics"]["stored_loss"]["count"] == 0  # the store lost nothing
+    rules = {r["gate"]: r for r in summary["verdict"]["rules"]}
+    assert rules["stored_loss"]["result"] == PASS and rules["crosstalk"]["result"] == FAIL
+    assert summary["verdict"]["root_causes"][0] == {
+        "cause": "misroute", "count": 1, "findings": 2, "text": pytest.approx(summary["verdict"]["root_causes"][0]["text"])}
+    sessions = {r["session"]: r for r in _csv(tmp_path / "audit" / "sessions.csv")}
+    assert sessions[a]["misrouted"] == "1" and sessions[a]["lost_turns"] == "0"
+
+
+def test_a_session_whose_turns_all_went_elsewhere_vanished_by_misroute(tmp_path):
+    world = _world()
+    a, b, c = world.order
+    world.stored[b] += world.stored[a][:4]   # turns 0, 1 under b
+    world.stored[c] += world.stored[a][4:]   # turns 2, 3 under c
+    world.stored[a] = []
+    world.gone.add(a)
+    summary = _audit(tmp_path, world)
+    gone = next(f for f in read_findings(tmp_path) if f["class"] == "vanished")
+    assert gone["cause"] == "misroute" and gone["evidence"]["misrouted_turns"] == 4
+    assert "written under other sessions' keys" in gone["explanation"] and "restart" not in gone["explanation"]
+    rules = {r["gate"]: r for r in summary["verdict"]["rules"]}
+    assert rules["vanished"]["count"] == 0 and rules["crosstalk"]["count"] == 2
+    assert summary["metrics"]["stored_loss"]["count"] == 0
+
+
+def test_a_swapped_pair_is_one_reorder_not_also_unanswered(tmp_path):
+    world = _world(sessions=1, turns=4)
+    (s,) = world.order
+    entries = world.stored[s]  # u0 a0 u1 a1 u2 a2 u3 a3: swap u2 and u1 -> u0 a0 u2 a1 u1 a2 ...
+    entries[2], entries[4] = entries[4], entries[2]
+    summary = _audit(tmp_path, world)
+    assert finding_keys(tmp_path) == {("reordered", s, 2)}
+    (f,) = read_findings(tmp_path)
+    assert f["evidence"]["replies_before_their_turn"] == [1]
+    assert "part of this reorder, not missing" in f["explanation"]
+    assert summary["anomalies"] == {"reordered": 1}
+
+
+def test_a_reply_stored_before_its_question_is_a_reorder(tmp_path):
+    world = _world(sessions=1, turns=3)
+    (s,) = world.order
+    entries = world.stored[s]
+    entries[2], entries[3] = entries[3], entries[2]  # a1 before u1
+    _audit(tmp_path, world)
+    (f,) = read_findings(tmp_path)
+    assert (f["class"], f["turn"]) == ("reordered", 1) and f["evidence"]["reply_before_turn"] == 1
+    assert "the reply comes first" in f["explanation"]
+
+
+def test_a_mangled_user_entry_is_tied_to_its_turn_by_the_reply_after_it(tmp_path):
+    world = _world(sessions=1, turns=3)
+    (s,) = world.order
+    world.stored[s][2] = (None, b"\x80\x04\x95 mangled, token unreadable")  # u1's place
+    summary = _audit(tmp_path, world)
+    assert finding_keys(tmp_path) == {("corrupt", s, 1)}  # not also lost
+    (f,) = read_findings(tmp_path)
+    assert f["evidence"]["tied_by"] == "the verbatim reply stored right after it"
+    assert "It belongs to turn 1 (identified by the verbatim reply stored right after it)" in f["explanation"]
+    assert summary["metrics"]["stored_loss"]["count"] == 0
+
+
+def test_an_unrelated_corrupt_entry_still_leaves_a_lost_turn_lost(tmp_path):
+    world = _world(sessions=1, turns=3)
+    (s,) = world.order
+    world.stored[s] = [e for e in world.stored[s] if e[0] != 1] + [(None, b"{garbage")]
+    _audit(tmp_path, world)
+    assert finding_keys(tmp_path) == {("lost", s, 1), ("corrupt", s, None)}
+
+
+def _csv(path):
+    import csv
+
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_summary_verdict_is_written_and_gates_recorded(tmp_path):
+    world = _world(sessions=2)
+    world.stored[world.order[0]].append((None, lc("human", "an entry without a token")))
+    summary = _audit(tmp_path, world, gates="lenient")
+    saved = json.loads((tmp_path / "audit" / "summary.json").read_text())
+    assert saved["verdict"]["result"] == PASS == summary["verdict"]["result"] and saved["verdict"]["gates"] == "lenient"
+    assert saved["thresholds"]["probe_amnesia"] == "1%" and saved["breaches"] == []
+
+
+# ---- attribution: blamed only above the quiet baseline; a fault that touched nothing is ineffective ----
+
+def _timeline(run_dir, kind: str, start: float, end: float, detail: dict | None = None) -> None:
+    rec = {"fault": "f#0", "kind": kind, "target": "x", "instance": "x", "backend": "local", "outcome": "ok"}
+    with open(run_dir / "chaos.jsonl", "w") as fh:
+        fh.write(json.dumps({**rec, "event": "apply", "time": start, **({"detail": detail} if detail else {})}) + "\n")
+        fh.write(json.dumps({**rec, "event": "recover", "time": end}) + "\n")
+
+
+def _lose(world, keep) -> None:
+    for s in world.order:
+        world.stored[s] = [(t, m) for t, m in world.stored[s] if keep(s, t)]
+
+
+def test_a_loss_at_the_same_rate_without_the_fault_is_not_charged_to_it(tmp_path):
+    """Memory in a per-process dict: every turn is lost, before the kill and after it alike."""
+    world = _world(sessions=12, turns=4, seed=3)
+    _lose(world, lambda s, t: t == 0)  # every session keeps only its first turn
+    middle = sorted(r["sent"] for r in world.records)[len(world.records) // 2]
+    write_journal(tmp_path, world.records)
+    _timeline(tmp_path, "kill", middle, middle + 0.5)
+    write_snapshot(tmp_path, world)
+    summary = audit_run(tmp_path, recovery_s=0.0)
+    (kill,) = summary["by_fault"]
+    assert kill["lost_after"]["count"] > 0 and kill["charged"] == 0 and not kill["lost_after"]["above_baseline"]
+    assert summary["baseline"]["uncharged"] == summary["metrics"]["stored_loss"]["count"] > 0
+
+
+def test_a_loss_only_before_the_crash_is_charged_to_the_crash(tmp_path):
+    world = _world(sessions=12, turns=4, seed=3)
+    sent = sorted(r["sent"] for r in world.records)
+    crash = sent[len(sent) // 2]
+    acked = {(r["session"], r["turn"]): r["received"] for r in world.records}
+    _lose(world, lambda s, t: acked[(s, t)] > crash + 0.5)  # what was acknowledged before it is gone
+    write_journal(tmp_path, world.records)
+    _timeline(tmp_path, "redis-restart", crash, crash + 0.5)
+    write_snapshot(tmp_path, world)
+    summary = audit_run(tmp_path, recovery_s=0.0)
+    (restart,) = summary["by_fault"]
+    assert restart["charged"] == summary["metrics"]["stored_loss"]["count"] > 0
+    assert restart["lost_after"]["above_baseline"] and restart["lost_after"]["p"] < 0.05
+
+
+def test_a_fault_that_touched_nothing_is_ineffective_not_survived(tmp_path):
+    world = _world(sessions=4, seed=3)
+    t0 = min(r["sent"] for r in world.records)
+    write_journal(tmp_path, world.records)
+    _timeline(tmp_path, "redis-client-kill", t0 + 0.5, t0 + 0.51, detail={"killed": 0, "touched": 0})
+    write_snapshot(tmp_path, world)
+    summary = audit_run(tmp_path)
+    (row,) = summary["by_fault"]
+    assert row["ineffective"] and row["effective_occurrences"] == 0 and row["touched"] == 0
+    windows = _csv(tmp_path / "audit" / "windows.csv")
+    assert all(w["faults"] == "" for w in windows)  # no window is marked as under a fault
+    from oracle.report import information
+
+    assert any("redis-client-kill was ineffective" in line for line in information(summary))

@@ -1,0 +1,231 @@
+"""The verdict of real runs: exit codes a CI gate can trust, signals after the load, a shared store,
+a wrong key template and a store that really lost everything.
+
+Real parts: the reference stack (redis-server, refbot replicas, HAProxy) or a real redis-server,
+real `locust` processes, real signals.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+import redis
+
+from conftest import wait_until
+from oracle.audit import audit_run
+from oracle.keys import TemplateMismatch
+from oracle.store import StoreOptions
+from refbot import state
+from support_locust import _kill_group, chat_bot, locust_cmd, quick_script, run_locust
+from support_oracle import build_world, fill_redis, read_findings, simple_specs, write_journal
+from support_refbot import refbot_stack  # noqa: F401 - fixture
+
+
+def run_json(run_dir) -> dict:
+    return json.loads((run_dir / "run.json").read_text())
+
+
+def summary(run_dir) -> dict:
+    return json.loads((run_dir / "audit" / "summary.json").read_text())
+
+
+# ---- exit codes --------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_bot_that_loses_turns_fails_the_run_and_a_correct_one_passes(tmp_path, refbot_stack):  # noqa: F811
+    racy = refbot_stack(replicas=2, mode="read-modify-write", think_ms=30, jitter_ms=30)
+    bursty = quick_script(tmp_path)
+    run = run_locust(racy.url, tmp_path / "racy", "--store-url", racy.state["store_url"], "--script", bursty,
+                     "--settle", "0.5", users=8, time_s="6s", timeout=180)
+    assert run.returncode == 1, run.output[-3000:]
+    lost = next(r for r in summary(run.run_dir)["verdict"]["rules"] if r["gate"] == "stored_loss")
+    assert lost["result"] == "fail" and lost["count"] > 0
+    assert "verdict FAIL (gates strict)" in run.output and "FAIL  stored_loss:" in run.output
+    meta = run_json(run.run_dir)
+    assert (meta["exit_code"], meta["verdict"], meta["phase"]) == (1, "fail", "done")
+    html = (run.run_dir / "report.html").read_text()
+    assert '<div class="badge fail">FAIL</div>' in html and "<code>stored_loss</code>" in html
+
+    good = refbot_stack(replicas=2, mode="correct", think_ms=0, jitter_ms=5)
+    run = run_locust(good.url, tmp_path / "good", "--store-url", good.state["store_url"], "--script", bursty,
+                     "--settle", "0.5", users=6, time_s="4s", timeout=180)
+    assert run.returncode == 0, run.output[-3000:]
+    assert summary(run.run_dir)["verdict"]["result"] == "pass" and run_json(run.run_dir)["verdict"] == "pass"
+    assert '<div class="badge ok">PASS</div>' in (run.run_dir / "report.html").read_text()
+
+
+def test_locusts_own_exit_code_on_error_still_applies(tmp_path):
+    """35% failed requests with --exit-code-on-error 5 exit 5, as plain Locust would; without it
+    the errors gate fails the run (no fault was in force to excuse them)."""
+    with chat_bot("flaky") as url:
+        run = run_locust(url, tmp_path / "run", "--exit-code-on-error", "5", "--gate", "errors=off",
+                         "--script", quick_script(tmp_path), time_s="3s")
+        assert run.returncode == 5, run.output[-3000:]
+        assert "exit code 5: Locust's own (requests failed and --exit-code-on-error is set)" in run.output
+        run = run_locust(url, tmp_path / "gated", "--script", quick_script(tmp_path), time_s="3s")
+        assert run.returncode == 1, run.output[-3000:]
+        assert "FAIL  errors:" in run.output
+
+
+# ---- signals after the load ------------------------------------------------------------------------
+
+def start_locust(host, run_dir, *extra, **kw) -> subprocess.Popen:
+    (run_dir / "locust").mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(locust_cmd(host, run_dir, *extra, **kw), cwd=run_dir.parent, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def phase(run_dir) -> str | None:
+    try:
+        return run_json(run_dir).get("phase")
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_audit_exits_143_and_says_how_to_finish(tmp_path, refbot_stack):  # noqa: F811
+    stack = refbot_stack(replicas=1, mode="correct", think_ms=0, jitter_ms=5)
+    redis_pid = stack.member("redis")["pid"]
+    run_dir = tmp_path / "run"
+    proc = start_locust(stack.url, run_dir, "--store-url", stack.state["store_url"], "--settle", "3s",
+                        "--script", quick_script(tmp_path), users=4, time_s="2s")
+    try:
+        wait_until(lambda: phase(run_dir) == "settle", timeout=60, what="the settle phase")
+        os.kill(redis_pid, signal.SIGSTOP)  # the audit will hang on the store...
+        try:
+            wait_until(lambda: phase(run_dir) == "audit", timeout=30, what="the audit phase")
+            proc.send_signal(signal.SIGTERM)  # ...and a CI timeout ends it
+            out, err = proc.communicate(timeout=60)
+        finally:
+            os.kill(redis_pid, signal.SIGCONT)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 143, err[-3000:]
+    meta = run_json(run_dir)
+    assert meta["exit_code"] == 143 and meta["end"] is not None
+    assert meta["interrupted"]["signal"] == "SIGTERM" and meta["interrupted"]["phase"] == "audit"
+    assert meta["interrupted"]["finish_with"].startswith(f"python -m oracle audit {run_dir} --store-url")
+    assert "SIGTERM during audit: stopped with exit code 143" in err
+    assert not (run_dir / "audit" / "summary.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gap", [0.05, 0.6])
+def test_a_double_ctrl_c_never_passes_and_never_cuts_a_recovery_short(tmp_path, refbot_stack, gap):  # noqa: F811
+    stack = refbot_stack(replicas=2, mode="correct", think_ms=0, jitter_ms=5)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("faults:\n  - {id: k, kind: kill, target: bot-2, at: 0.5s, duration: 60s}\n")
+    run_dir = tmp_path / "run"
+    proc = start_locust(stack.url, run_dir, "--chaos", plan, "--stack-state", state.state_path(stack.dir),
+                        "--store-url", stack.state["store_url"], "--think", "0.05", users=4, time_s="60s")
+    chaos = run_dir / "chaos.jsonl"
+    try:
+        wait_until(lambda: chaos.exists() and '"apply"' in chaos.read_text(), timeout=60, what="the fault")
+        proc.send_signal(signal.SIGINT)
+        time.sleep(gap)  # the second Ctrl-C at a chosen moment after the first (what is under test)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 130, err[-3000:]
+    events = [json.loads(line)["event"] for line in chaos.read_text().splitlines()]
+    assert events == ["apply", "recover"], err[-3000:]
+    assert json.loads((run_dir / "chaos" / "outstanding.json").read_text())["faults"] == []
+    assert state.member_alive(stack.member("bot-2"))
+    meta = run_json(run_dir)
+    assert meta["exit_code"] == 130 and meta["interrupted"]["signal"] == "SIGINT"
+    assert meta["interrupted"]["phase"] in ("heal", "settle", "audit", "report")
+
+
+# ---- shared staging --------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_store_holding_other_runs_and_other_apps_keys_passes(tmp_path, refbot_stack):  # noqa: F811
+    stack = refbot_stack(replicas=2, mode="correct", think_ms=0, jitter_ms=5)
+    client = stack.redis()
+    for i in range(40):  # an earlier goldfish run: its sessions, in LangChain's layout
+        client.lpush(f"message_store:gf{random.getrandbits(64):016x}", json.dumps(
+            {"type": "human", "data": {"content": f"[gf{i:016x}t0] hello"}}))
+    client.lpush("message_store:user-42", "x")            # another app's chat history
+    client.hset("message_store:settings", "a", "b")       # not a history at all
+    client.set("session:abc", "other data")
+    run = run_locust(stack.url, tmp_path / "run", "--store-url", stack.state["store_url"],
+                     "--script", quick_script(tmp_path), "--settle", "0.5", users=4, time_s="3s", timeout=180)
+    assert run.returncode == 0, run.output[-3000:]
+    s = summary(run.run_dir)
+    assert s["information"]["foreign_keys"]["other_goldfish_runs"] == 40
+    assert s["information"]["foreign_keys"]["not_goldfish"] == 2
+    assert s["anomalies"] == {} and s["verdict"]["result"] == "pass"
+    assert "other goldfish runs" in (run.run_dir / "report.html").read_text()
+
+
+@pytest.mark.slow
+def test_a_wrong_key_template_stops_with_exit_2_naming_the_template_and_the_keys(tmp_path, refbot_stack):  # noqa: F811
+    stack = refbot_stack(replicas=1, mode="correct", think_ms=0, jitter_ms=5)
+    run = run_locust(stack.url, tmp_path / "run", "--store-url", stack.state["store_url"],
+                     "--key-template", "chat:{session}:history", "--script", quick_script(tmp_path),
+                     "--settle", "0.5", users=3, time_s="2s", timeout=180)
+    assert run.returncode == 2, run.output[-3000:]
+    assert "'chat:{session}:history'" in run.output and "message_store:gf" in run.output
+    assert "try --key-template 'message_store:{session}'" in run.output
+    assert not (run.run_dir / "audit" / "summary.json").exists()
+
+
+# ---- a real total loss is loss, a wrong place is a mismatch (oracle, real redis-server) ------------
+
+def world_run(tmp_path, server, key_template="message_store:{session}", db=0, ago: float = 60):
+    """A world stored in ``server``, journaled as if acknowledged ``ago`` seconds ago."""
+    specs = [[dataclasses.replace(spec, verdict_amnesia=False) for spec in session] for session in simple_specs(4)]
+    world = build_world(specs, start=time.time() - ago, seed=9)  # a bot that remembered every fact
+    client = redis.Redis(port=server.port, db=db)
+    fill_redis(client, world, key_template)
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    return run, world
+
+
+def test_a_redis_restart_without_persistence_is_reported_as_loss(tmp_path, redis_server):
+    run, world = world_run(tmp_path, redis_server)
+    now = time.time()
+    redis_server.stop()
+    time.sleep(1.1)  # the restart must be visibly later than the acknowledgements (uptime counts seconds)
+    redis_server.start()
+    s = audit_run(run, StoreOptions(url=redis_server.url))
+    gone = [f for f in read_findings(run) if f["class"] == "vanished"]
+    assert len(gone) == len(world.order) and s["verdict"]["result"] == "fail"
+    assert all(f["evidence"]["store_restarted_at"] > now - 60 for f in gone)
+    assert "The Redis server restarted at" in gone[0]["explanation"]
+
+
+def test_sessions_under_another_template_or_database_are_a_mismatch(tmp_path, redis_server):
+    run, world = world_run(tmp_path, redis_server, key_template="bot:{session}:msgs")
+    with pytest.raises(TemplateMismatch, match=r"try --key-template 'bot:\{session\}:msgs'"):
+        audit_run(run, StoreOptions(url=redis_server.url))
+    meta = json.loads((run / "store" / "meta.json").read_text())
+    assert not meta["complete"] and "TemplateMismatch" in meta["error"]
+    redis_server.client().flushall()
+    run, world = world_run(tmp_path, redis_server, db=3)
+    with pytest.raises(TemplateMismatch, match="database 3 in --store-url"):
+        audit_run(run, StoreOptions(url=redis_server.url))
+
+
+def test_nothing_anywhere_and_no_restart_is_a_mismatch_not_a_loss(tmp_path, redis_server):
+    run, world = world_run(tmp_path, redis_server, ago=-2)  # acknowledged after the server started
+    redis_server.client().flushall()  # the store has been up all along and holds none of it
+    with pytest.raises(TemplateMismatch, match="nothing explains a loss.*the bot remembered"):
+        audit_run(run, StoreOptions(url=f"{redis_server.url}"))
+    # the same empty store behind a bot that forgot every fact: it keeps no memory here, a loss
+    for r in world.records:
+        if r["verdict"] == "pass":
+            r["verdict"] = "amnesia"
+    write_journal(run, world.records)
+    s = audit_run(run, StoreOptions(url=redis_server.url))
+    gone = [f for f in read_findings(run) if f["class"] == "vanished"]
+    assert len(gone) == len(world.order) and s["verdict"]["result"] == "fail"
+    assert "does not keep the conversation in this store" in gone[0]["explanation"]
