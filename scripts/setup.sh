@@ -37,30 +37,32 @@ fi
 # The compose stack finds its containers by name (HAProxy -> bot-1..3, bots -> redis). podman's
 # networks resolve names only with the DNS plugin of its network backend, which
 # --no-install-recommends leaves out: CNI (what Debian 12's podman picks without netavark, and
-# keeps once chosen) needs the dnsname plugin, netavark needs aardvark-dns. A network podman
-# creates says whether it found the plugin; checked every time, so a podman installed earlier
-# without the plugin (or with it removed since) is fixed too. --reinstall: the package may be
-# installed with its binary gone. docker/check_dns.py checks resolution between containers.
-export CONTAINERS_CONF="${CONTAINERS_CONF:-$PWD/docker/podman/containers.conf}"
-network_dns() {
-    local net="goldfish-setup-dns-$$"
-    podman network create "$net" >/dev/null
-    podman network inspect --format '{{.DNSEnabled}}' "$net"
-    podman network rm -f "$net" >/dev/null
-}
-if [ "${GOLDFISH_SETUP:-}" = full ] && [ "$(network_dns)" != true ]; then
+# keeps once chosen) needs the dnsname plugin, netavark needs aardvark-dns. We install the plugin
+# of the backend podman uses; switching backends would need `podman system reset`. Checked on
+# every run, so a podman installed earlier without the plugin (or with it removed since) is fixed
+# too; --reinstall because the package may be installed with its binary gone.
+# docker/check_dns.py then checks that one container really resolves another.
+if [ "${GOLDFISH_SETUP:-}" = full ]; then
+    export CONTAINERS_CONF="${CONTAINERS_CONF:-$PWD/docker/podman/containers.conf}"
     backend=$(podman info --format '{{.Host.NetworkBackend}}')
-    case "$backend" in
-        cni) dns_pkg=golang-github-containernetworking-plugin-dnsname ;;
-        netavark) dns_pkg=aardvark-dns ;;
-        *) echo "setup: podman's network backend '$backend' is unknown here: cannot pick its DNS plugin" >&2; exit 1 ;;
-    esac
-    echo "setup: installing $dns_pkg: podman's $backend networks resolve container names only with it"
-    apt_install --reinstall "$dns_pkg"
-    if [ "$(network_dns)" != true ]; then
-        echo "setup: podman still creates networks without DNS after installing $dns_pkg" \
-             "(podman network create X; podman network inspect X)" >&2
-        exit 1
+    dns_ready() {  # a new network gets DNS (CNI: only when podman finds dnsname); netavark: aardvark-dns is there
+        local net="goldfish-setup-dns-$$" dns
+        podman network create "$net" >/dev/null
+        dns=$(podman network inspect --format '{{.DNSEnabled}}' "$net")
+        podman network rm -f "$net" >/dev/null
+        [ "$dns" = true ] || return 1
+        [ "$backend" != netavark ] || [ -x /usr/lib/podman/aardvark-dns ] || [ -x /usr/libexec/podman/aardvark-dns ]
+    }
+    if ! dns_ready; then
+        case "$backend" in
+            cni) dns_pkg=golang-github-containernetworking-plugin-dnsname ;;
+            netavark) dns_pkg=aardvark-dns ;;
+            *) echo "setup: podman's network backend '$backend' is unknown here: cannot pick its DNS plugin" >&2; exit 1 ;;
+        esac
+        echo "setup: installing $dns_pkg: podman's $backend networks resolve container names only with it"
+        apt_install --reinstall "$dns_pkg"
+        dns_ready || { echo "setup: podman's $backend networks still have no DNS after installing $dns_pkg" \
+                            "(see docs/containers.md, Engine)" >&2; exit 1; }
     fi
 fi
 
