@@ -28,6 +28,10 @@ def podman(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=60 + RESOLVE_WITHIN_S)
 
 
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def problem(image: str) -> str | None:
     """None when name resolution works, else one line: what failed and how to fix it."""
     backend = podman("info", "--format", "{{.Host.NetworkBackend}}").stdout.strip() or "unknown"
@@ -38,19 +42,19 @@ def problem(image: str) -> str | None:
     try:
         made = podman("network", "create", net)
         if made.returncode:
-            return f"podman network create {net} failed: {made.stderr.strip()}"
+            return f"podman network create {net} failed: {one_line(made.stderr)}"
         if podman("network", "inspect", "--format", "{{.DNSEnabled}}", net).stdout.strip() != "true":
             return (f"containers cannot resolve each other by name: podman's {backend} network backend creates "
                     f"networks without DNS (DNSEnabled false on a new one), so HAProxy cannot find bot-1; {fix}")
-        started = podman("run", "-d", "--network", net, "--name", target, image, "sleep", "infinity")
+        started = podman("run", "-d", "--pull=never", "--network", net, "--name", target, image, "sleep", "infinity")
         if started.returncode:
-            return f"cannot start a container of {image} on network {net}: {started.stderr.strip()}"
-        probe = podman("run", "--rm", "--network", net, image, "timeout", str(RESOLVE_WITHIN_S), "sh", "-c",
-                       'until getent hosts "$1" >/dev/null; do sleep 0.2; done', "sh", target)
+            return f"cannot start a container of {image} on network {net}: {one_line(started.stderr)}"
+        probe = podman("run", "--rm", "--pull=never", "--network", net, image, "timeout", str(RESOLVE_WITHIN_S),
+                       "sh", "-c", 'until getent hosts "$1" >/dev/null; do sleep 0.2; done', "sh", target)
         if probe.returncode:
             return (f"containers cannot resolve each other by name: on podman network {net} (DNS enabled, "
                     f"{backend} backend) a container did not resolve {target} within {RESOLVE_WITHIN_S} s "
-                    f"(exit {probe.returncode}{': ' + probe.stderr.strip() if probe.stderr.strip() else ''}); "
+                    f"(exit {probe.returncode}{'; ' + one_line(probe.stderr) if probe.stderr.strip() else ''}); "
                     f"check the DNS plugin, or reinstall it: {fix}")
         return None
     finally:
