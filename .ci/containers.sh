@@ -91,6 +91,10 @@ step "engine API on $DOCKER_HOST (pid $SERVICE_PID)"
 # ---- images (cached) --------------------------------------------------------------------------
 step "images: $BASE_IMAGE (debootstrap) and $REFBOT_IMAGE on it, both cached"
 timed env GOLDFISH_BASE_IMAGE="$BASE_IMAGE" GOLDFISH_REFBOT_IMAGE="$REFBOT_IMAGE" bash docker/build-images.sh
+# HAProxy finds the bots, and the bots find Redis, by container name: seconds to check here,
+# instead of 90 s waiting for replicas that never answer.
+step "container name resolution on a podman network (docker/check_dns.py)"
+timed .venv/bin/python docker/check_dns.py "$BASE_IMAGE"
 
 # ---- stack ------------------------------------------------------------------------------------
 read -r HTTP_PORT REDIS_PORT ADMIN_PORT STATS_PORT TOXI_PORT < <(.venv/bin/python - <<'EOF'

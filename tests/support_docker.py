@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +76,16 @@ def build_images() -> None:
                           text=True, timeout=900)
     if done.returncode != 0:
         pytest.fail(f"building the images failed:\n{done.stdout}\n{done.stderr}")
+
+
+def require_container_dns() -> None:
+    """Seconds, once per session: containers on a podman network resolve each other by name
+    (docker/check_dns.py). Without it every stack waits minutes for replicas HAProxy cannot
+    find; this errors at once with the cause and the fix instead."""
+    done = subprocess.run([sys.executable, str(ROOT / "docker" / "check_dns.py"), BASE_IMAGE], env=podman_env(),
+                          capture_output=True, text=True, timeout=180)
+    if done.returncode != 0:
+        pytest.fail((done.stderr or done.stdout).strip(), pytrace=False)
 
 
 def remove_project(project: str) -> None:

@@ -23,7 +23,8 @@ from chaos.plan import PlanError, load_plan
 from conftest import wait_until
 from support_chaos import write_plan
 from support_docker import (BASE_IMAGE, ROOT, ComposeStack, EngineService, build_images, chat, new_project,
-                            remove_project, require_podman, started_at, wait_for_status)
+                            remove_project, require_container_dns, require_podman, started_at,
+                            wait_for_status)
 
 # A cold machine builds the images inside the first test's setup (debootstrap ~70 s, pip ~2 min,
 # more under load): allow for it beyond the suite's default per-test timeout.
@@ -44,8 +45,13 @@ def images(engine):
     build_images()
 
 
+@pytest.fixture(scope="session")
+def container_dns(images):
+    require_container_dns()
+
+
 @pytest.fixture(scope="module")
-def stack(images):
+def stack(container_dns):
     if not shutil.which("podman-compose"):
         pytest.skip("podman-compose is not installed (apt-get install podman-compose)")
     s = ComposeStack(new_project())
@@ -56,7 +62,7 @@ def stack(images):
 
 
 @pytest.fixture(scope="module")
-def stack_none(images):
+def stack_none(container_dns):
     """A second stack whose Redis keeps nothing on disk (GOLDFISH_REDIS_PERSISTENCE=none)."""
     if not shutil.which("podman-compose"):
         pytest.skip("podman-compose is not installed (apt-get install podman-compose)")
