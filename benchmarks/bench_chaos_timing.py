@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from chaos.backends.local import LocalBackend  # noqa: E402
 from chaos.controller import Controller  # noqa: E402
 from chaos.plan import parse_plan  # noqa: E402
-from refbot import state  # noqa: E402
+from targets import registry as state  # noqa: E402
 
 PLAN = """
 faults:

@@ -87,7 +87,8 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     if args.command in ("up", "demo"):
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    from refbot import stack, state
+    from refbot import stack
+    from targets import registry as state
     try:
         if args.command == "serve":
             return serve(args)

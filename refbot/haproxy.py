@@ -1,4 +1,4 @@
-"""HAProxy for the embedded stack: its generated config, and its runtime API.
+"""HAProxy for the embedded stack: its generated config (the runtime API client is targets/haproxy.py).
 
 Choices, and why (docs/refbot.md has the long form):
 - round-robin, no stickiness: consecutive turns of one session land on different replicas,
@@ -14,10 +14,7 @@ Choices, and why (docs/refbot.md has the long form):
 """
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
-import socket
 import tempfile
 from pathlib import Path
 
@@ -62,30 +59,3 @@ backend {BACKEND}
     http-check expect status 200
     default-server check inter 250ms fastinter 250ms downinter 500ms rise 1 fall 2 on-marked-down shutdown-sessions
 {lines}"""
-
-
-def command(sock: str | Path | tuple[str, int], line: str, timeout: float = 5.0) -> str:
-    """Send one runtime-API command (e.g. ``show stat``) and return HAProxy's answer.
-
-    ``sock`` is the unix socket path, or a (host, port) pair for a runtime API published over TCP
-    (the compose stack's)."""
-    if isinstance(sock, tuple):
-        conn = socket.create_connection(sock, timeout=timeout)
-    else:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.settimeout(timeout)
-        conn.connect(str(sock))
-    with conn:
-        conn.sendall(line.encode() + b"\n")
-        chunks = []
-        while chunk := conn.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks).decode(errors="replace")
-
-
-def server_status(sock: str | Path) -> dict[str, str]:
-    """Each backend server's status as HAProxy sees it: ``{"bot-1": "UP", "bot-2": "DOWN", ...}``."""
-    text = command(sock, "show stat").lstrip("# ")
-    rows = csv.DictReader(io.StringIO(text))
-    return {row["svname"]: row["status"] for row in rows
-            if row.get("pxname") == BACKEND and row["svname"] not in ("FRONTEND", "BACKEND")}

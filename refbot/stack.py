@@ -1,7 +1,7 @@
 """The embedded local stack: redis-server + N refbot replicas + HAProxy, on loopback.
 
 ``up`` starts them, waits until each is healthy and records them in the state file
-(refbot/state.py); ``down`` stops exactly what the state file names, by pid and process
+(targets/registry.py); ``down`` stops exactly what the state file names, by pid and process
 group; ``status`` reports each member. The state file is written after every member starts,
 so even an interrupted ``up`` leaves nothing untracked — and ``up`` cleans up after itself
 when anything fails.
@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import refbot
-from refbot import haproxy, state
+from refbot import haproxy
+from targets import registry as state
+from targets.haproxy import server_status
 from refbot.config import parse_mode
 
 PERSISTENCE = ("none", "rdb", "aof-everysec", "aof-always")
@@ -216,7 +218,7 @@ def _wait_lb_sees_all(st: dict, timeout: float) -> None:
     seen: dict = {}
     while time.monotonic() < deadline:
         try:
-            seen = haproxy.server_status(st["haproxy_socket"])
+            seen = server_status(st["haproxy_socket"], haproxy.BACKEND)
             if all(seen.get(b, "").startswith("UP") for b in bots):
                 return
         except OSError:
@@ -251,7 +253,7 @@ def status(state_dir=None) -> list[dict] | None:
         return None
     lb_view = {}
     try:
-        lb_view = haproxy.server_status(st["haproxy_socket"])
+        lb_view = server_status(st["haproxy_socket"], haproxy.BACKEND)
     except OSError:
         pass
     rows = []

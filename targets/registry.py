@@ -1,15 +1,16 @@
-"""The embedded stack's state file (docs/CONTRACTS.md, "Stack state file") and member control.
+"""The state file of a set of member processes (docs/CONTRACTS.md, "Stack state file") and member control.
 
-`python -m refbot up` writes ``<dir>/state.json``; `refbot down`, `refbot status` and the
-chaos controller's local backend read it and update it. Everything a process needs to stop,
-check or restart a member is in its record, so any process can do it:
+`python -m refbot up` writes ``<dir>/state.json`` for the embedded stack, and chaos writes one
+for a user's targets file (targets/file.py); `refbot down`, `refbot status` and the chaos
+controller's local backend read it and update it. Everything a process needs to stop, check or
+restart a member is in its record, so any process can do it:
 
-    from refbot import state
-    with state.locked_state(".stack") as st:          # flock on .stack/state.lock
+    from targets import registry
+    with registry.locked_state(".stack") as st:       # flock on .stack/state.lock
         member = st["members"]["bot-2"]
-        state.stop_member(member, sig=signal.SIGKILL)
-        state.start_member(member)                    # same cmd/env/cwd/port; records the new pid
-    state.wait_healthy(member, timeout=30)
+        registry.stop_member(member, sig=signal.SIGKILL)
+        registry.start_member(member)                 # same cmd/env/cwd/port; records the new pid
+    registry.wait_healthy(member, timeout=30)
 
 Kept to the standard library plus redis-py so other parts can import it cheaply.
 """
@@ -64,7 +65,7 @@ def load(path=None) -> dict | None:
     except json.JSONDecodeError as exc:
         raise StateError(f"{file}: not valid JSON ({exc}); remove it once you have stopped its processes") from None
     if not isinstance(state, dict) or state.get("version") != VERSION or "members" not in state:
-        raise StateError(f"{file}: not a version-{VERSION} refbot state file")
+        raise StateError(f"{file}: not a version-{VERSION} state file")
     return state
 
 

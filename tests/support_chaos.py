@@ -20,7 +20,7 @@ from pathlib import Path
 import requests
 
 from conftest import free_port, wait_until
-from refbot import state
+from targets import registry as state
 
 BOT_SCRIPT = textwrap.dedent('''
     """Tiny bot: /healthz, /count (INCR in Redis over a kept-open connection), /slow (streams)."""

@@ -28,7 +28,7 @@ import redis
 import requests
 
 from conftest import wait_until
-from refbot import haproxy, state
+from targets import haproxy, registry as state
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -170,7 +170,7 @@ def test_max_blast_refuses_a_plan_over_the_limit(chaos_stack, tmp_path):
 
 def test_controller_refuses_to_signal_its_own_process_group(chaos_stack, tmp_path):
     """A state file pointing at the controller's own pid (a stale or hostile file) is refused."""
-    from refbot import state
+    from targets import registry as state
     from support_chaos import controller_for
     with state.locked_state(chaos_stack.state_dir) as st:
         real = st["members"]["bot-1"]["pid"]
@@ -189,7 +189,7 @@ def test_controller_refuses_to_signal_its_own_process_group(chaos_stack, tmp_pat
 def test_failed_heal_is_recorded_reported_and_never_raises(chaos_stack, tmp_path):
     """HAProxy dies during an lb-disable: stop() reports the failed recovery instead of raising,
     outstanding.json keeps it, and `chaos heal` finishes the job once HAProxy is back."""
-    from refbot import state
+    from targets import registry as state
     from support_chaos import controller_for
     run = tmp_path / "run"
     ctl = controller_for(chaos_stack, "faults: [{kind: lb-disable, target: bot-1, at: 0s, duration: 5m}]", run).start()

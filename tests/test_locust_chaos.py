@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from conftest import wait_until
-from refbot import state
+from targets import registry as state
 from support_locust import _kill_group, chat_bot, locust_cmd, run_locust
 from support_refbot import refbot_stack  # noqa: F401 - fixture
 

@@ -55,7 +55,7 @@ def test_turns_after_a_paused_replica_resumes_are_accepted(tmp_path, refbot_stac
     path handed one per-user headers dict to Locust's error path, whose request builder adds
     ``content-type: application/octet-stream`` to the dict it is given; from then on every turn of
     that user carried that header and FastAPI answered 422.)"""
-    from refbot import state
+    from targets import registry as state
 
     stack = refbot_stack(replicas=1, mode="correct", think_ms=0, jitter_ms=5)
     plan = tmp_path / "plan.yaml"

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from conftest import wait_until
-from refbot import state
+from targets import registry as state
 from support_refbot import REPO, new_session, processes_mentioning, refbot_cli, refbot_stack  # noqa: F401
 
 
@@ -197,7 +197,7 @@ def test_state_file_matches_the_contract_with_mixed_releases(refbot_stack):
     assert st["members"]["bot-3"]["env"]["REFBOT_RELEASE"] == "v2"
     assert st["members"]["haproxy"]["health"] == {"tcp": ["127.0.0.1", st["members"]["haproxy"]["port"]]}
     # The runtime API is at admin level: a fault can put a server into maintenance and back.
-    from refbot import haproxy
+    from targets import haproxy
     haproxy.command(st["haproxy_socket"], "set server bots/bot-1 state maint")
     assert stack.lb_status()["bot-1"] == "MAINT"
     assert {stack.chat(new_session(), "hi").headers["X-Refbot-Replica"] for _ in range(6)} == {"bot-2", "bot-3"}
@@ -236,7 +236,7 @@ def test_ctrl_c_landing_inside_popen_still_records_and_saves_the_child(tmp_path,
 def test_locked_state_serialises_updates(tmp_path):
     """Two writers under locked_state never lose each other's update (plain files, no servers)."""
     state.save({"version": 1, "dir": str(tmp_path), "members": {}, "n": 0}, tmp_path)
-    code = ("import sys; from refbot import state\n"
+    code = ("import sys; from targets import registry as state\n"
             "for _ in range(50):\n"
             "    with state.locked_state(sys.argv[1]) as st: st['n'] += 1\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=REPO) for _ in range(3)]

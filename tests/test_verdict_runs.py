@@ -21,7 +21,7 @@ from conftest import wait_until
 from oracle.audit import audit_run
 from oracle.keys import TemplateMismatch
 from oracle.store import StoreOptions
-from refbot import state
+from targets import registry as state
 from support_locust import _kill_group, chat_bot, locust_cmd, quick_script, run_locust
 from support_oracle import build_world, fill_redis, read_findings, simple_specs, write_journal
 from support_refbot import refbot_stack  # noqa: F401 - fixture

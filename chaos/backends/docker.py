@@ -28,9 +28,9 @@ import docker
 from docker.errors import APIError, DockerException, NotFound
 
 from chaos import faults as F
-from chaos.haproxy import runtime_command
 from chaos.backend import Backend, UnsupportedFault
 from chaos.faults import Fault
+from targets.haproxy import runtime_command
 
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"

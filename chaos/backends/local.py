@@ -1,7 +1,8 @@
-"""The local backend: the embedded stack of ``python -m refbot up`` (state file in docs/CONTRACTS.md).
+"""The local backend: processes on this machine named in a state file (docs/CONTRACTS.md), such as the
+embedded stack's, or in a user's targets file (docs/chaos.md).
 
 Processes are signalled by the pids in the state file (their whole process group: members run
-in their own sessions), restarted from their recorded cmd/env/cwd with refbot.state, and the
+in their own sessions), restarted from their recorded cmd/env/cwd with targets.registry, and the
 new pid is written back under the state lock. HAProxy is driven through its runtime API socket;
 Redis through redis-py on the member's health URL.
 """
@@ -15,10 +16,10 @@ import time
 import redis
 
 from chaos import faults as F
-from chaos.haproxy import runtime_command, server_sessions
 from chaos.backend import Backend, UnsupportedFault, refuse_own_process
 from chaos.faults import Fault
-from refbot import state
+from targets import registry as state
+from targets.haproxy import runtime_command, server_sessions
 
 REDIS_KINDS = {F.REDIS_RESTART, F.REDIS_CLIENT_KILL, F.REDIS_STALL}
 LB_KINDS = {F.LB_DROP, F.LB_DISABLE}
@@ -45,7 +46,7 @@ class LocalBackend(Backend):
         st = state.load(self.state_dir)
         if st is None:
             raise state.StateError(f"nothing is up: no state file at {state.state_path(self.state_dir)} "
-                                   f"(start the stack with `python -m refbot up`)")
+                                   f"(start the stack first, or name your processes in a targets file: --targets FILE)")
         return st
 
     def instances(self, target: str) -> list[str]:
