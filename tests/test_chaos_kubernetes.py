@@ -36,7 +36,7 @@ A, B = pod("refbot-7d9f-a", "uid-a"), pod("refbot-7d9f-b", "uid-b")
 
 def backend(url):
     from chaos.backends.kubernetes import KubernetesBackend
-    return KubernetesBackend(namespace=NS, host=url, poll=0.05, recover_timeout=10)
+    return KubernetesBackend(namespace=NS, host=url, poll=0.05, recover_timeout=10, selectors={"bot": SEL})
 
 
 def test_kill_deletes_with_grace_0_and_waits_for_a_new_ready_pod(replay, tmp_path):

@@ -68,7 +68,7 @@ def role_of(service: str, labels: dict) -> str:
     if labels.get(ROLE_LABEL):
         return labels[ROLE_LABEL]
     base = re.sub(r"[-_.]?\d+$", "", service)
-    return {"haproxy": "lb", "lb": "lb", "redis": "redis", "bot": "bot", "refbot": "bot"}.get(base, base)
+    return {"haproxy": "lb", "lb": "lb", "redis": "redis", "bot": "bot"}.get(base, base)
 
 
 def connect(base_url: str | None = None, timeout: float = 30.0) -> tuple[docker.DockerClient, str]:

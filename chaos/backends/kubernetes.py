@@ -14,7 +14,8 @@ from chaos import faults as F
 from chaos.backend import Backend
 from chaos.faults import Fault
 
-DEFAULT_SELECTORS = {"bot": "app.kubernetes.io/name=refbot", "redis": "app.kubernetes.io/name=redis"}
+# The same role label the docker backend reads; any other selector is one option away.
+DEFAULT_SELECTORS = {"bot": "goldfish.role=bot", "redis": "goldfish.role=redis"}
 
 
 class KubernetesBackend(Backend):
