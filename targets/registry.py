@@ -131,22 +131,58 @@ def pid_alive(pid: int | None) -> bool:
         return False
 
 
-def member_alive(member: dict) -> bool:
-    """The member's recorded pid runs and is still that program (guards against pid reuse)."""
-    pid = member.get("pid")
-    if not pid_alive(pid):
-        return False
+def start_ticks(pid: int | None) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (field 22 of /proc/PID/stat); None if it is gone.
+
+    A pid is reused once its process is gone; a pid with its start time names one process for as
+    long as the machine runs. That pair is a member's identity."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def adopt(member: dict, pid: int) -> None:
+    """Record ``pid`` as the member's process: its pid and its start time (``pid_start``)."""
+    member["pid"], member["pid_start"] = pid, start_ticks(pid)
+
+
+def member_alive(member: dict) -> bool:
+    """The member's recorded pid runs and is still the member's process (never a reused pid)."""
+    return pid_alive(member.get("pid")) and pid_reused(member) is None
+
+
+def pid_reused(member: dict) -> str | None:
+    """Why the recorded pid, which runs, is not the member's process (another process took the
+    pid), or None. Without a recorded ``pid_start`` (a state file written by hand or by an older
+    goldfish) only the program name in the command line can be checked."""
+    pid, name = member.get("pid"), member.get("name", "the member")
+    if not pid_alive(pid):
+        return None
+    if member.get("pid_start") is not None:
+        now = start_ticks(pid)
+        if now is None or now == member["pid_start"]:
+            return None
+        return (f"pid {pid} is no longer {name}: another process took it (started at tick {now} "
+                f"after boot, {name} at tick {member['pid_start']}: {_cmdline(pid)!r}); refusing to signal it")
+    program = os.path.basename((member.get("cmd") or [""])[0])
+    if program and program in _cmdline(pid):
+        return None
+    return f"pid {pid} is no longer {name}: it runs {_cmdline(pid)!r}, not {program or 'a known program'}; refusing to signal it"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
-        return False
-    return os.path.basename(member["cmd"][0]) in cmdline
+        return ""
 
 
 def start_member(member: dict) -> subprocess.Popen:
     """Start ``member`` from its record: cmd with env over os.environ, in cwd, log appended,
-    in a new session (its own process group). Records the new pid in ``member``; the
-    caller saves the state (inside ``locked_state``).
+    in a new session (its own process group). Records the new pid and its start time in
+    ``member`` (``adopt``); the caller saves the state (inside ``locked_state``).
 
     Ctrl-C and SIGTERM are held until the pid is recorded: landing inside Popen they would
     raise after the child exists but before anyone knows its pid, and it would outlive `down`."""
@@ -155,7 +191,7 @@ def start_member(member: dict) -> subprocess.Popen:
     with _interrupts_held(), open(member["log"], "ab") as log:
         proc = subprocess.Popen(member["cmd"], env=env, cwd=member["cwd"], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        member["pid"] = proc.pid
+        adopt(member, proc.pid)
     return proc
 
 
@@ -190,12 +226,12 @@ def stop_member(member: dict, sig: int = signal.SIGTERM, timeout: float = 10.0) 
     if sig not in (signal.SIGKILL, signal.SIGCONT):
         _signal_group(pid, signal.SIGCONT)
     deadline = time.monotonic() + timeout
-    while pid_alive(pid) and time.monotonic() < deadline:
+    while member_alive(member) and time.monotonic() < deadline:   # by identity: the pid may be reused meanwhile
         time.sleep(0.05)
-    if pid_alive(pid):
+    if member_alive(member):
         _signal_group(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while pid_alive(pid) and time.monotonic() < deadline:
+        while member_alive(member) and time.monotonic() < deadline:
             time.sleep(0.05)
     return True
 

@@ -98,7 +98,7 @@ class LocalBackend(Backend):
             with state.locked_state(self.state_dir) as st:
                 m = self._running(st, instance)
                 _signal_group(m["pid"], signal.SIGSTOP)
-                return {"pid": m["pid"]}
+                return {"pid": m["pid"], "pid_start": m.get("pid_start")}
         if k == F.REDIS_CLIENT_KILL:
             with self._redis(instance) as r:
                 killed = r.execute_command("CLIENT", "KILL", "TYPE", fault.params.get("type", "normal"), "SKIPME", "yes")
@@ -130,12 +130,11 @@ class LocalBackend(Backend):
         if k in (F.KILL, F.RESTART, F.REDIS_RESTART):
             self._ensure_running(instance)
         elif k == F.PAUSE:
-            st = self._state()
-            m = st["members"][instance]
-            pid = undo.get("pid") or m.get("pid")
-            if state.pid_alive(pid):
-                refuse_own_process(pid, instance)
-                _signal_group(pid, signal.SIGCONT)
+            m = self._state()["members"][instance]
+            paused = dict(m, name=instance, pid=undo.get("pid") or m.get("pid"),
+                          pid_start=undo.get("pid_start", m.get("pid_start")))
+            if state.member_alive(paused):   # the process it stopped, not whoever has its pid now
+                _signal_group(paused["pid"], signal.SIGCONT)
             self._ensure_running(instance)
         elif k == F.REDIS_STALL:
             # Under ALL this returns when the pause ends (it is postponed like any command).
@@ -157,7 +156,7 @@ class LocalBackend(Backend):
         if m is None:
             raise state.StateError(f"no member {instance!r} in {state.state_path(self.state_dir)}")
         if not state.member_alive(m):
-            raise RuntimeError(f"{instance} is not running (pid {m.get('pid')})")
+            raise RuntimeError(state.pid_reused(dict(m, name=instance)) or f"{instance} is not running (pid {m.get('pid')})")
         refuse_own_process(m["pid"], instance)
         return m
 
@@ -224,9 +223,9 @@ def _signal_group(pid: int, sig: int) -> None:
 
 def _uptime(pid: int) -> float | None:
     """Seconds since the process started (from /proc), for the dry run's proof of nothing touched."""
+    start = state.start_ticks(pid)
     try:
-        start_ticks = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
         boot_uptime = float(open("/proc/uptime").read().split()[0])
-        return boot_uptime - start_ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None
+    return None if start is None else boot_uptime - start / os.sysconf("SC_CLK_TCK")

@@ -1,0 +1,86 @@
+"""A member is its pid *and* its start time: a recorded pid that another process took is never signalled.
+
+The bug (issue #16, item 6): the guard only checked that the member's program name ("python") was in
+the command line, so chaos SIGKILLed an unrelated ``python3 -c sleep`` that had taken a recorded pid.
+The kernel's choice of pid cannot be forced without privileges, so the tests hand the dead member's
+record the pid of a live stranger: exactly what the state file says after the pid is reused.
+"""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from chaos.backends.local import LocalBackend
+from chaos.controller import Controller
+from chaos.plan import parse_plan
+from conftest import free_port
+from support_chaos import read_timeline
+from targets import registry
+
+
+@pytest.fixture
+def app_member(tmp_path):
+    """A real member (python's http.server) started through the registry, stopped at the end."""
+    port = free_port()
+    member = {"name": "app", "role": "app", "pid": None,
+              "cmd": [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+              "env": {}, "cwd": str(tmp_path), "log": str(tmp_path / "app.log"),
+              "health": {"http": f"http://127.0.0.1:{port}/"}}
+    registry.save({"version": 1, "dir": str(tmp_path), "members": {"app": member}}, tmp_path)
+    with registry.locked_state(tmp_path) as st:
+        registry.start_member(st["members"]["app"])
+    registry.wait_healthy(registry.load(tmp_path)["members"]["app"], timeout=30)
+    yield tmp_path
+    registry.stop_member(registry.load(tmp_path)["members"]["app"], signal.SIGKILL)
+
+
+@pytest.fixture
+def stranger():
+    """An unrelated python process, in its own session like a member (so a group kill would reach it)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def reuse_pid(state_dir, name: str, pid: int) -> None:
+    """The member dies and the kernel hands its pid to ``pid``: kill it, then point its record there."""
+    with registry.locked_state(state_dir) as st:
+        member = st["members"][name]
+        registry.stop_member(member, signal.SIGKILL)
+        member["pid"] = pid
+
+
+def test_start_records_the_pid_and_its_start_time(app_member):
+    member = registry.load(app_member)["members"]["app"]
+    assert member["pid_start"] == registry.start_ticks(member["pid"]) > 0
+    assert registry.member_alive(member)
+
+
+def test_chaos_refuses_a_recorded_pid_that_another_process_took(app_member, stranger, tmp_path):
+    reuse_pid(app_member, "app", stranger.pid)
+    plan = parse_plan(textwrap.dedent("faults:\n  - {kind: kill, target: app, at: 0s}\n"), "kill.yaml")
+    ctl = Controller(plan, LocalBackend(str(app_member), health_timeout=30), tmp_path / "run").start()
+    assert ctl.wait(60)
+    assert stranger.poll() is None, "chaos signalled a process that is not the member"
+    apply, recover = read_timeline(tmp_path / "run")
+    assert apply["outcome"] == "error"
+    assert f"pid {stranger.pid} is no longer app" in apply["error"] and "refusing to signal" in apply["error"]
+    # The member itself was gone, so healing starts it again: a new pid with its own identity.
+    assert recover["outcome"] == "ok"
+    member = registry.load(app_member)["members"]["app"]
+    assert member["pid"] != stranger.pid and registry.member_alive(member) and registry.check_health(member)
+
+
+def test_stop_and_describe_never_take_a_stranger_for_the_member(app_member, stranger):
+    reuse_pid(app_member, "app", stranger.pid)
+    member = registry.load(app_member)["members"]["app"]
+    assert not registry.member_alive(member)
+    assert "is no longer app" in registry.pid_reused(member)
+    assert registry.stop_member(member, signal.SIGKILL) is False
+    assert "NOT running" in LocalBackend(str(app_member)).describe("app")
+    assert stranger.poll() is None
