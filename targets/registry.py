@@ -148,6 +148,29 @@ def adopt(member: dict, pid: int) -> None:
     member["pid"], member["pid_start"] = pid, start_ticks(pid)
 
 
+def adopt_pid_file(member: dict) -> str | None:
+    """Adopt the process the member's ``pid_file`` names (someone else started it); None when
+    adopted, else why not. A pid file older than its process is stale: its pid was reused."""
+    path = member["pid_file"]
+    try:
+        text = Path(path).read_text().strip()
+        written = os.stat(path).st_mtime
+    except OSError as exc:
+        return f"pid file {path}: {exc.strerror or exc}"
+    if not text.isdigit():
+        return f"pid file {path}: expected a pid, found {text[:40]!r}"
+    pid, started = int(text), start_ticks(int(text))
+    if started is None or not pid_alive(pid):
+        return f"pid file {path}: pid {pid} is not running"
+    with open("/proc/uptime") as uptime:
+        started_at = time.time() - float(uptime.read().split()[0]) + started / os.sysconf("SC_CLK_TCK")
+    if started_at > written + 1.0:
+        return (f"pid file {path} is stale: pid {pid} started {started_at - written:.1f}s after the file was "
+                f"written, so it is another process; refusing to adopt it")
+    adopt(member, pid)
+    return None
+
+
 def member_alive(member: dict) -> bool:
     """The member's recorded pid runs and is still the member's process (never a reused pid)."""
     return pid_alive(member.get("pid")) and pid_reused(member) is None
@@ -192,6 +215,8 @@ def start_member(member: dict) -> subprocess.Popen:
         proc = subprocess.Popen(member["cmd"], env=env, cwd=member["cwd"], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         adopt(member, proc.pid)
+    if member.get("pid_file"):   # whoever reads the pid file finds the process chaos started
+        Path(member["pid_file"]).write_text(f"{proc.pid}\n")
     return proc
 
 
@@ -252,8 +277,11 @@ _no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def check_health(member: dict, timeout: float = 1.0) -> bool:
-    """One probe of the member's ``health`` spec: ``{"http": url}``, ``{"redis": url}`` or ``{"tcp": [host, port]}``."""
-    health = member.get("health", {})
+    """One probe of the member's ``health`` spec: ``{"http": url}``, ``{"redis": url}`` or ``{"tcp": [host, port]}``;
+    with none, running is healthy."""
+    health = member.get("health") or {}
+    if not health:
+        return member_alive(member)
     try:
         if "http" in health:
             with _no_proxy.open(health["http"], timeout=timeout) as response:
@@ -278,11 +306,12 @@ def wait_healthy(member: dict, timeout: float = 30.0) -> None:
     timeout or as soon as its process exits."""
     deadline = time.monotonic() + timeout
     while True:
-        if check_health(member):
-            return
-        if member.get("pid") and not pid_alive(member["pid"]):
+        healthy = check_health(member)
+        if member.get("pid") and not pid_alive(member["pid"]):   # even if healthy: then another process answers
             raise MemberUnhealthy(f"{member.get('name', member['cmd'][0])} exited while starting; "
                                   f"last lines of {member['log']}:\n{log_tail(member)}")
+        if healthy:
+            return
         if time.monotonic() > deadline:
             raise MemberUnhealthy(f"{member.get('name', member['cmd'][0])} not healthy after {timeout:.0f}s; "
                                   f"last lines of {member['log']}:\n{log_tail(member)}")
