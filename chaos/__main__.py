@@ -1,7 +1,7 @@
-"""``python -m chaos run|validate|heal`` — the standalone entry points.
+"""``python -m chaos run|validate|heal|targets`` — the standalone entry points.
 
-Exit codes: 0 ok; 1 a recovery failed (run/heal: see the timeline and outstanding.json);
-2 bad plan or arguments (nothing touched).
+Exit codes: 0 ok; 1 a recovery failed (run/heal: see the timeline and outstanding.json), or a
+target is down (targets start/status); 2 bad plan, targets file or arguments (nothing touched).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from chaos.backends import REGISTRY, make_backend
 from chaos.controller import Controller, heal_run
 from chaos.plan import PlanError, load_plan
+from targets import file as targets_file, registry
 
 
 class Interrupted(Exception):
@@ -26,6 +27,8 @@ def _backend_kwargs(args) -> dict:
     kw = {}
     if args.backend == "local" and args.state_dir:
         kw["state_dir"] = args.state_dir
+    if args.targets:
+        kw["targets"] = args.targets
     for item in args.backend_opt or []:
         key, _, value = item.partition("=")
         kw[key] = json.loads(value) if value[:1] in "[{0123456789" or value in ("true", "false") else value
@@ -33,6 +36,12 @@ def _backend_kwargs(args) -> dict:
 
 
 def cmd_validate(args) -> int:
+    if args.targets:
+        args.backend = args.backend or "local"
+        rows = _target_rows(targets_file.open_registry(args.targets))
+        print(f"{args.targets}: ok — {len(rows)} target(s): " + ", ".join(line for line, _ in rows))
+    if not args.plan:
+        return 0
     plan = load_plan(args.plan)
     print(f"{args.plan}: ok — {len(plan.faults)} fault(s), {len(plan.schedule())} occurrence(s), "
           f"ends at {plan.horizon:g}s" if plan.horizon is not None else f"{args.plan}: ok (runs until stopped)")
@@ -80,6 +89,39 @@ def cmd_run(args) -> int:
     return 1 if failed else 0
 
 
+def _target_rows(state_dir) -> list[tuple[str, bool]]:
+    """(one line, healthy) per target in the registry."""
+    rows = []
+    for name, m in registry.load(state_dir)["members"].items():
+        running = registry.member_alive(m)
+        healthy = running and registry.check_health(m)
+        rows.append((f"{name} (pid {m['pid']}, {'healthy' if healthy else 'NOT healthy'})" if running
+                     else f"{name} (not running)", healthy))
+    return rows
+
+
+def cmd_targets(args) -> int:
+    """Start what a targets file names (unless running), stop it, or show it."""
+    state_dir = targets_file.open_registry(args.file)
+    if args.action == "start":
+        with registry.locked_state(state_dir) as st:
+            for name, m in st["members"].items():
+                if not registry.member_alive(m):
+                    if not m.get("cmd"):
+                        raise RuntimeError(f"{name} is not running and has no command to start it ({args.file})")
+                    registry.start_member(m)
+        for m in registry.load(state_dir)["members"].values():
+            registry.wait_healthy(m, timeout=args.timeout)
+    elif args.action == "stop":
+        with registry.locked_state(state_dir) as st:
+            stopped = [name for name, m in st["members"].items() if registry.stop_member(m)]
+        print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+        return 0
+    rows = _target_rows(state_dir)
+    print("\n".join(line for line, _ in rows))
+    return 0 if all(healthy for _, healthy in rows) else 1
+
+
 def cmd_heal(args) -> int:
     recovered, failed = heal_run(args.run)
     print(f"chaos heal {args.run}: {recovered} recovered, {len(failed)} failed")
@@ -93,9 +135,10 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("run", "validate"):
         s = sub.add_parser(name)
-        s.add_argument("plan")
+        s.add_argument("plan", nargs=None if name == "run" else "?")
         s.add_argument("--backend", choices=sorted(REGISTRY), default="local" if name == "run" else None)
         s.add_argument("--state-dir", help="local backend: the stack's state dir (default .stack)")
+        s.add_argument("--targets", metavar="FILE", help="local backend: your own processes, named in a targets file")
         s.add_argument("--backend-opt", action="append", metavar="KEY=VALUE",
                        help="backend constructor option (e.g. namespace=chat for kubernetes)")
         s.add_argument("--run-dir", help="where chaos.jsonl and chaos/outstanding.json go")
@@ -104,13 +147,24 @@ def main(argv=None) -> int:
             s.add_argument("--dry-run", action="store_true", help="print what would be touched; touch nothing")
     h = sub.add_parser("heal", help="recover what a killed controller left outstanding")
     h.add_argument("run", help="the run folder (results/<run>)")
+    t = sub.add_parser("targets", help="start, stop or show the processes a targets file names")
+    t.add_argument("action", choices=("start", "stop", "status"))
+    t.add_argument("file", help="the targets file (docs/chaos.md)")
+    t.add_argument("--timeout", type=float, default=60.0, help="start: seconds for each to become healthy")
     args = p.parse_args(argv)
+    if args.cmd == "validate" and not (args.plan or args.targets):
+        p.error("validate needs a plan, a targets file (--targets FILE), or both")
+    if args.cmd in ("run", "validate") and args.targets and args.backend not in (None, "local"):
+        p.error("--targets goes with the local backend")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
     try:
-        return {"run": cmd_run, "validate": cmd_validate, "heal": cmd_heal}[args.cmd](args)
+        return {"run": cmd_run, "validate": cmd_validate, "heal": cmd_heal, "targets": cmd_targets}[args.cmd](args)
     except PlanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except registry.MemberUnhealthy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

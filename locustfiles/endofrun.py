@@ -47,12 +47,13 @@ def say(text: str) -> None:
 def load_chaos(settings, run_dir: str | Path):
     """Build (and validate against the backend) the chaos controller; PlanError etc. on bad input."""
     from chaos.backends import make_backend
+    from chaos.backends.local import stack_options
     from chaos.controller import Controller
     from chaos.plan import load_plan
 
     kwargs = {}
-    if settings.chaos_backend == "local":
-        kwargs["state_dir"] = str(Path(settings.stack_state).parent)
+    if settings.chaos_backend == "local":   # --stack-state: a stack's state.json or a targets file
+        kwargs = stack_options(settings.stack_state)
     controller = Controller(load_plan(settings.chaos), make_backend(settings.chaos_backend, **kwargs), run_dir)
     controller.validate()
     return controller

@@ -12,15 +12,17 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import redis
 
 from chaos import faults as F
 from chaos.backend import Backend, UnsupportedFault, refuse_own_process
 from chaos.faults import Fault
-from targets import registry as state
+from targets import file as targets_file, registry as state
 from targets.haproxy import runtime_command, server_sessions
 
+STARTS_AGAIN = {F.KILL, F.RESTART, F.REDIS_RESTART, F.ROLLING_RESTART}
 REDIS_KINDS = {F.REDIS_RESTART, F.REDIS_CLIENT_KILL, F.REDIS_STALL}
 LB_KINDS = {F.LB_DROP, F.LB_DISABLE}
 
@@ -34,12 +36,16 @@ class LocalBackend(Backend):
     kinds = frozenset({F.KILL, F.RESTART, F.PAUSE, F.REDIS_RESTART, F.REDIS_CLIENT_KILL, F.REDIS_STALL,
                        F.LB_DROP, F.LB_DISABLE, F.ROLLING_RESTART})
 
-    def __init__(self, state_dir: str | None = None, health_timeout: float = 60.0):
-        self.state_dir = str(state.state_dir(state_dir))
+    def __init__(self, state_dir: str | None = None, health_timeout: float = 60.0, targets: str | None = None):
+        """``state_dir``: a stack's state directory (default $REFBOT_STATE_DIR or .stack); or
+        ``targets``: a targets file (docs/chaos.md), whose registry then is the state directory."""
+        self.targets = str(Path(targets).absolute()) if targets else None
+        self.state_dir = str(targets_file.open_registry(self.targets) if targets else state.state_dir(state_dir))
         self.health_timeout = health_timeout
 
     def config(self) -> dict:
-        return {"state_dir": self.state_dir, "health_timeout": self.health_timeout}
+        return {"state_dir": self.state_dir, "health_timeout": self.health_timeout,
+                **({"targets": self.targets} if self.targets else {})}
 
     # ---- resolving --------------------------------------------------------------------------
     def _state(self) -> dict:
@@ -68,6 +74,10 @@ class LocalBackend(Backend):
             if any(not st["members"][n].get("lb_server") for n in names):
                 raise UnsupportedFault(f"{fault.kind} targets members behind the load balancer (e.g. bot); "
                                        f"{fault.target!r} has no lb_server")
+        for name in names:
+            if fault.kind in STARTS_AGAIN and not st["members"][name].get("cmd"):
+                raise UnsupportedFault(f"{fault.kind} must start {name} again, but it has no command "
+                                       f"(give 'command' in the targets file)")
         if fault.kind == F.ROLLING_RESTART and names and roles != {"bot"}:
             raise UnsupportedFault(f"rolling-restart needs the bot replicas as target, {fault.target!r} is {sorted(roles)}")
 
@@ -156,7 +166,11 @@ class LocalBackend(Backend):
         if m is None:
             raise state.StateError(f"no member {instance!r} in {state.state_path(self.state_dir)}")
         if not state.member_alive(m):
-            raise RuntimeError(state.pid_reused(dict(m, name=instance)) or f"{instance} is not running (pid {m.get('pid')})")
+            why = [state.pid_reused(dict(m, name=instance)) or f"{instance} is not running (pid {m.get('pid')})"]
+            if m.get("pid_file"):   # started again by someone else? its pid file says
+                why.append(state.adopt_pid_file(m))
+            if not state.member_alive(m):
+                raise RuntimeError("; ".join(filter(None, why)))
         refuse_own_process(m["pid"], instance)
         return m
 
@@ -164,8 +178,11 @@ class LocalBackend(Backend):
         """Start the member if it is down (idempotent), then wait until it is healthy."""
         with state.locked_state(self.state_dir) as st:
             m = st["members"][instance]
-            if not state.member_alive(m):
-                state.start_member(m)
+            if not state.member_alive(m) and (not m.get("pid_file") or state.adopt_pid_file(m)):
+                if state.check_health(m):   # e.g. a pid file that names a wrapper shell, not the server
+                    raise RuntimeError(f"{instance} is not running, yet its health check passes: another process "
+                                       f"serves it; not starting a second copy")
+                state.start_member(m)   # unless someone else has started it again (its pid file says so)
             member = dict(m, name=instance)
         state.wait_healthy(member, timeout=self.health_timeout)
 
@@ -229,3 +246,10 @@ def _uptime(pid: int) -> float | None:
     except (OSError, IndexError, ValueError):
         return None
     return None if start is None else boot_uptime - start / os.sysconf("SC_CLK_TCK")
+
+
+def stack_options(path: str) -> dict:
+    """Backend options for Locust's ``--stack-state PATH``: a targets file (.yaml/.yml), else a stack state file."""
+    if Path(path).suffix in (".yaml", ".yml"):
+        return {"targets": path}
+    return {"state_dir": str(Path(path).parent)}

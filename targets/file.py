@@ -1,0 +1,253 @@
+"""A user's targets file: their own processes as chaos targets (docs/chaos.md, "Your own processes").
+
+It is read from the YAML node tree, like a chaos plan, so every error names file, line and field,
+and every problem is reported at once. Each target becomes a member of a registry state file
+(targets/registry.py) in the file's state directory, where chaos records the pid and start time
+of each process it starts or adopts from a pid file; from there the local backend treats it
+exactly like a member of the embedded stack.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+from targets import registry
+
+TOP_KEYS = ("targets", "state_dir", "haproxy_socket")
+TARGET_KEYS = ("command", "pid_file", "cwd", "env", "health", "role", "lb_server", "log")
+HEALTH_SCHEMES = {"http": ("http", "https"), "redis": ("redis", "rediss", "unix")}
+PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool")}
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_HOST_PORT_RE = re.compile(r"^\[?([^\s\[\]]+?)\]?:(\d{1,5})$")
+
+
+class TargetsError(ValueError):
+    """A targets file that cannot be used; ``problems`` holds one ``file:line: field: message`` each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid targets file:\n  " + "\n  ".join(problems))
+
+
+@dataclass
+class Targets:
+    path: Path                 # the targets file (absolute)
+    state_dir: Path            # where the registry state file lives
+    haproxy_socket: str | list | None
+    members: dict[str, dict]   # name -> registry member record, without pid
+
+
+def load(path: str | Path) -> Targets:
+    path = Path(path).absolute()
+    try:
+        text = path.read_bytes().decode()
+    except OSError as exc:
+        raise TargetsError([f"{path}: cannot read targets file: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise TargetsError([f"{path}: not a text file (byte {exc.start} is not UTF-8)"]) from None
+    return parse(text, path)
+
+
+def open_registry(path: str | Path) -> Path:
+    """Load the targets file and bring its registry up to date; returns the registry's state dir."""
+    return sync(load(path))
+
+
+def parse(text: str, path: Path) -> Targets:
+    """Check every field (nothing is started or signalled); TargetsError lists all problems."""
+    problems: list[str] = []
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise TargetsError([f"{path}:{mark.line + 1 if mark else 1}: not valid YAML: "
+                            f"{getattr(exc, 'problem', None) or exc}"]) from None
+    if not isinstance(root, yaml.MappingNode):
+        raise TargetsError([f"{path}:{_line(root) if root else 1}: the targets file must be a mapping "
+                            f"with a 'targets' mapping (name -> command or pid_file, ...)"])
+    top = _fields(root, path, "the targets file", TOP_KEYS, problems)
+    base = path.parent
+    state_dir = base / f".{path.stem}.state"
+    if "state_dir" in top:
+        state_dir = base / (_string(top["state_dir"], path, "state_dir", problems) or state_dir)
+    sock = _haproxy_address(top["haproxy_socket"], path, base, problems) if "haproxy_socket" in top else None
+
+    members: dict[str, dict] = {}
+    node = top.get("targets")
+    if node is None:
+        problems.append(f"{path}:{_line(root)}: targets: missing (a mapping: name -> command or pid_file, ...)")
+    elif not isinstance(node, yaml.MappingNode) or not node.value:
+        problems.append(f"{path}:{_line(node)}: targets: must be a non-empty mapping of name -> target")
+    else:
+        name_lines = {k.value: _line(k) for k, _ in node.value if _plain(k)}
+        for name, spec in _fields(node, path, "targets", None, problems).items():
+            where = f"{path}:{name_lines[name]}"
+            if not _NAME_RE.match(name):
+                problems.append(f"{where}: targets: name {name!r} must be letters, digits, '_', '.', '-' only")
+            elif not isinstance(spec, yaml.MappingNode):
+                problems.append(f"{where}: {name}: must be a mapping (command or pid_file, health, ...)")
+            else:
+                member = _member(name, name_lines[name], spec, path, base, state_dir, sock, problems)
+                if member:
+                    members[name] = member
+    if problems:
+        raise TargetsError(problems)
+    return Targets(path, state_dir.resolve(), sock, members)
+
+
+def sync(targets: Targets) -> Path:
+    """Write the targets into their registry, keeping the pid and start time recorded for each
+    (a member's process survives edits to its file), and adopt what the pid files name."""
+    with registry.locked_state(targets.state_dir, missing_ok=True) as st:
+        old = st.get("members", {})
+        members = {}
+        for name, spec in targets.members.items():
+            member = dict(spec, pid=old.get(name, {}).get("pid"), pid_start=old.get(name, {}).get("pid_start"))
+            if member.get("pid_file") and not registry.member_alive(member):
+                registry.adopt_pid_file(member)
+            members[name] = member
+        st.update(version=registry.VERSION, dir=str(targets.state_dir), targets=str(targets.path),
+                  haproxy_socket=targets.haproxy_socket, members=members)
+    return targets.state_dir
+
+
+# ---- one target -------------------------------------------------------------------------------
+
+def _member(name, line, node, path, base, state_dir, sock, problems) -> dict | None:
+    before = len(problems)
+    f = _fields(node, path, name, TARGET_KEYS, problems)
+
+    def bad(key, message):   # the field's line, or the target's when the field is missing
+        problems.append(f"{path}:{_line(f[key]) if key in f else line}: {key}: {message} (target {name})")
+
+    member = {"name": name, "role": None, "cmd": None, "env": {}, "cwd": str(base), "health": {},
+              "log": str(state_dir.resolve() / f"{name}.log")}
+    if "command" not in f and "pid_file" not in f:
+        bad("command", "missing: give the command that starts it, or the pid_file it writes (or both)")
+    if "command" in f:
+        member["cmd"] = _command(f["command"], lambda m: bad("command", m))
+    for key in ("pid_file", "cwd", "log"):
+        if key in f and (value := _string(f[key], path, f"{key} (target {name})", problems)):
+            member[key] = str(base / value)
+    if "cwd" in f and not Path(member["cwd"]).is_dir():
+        bad("cwd", f"{member['cwd']} is not a directory")
+    if "env" in f:
+        member["env"] = _env(f["env"], lambda m: bad("env", m)) or {}
+    if "health" in f:
+        member["health"] = _health(f["health"], lambda m: bad("health", m)) or {}
+    for key in ("role", "lb_server"):
+        if key in f:
+            member[key] = _string(f[key], path, f"{key} (target {name})", problems)
+    if member.get("lb_server") and not re.match(r"^[^/\s]+/[^/\s]+$", member["lb_server"]):
+        bad("lb_server", f"must be HAProxy's backend/server, e.g. api/app-1, got {member['lb_server']!r}")
+    elif member.get("lb_server") and sock is None:
+        bad("lb_server", "needs the HAProxy runtime API: add 'haproxy_socket' at the top of the file")
+    member["port"] = _port_of(member["health"])
+    return member if len(problems) == before else None
+
+
+def _command(node, bad) -> list[str] | None:
+    if _plain(node) and node.tag == "tag:yaml.org,2002:str":
+        try:
+            argv = shlex.split(node.value)
+        except ValueError as exc:
+            return bad(f"cannot split {node.value!r} like a shell would: {exc}")
+    elif (isinstance(node, yaml.SequenceNode) and node.tag == "tag:yaml.org,2002:seq"
+          and all(_plain(n) for n in node.value)):
+        argv = [n.value for n in node.value]
+    else:
+        return bad("must be a string (split like a shell) or a list of strings")
+    if not argv or not all(argv):
+        return bad("must name a program to run")
+    return argv
+
+
+def _env(node, bad) -> dict | None:
+    if not isinstance(node, yaml.MappingNode):
+        return bad("must be a mapping of NAME: value")
+    env = {}
+    for k, v in node.value:
+        if not isinstance(k, yaml.ScalarNode) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k.value):
+            return bad(f"{getattr(k, 'value', k)!r} is not an environment variable name")
+        if not _plain(v):
+            return bad(f"{k.value}: must be a plain value (string or number)")
+        env[k.value] = v.value
+    return env
+
+
+def _health(node, bad) -> dict | None:
+    """``{http: URL}``, ``{tcp: host:port}`` or ``{redis: URL}`` -> the registry's health spec."""
+    kinds = "http: http://127.0.0.1:8000/healthz, tcp: 127.0.0.1:8000 or redis: redis://127.0.0.1:6379/0"
+    if (not isinstance(node, yaml.MappingNode) or len(node.value) != 1
+            or not all(_plain(n) for n in node.value[0])):
+        return bad(f"must be one check: {kinds}")
+    kind, value = node.value[0][0].value, node.value[0][1].value
+    if kind == "tcp":
+        m = _HOST_PORT_RE.match(value)
+        if not m or not 0 < int(m.group(2)) < 65536:
+            return bad(f"tcp: expected host:port, got {value!r}")
+        return {"tcp": [m.group(1), int(m.group(2))]}
+    if kind not in HEALTH_SCHEMES:
+        return bad(f"unknown check {kind!r}: {kinds}")
+    if urlsplit(value).scheme not in HEALTH_SCHEMES[kind]:
+        return bad(f"{kind}: expected a {' or '.join(s + '://' for s in HEALTH_SCHEMES[kind])} URL, got {value!r}")
+    return {kind: value}
+
+
+def _port_of(health: dict) -> int | None:
+    if "tcp" in health:
+        return health["tcp"][1]
+    url = health.get("http") or health.get("redis")
+    try:
+        return urlsplit(url).port if url else None
+    except ValueError:
+        return None
+
+
+def _haproxy_address(node, path, base, problems):
+    """A unix socket path (relative to the file) or host:port for a runtime API published over TCP."""
+    value = _string(node, path, "haproxy_socket", problems)
+    if value is None:
+        return None
+    if m := _HOST_PORT_RE.match(value):
+        return [m.group(1), int(m.group(2))]
+    return str(base / value)
+
+
+# ---- YAML nodes -------------------------------------------------------------------------------
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+def _fields(node: yaml.MappingNode, path, where: str, known, problems) -> dict[str, yaml.Node]:
+    """A mapping's plain-string keys -> value nodes; unknown and repeated keys are problems."""
+    out: dict[str, yaml.Node] = {}
+    for k, v in node.value:
+        if not _plain(k):
+            problems.append(f"{path}:{_line(k)}: {where}: a key must be a plain name, not a list, mapping or tag")
+            continue
+        if k.value in out:
+            problems.append(f"{path}:{_line(k)}: {k.value}: given twice in {where}")
+        elif known is not None and k.value not in known:
+            problems.append(f"{path}:{_line(k)}: {k.value}: unknown field in {where} (known: {', '.join(known)})")
+        else:
+            out[k.value] = v
+    return out
+
+
+def _plain(node) -> bool:
+    """A plain scalar (string, number, boolean): never null, a collection or a tag such as !!python/..."""
+    return isinstance(node, yaml.ScalarNode) and node.tag in PLAIN_TAGS
+
+
+def _string(node, path, field: str, problems) -> str | None:
+    if _plain(node) and node.tag == "tag:yaml.org,2002:str" and node.value.strip():
+        return node.value
+    problems.append(f"{path}:{_line(node)}: {field}: must be a non-empty string")
+    return None
