@@ -7,10 +7,12 @@ record the pid of a live stranger: exactly what the state file says after the pi
 """
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -84,3 +86,16 @@ def test_stop_and_describe_never_take_a_stranger_for_the_member(app_member, stra
     assert registry.stop_member(member, signal.SIGKILL) is False
     assert "NOT running" in LocalBackend(str(app_member)).describe("app")
     assert stranger.poll() is None
+
+
+def test_a_pid_file_older_than_its_process_is_stale_and_not_adopted(tmp_path, stranger):
+    """A pid file outlives its process; the pid it names may belong to a newer one by now."""
+    pid_file = tmp_path / "app.pid"
+    pid_file.write_text(f"{stranger.pid}\n")
+    an_hour_ago = time.time() - 3600
+    os.utime(pid_file, (an_hour_ago, an_hour_ago))
+    member = {"name": "app", "pid": None, "pid_file": str(pid_file)}
+    assert "is stale" in registry.adopt_pid_file(member) and member["pid"] is None
+    os.utime(pid_file)   # written after the process started: it is that process
+    assert registry.adopt_pid_file(member) is None and member["pid"] == stranger.pid
+    assert registry.member_alive(member) and member["pid_start"] == registry.start_ticks(stranger.pid)
