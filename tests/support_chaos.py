@@ -1,6 +1,6 @@
 """A small real stack for the chaos tests: redis-server, two tiny HTTP "bots", HAProxy in front.
 
-It writes the stack state file per docs/CONTRACTS.md ("Stack state file") with refbot.state, so
+It writes the stack state file per docs/CONTRACTS.md ("Stack state file") with targets.registry, so
 the local backend drives it exactly as it drives `python -m refbot up`. Everything runs on
 loopback in its own session; ``stop()`` kills every member by the pids in the state file (the
 controller may have restarted them), also after a failed test.
