@@ -26,7 +26,7 @@ _decode = msgspec.json.decode
 
 
 def loads(data):
-    """Parse JSON text (str or bytes); raises DecodeError and nothing else."""
+    """Parse JSON text (str or bytes); raises DecodeError ("not JSON: why") and nothing else."""
     try:
         return _decode(data)
     except msgspec.DecodeError:
@@ -34,11 +34,11 @@ def loads(data):
     except (UnicodeDecodeError, TypeError) as exc:
         raise DecodeError(_reason(exc)) from None
     except RecursionError:
-        raise DecodeError("nested too deeply") from None
+        raise DecodeError("not JSON: nested too deeply") from None
     try:
         return json.loads(data)
     except RecursionError:
-        raise DecodeError("nested too deeply") from None
+        raise DecodeError("not JSON: nested too deeply") from None
     except (ValueError, TypeError) as exc:
         raise DecodeError(_reason(exc)) from None
 
@@ -61,17 +61,25 @@ def dumps_document(value) -> str:
     return msgspec.json.format(dumps(value), indent=2).decode() + "\n"
 
 
-def load_document(path) -> object:
-    """A JSON document from a file; DecodeError naming the file when it is not JSON (OSError passes)."""
+def load_document(path) -> dict:
+    """A JSON document (an object) from a file; DecodeError naming the file otherwise (OSError passes)."""
     with open(path, "rb") as fh:
         data = fh.read()
     try:
-        return loads(data)
+        return loads_object(data)
     except DecodeError as exc:
         raise DecodeError(f"{path}: {exc}") from None
 
 
+def loads_object(data) -> dict:
+    """JSON text that must be an object (every record and document goldfish writes is one)."""
+    value = loads(data)
+    if not isinstance(value, dict):
+        raise DecodeError(f"not a JSON object but a {type(value).__name__}")
+    return value
+
+
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
-        return f"not UTF-8 text ({exc.reason} at byte {exc.start})"
-    return str(exc).split("\n", 1)[0] or type(exc).__name__
+        return f"not JSON: not UTF-8 text ({exc.reason} at byte {exc.start})"
+    return "not JSON: " + (str(exc).split("\n", 1)[0] or type(exc).__name__)

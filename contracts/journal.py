@@ -81,12 +81,9 @@ def _in_range(t: Turn) -> bool:
 def decode_line(raw: bytes | str) -> Turn:
     """One line as a Turn, with the documented defaults; RecordError naming the problem otherwise."""
     try:
-        record = codec.loads(raw)
+        return from_dict(codec.loads_object(raw))
     except codec.DecodeError as exc:
-        raise RecordError(f"not JSON: {exc}") from None
-    if not isinstance(record, dict):
-        raise RecordError(f"not a JSON object but a {type(record).__name__}")
-    return from_dict(record)
+        raise RecordError(str(exc)) from None
 
 
 def from_dict(record: dict) -> Turn:

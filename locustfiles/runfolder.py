@@ -58,8 +58,6 @@ def update_run(run_dir: str | Path, **fields) -> None:
         meta = codec.load_document(path)
     except (OSError, codec.DecodeError):
         return
-    if not isinstance(meta, dict):
-        return
     meta.update(fields)
     write_json_atomic(path, meta)
 

@@ -162,12 +162,9 @@ def read_meta(run_dir: Path) -> dict:
                             "pass --store-url (or --http-url / --reader) to read the store, "
                             "or re-run inside the run")
     try:
-        meta = codec.load_document(path)
+        return codec.load_document(path)
     except codec.DecodeError as exc:
-        raise SnapshotError(f"not valid JSON: {exc}") from None
-    if not isinstance(meta, dict):
-        raise SnapshotError(f"{path}: not a JSON object")
-    return meta
+        raise SnapshotError(str(exc)) from None
 
 
 def options_from_meta(meta: dict) -> StoreOptions:
