@@ -7,16 +7,17 @@ on every change, so a SIGKILLed controller always leaves a readable list for
 """
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import threading
 from pathlib import Path
+from contracts import codec
+from contracts.runfolder import RunFolder
 
 
 class Outstanding:
     def __init__(self, run_dir: str | Path, backend: str = "", backend_config: dict | None = None):
-        self.path = Path(run_dir) / "chaos" / "outstanding.json"
+        self.path = RunFolder(run_dir).outstanding
         self.backend = backend
         self.backend_config = backend_config or {}
         self._entries: dict[str, dict] = {}
@@ -31,7 +32,7 @@ class Outstanding:
         """Read what a previous controller left (empty when there is no file)."""
         self = cls(run_dir)
         if self.path.exists():
-            data = json.loads(self.path.read_text())
+            data = codec.load_document(self.path)
             self.backend = data.get("backend", "")
             self.backend_config = data.get("backend_config") or {}
             self._entries = {e["key"]: e for e in data.get("faults", [])}
@@ -72,6 +73,6 @@ class Outstanding:
                 "faults": list(self._entries.values())}
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".outstanding.", suffix=".tmp")
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
+            f.write(codec.dumps_document(data))
             f.flush()   # no fsync: rename is atomic against a killed process, which is the risk here
         os.replace(tmp, self.path)

@@ -16,10 +16,10 @@ import yaml
 from yaml.constructor import SafeConstructor
 
 from chaos.faults import KINDS, WHOLE_TARGET_KINDS, Fault
+from contracts.durations import parse_duration
 
 COMMON_KEYS = {"id", "kind", "target", "at", "every", "start", "until", "duration", "count"}
 PLAN_KEYS = {"name", "description", "faults", "max_concurrent", "max_blast", "seed", "duration", "toxiproxy"}
-_TIME_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 _PCT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 
 
@@ -32,19 +32,8 @@ class PlanError(ValueError):
 
 
 def parse_time(value: Any) -> float:
-    """Seconds from ``20s``, ``500ms``, ``2m`` or a plain number of seconds; ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a time like 20s, 500ms, 2m, got {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        m = _TIME_RE.match(str(value))
-        if not m:
-            raise ValueError(f"expected a time like 20s, 500ms, 2m, got {value!r}")
-        seconds = float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
-    if seconds < 0 or math.isinf(seconds) or math.isnan(seconds):
-        raise ValueError(f"time must be a finite number >= 0, got {value!r}")
-    return seconds
+    """Seconds from ``20s``, ``500ms``, ``1m30s`` or a plain number (contracts.durations); ValueError otherwise."""
+    return parse_duration(value)
 
 
 @dataclass(frozen=True)

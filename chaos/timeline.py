@@ -6,20 +6,21 @@ Each record is flushed as written so a killed controller loses nothing it did.
 """
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from pathlib import Path
 
 from chaos.faults import Fault
+from contracts import codec
+from contracts.runfolder import RunFolder
 
 log = logging.getLogger("chaos")
 
 
 class Timeline:
     def __init__(self, run_dir: str | Path, backend: str):
-        self.path = Path(run_dir) / "chaos.jsonl"
+        self.path = RunFolder(run_dir).chaos
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.backend = backend
         self._lock = threading.Lock()
@@ -36,11 +37,10 @@ class Timeline:
             rec["via"] = via
         if detail:
             rec["detail"] = detail
-        line = json.dumps(rec, default=str)
+        line = codec.dumps_line(rec)
         with self._lock:
-            with open(self.path, "a") as f:
-                f.write(line + "\n")
-                f.flush()
+            with open(self.path, "ab") as f:
+                f.write(line)
         (log.warning if outcome != "ok" else log.info)(
             "chaos %s %s %s on %s: %s%s", event, fault.id, fault.kind, instance, outcome,
             f" ({error})" if error else "")

@@ -33,11 +33,12 @@ from locust.contrib.fasthttp import FAILURE_EXCEPTIONS, ErrorResponse, FastHttpS
 from locust.exception import CatchResponseError
 
 from locustfiles.contract import ChatContract
-from locustfiles.journal import dumps
+from contracts.codec import dumps
+from contracts.journal import Turn
 from locustfiles.judge import crosstalk, recall
 from locustfiles.outcome import judge_response
 from locustfiles.script import MAX_BURST
-from oracle.tokens import make_token, new_nonce, new_session_id
+from contracts.tokens import make_token, new_nonce, new_session_id
 
 log = logging.getLogger("goldfish")
 CROSSTALK_LOG_LIMIT = 10  # per process: the first few cross-talks are logged with their source
@@ -307,8 +308,5 @@ class ChatUser(FastHttpUser):
                     log.warning("cross-talk: session %s turn %s got a reply carrying %s", session, turn,
                                 ", ".join(sources))
         if rt.journal is not None:
-            rt.journal.record({
-                "run": rt.settings.run_id, "session": session, "turn": turn, "kind": kind, "token": token,
-                "message": message, "fact": fact, "nonce": nonce, "sent": sent, "received": received,
-                "outcome": outcome, "status": status, "reply": reply, "error": error, "verdict": verdict,
-                "crosstalk": sources, "step": rt.step, "user": self.user_id})
+            rt.journal.record(Turn(rt.settings.run_id, session, turn, kind, token, message, fact, nonce, sent, received,
+                                   outcome, status, reply, error, verdict, sources, rt.step, self.user_id))

@@ -24,7 +24,9 @@ from pathlib import Path
 
 import gevent
 
-from locustfiles.journal import JournalFile, complete_lines
+from contracts.jsonl import complete_lines
+from contracts.runfolder import RunFolder
+from locustfiles.journal import JournalFile
 
 log = logging.getLogger("goldfish")
 
@@ -36,7 +38,7 @@ DRAIN_TIMEOUT = 15.0
 
 
 def worker_shard_path(run_dir: str | Path, worker_id: str) -> Path:
-    return Path(run_dir) / "workers" / f"{worker_id}.jsonl"
+    return RunFolder(run_dir).worker_shard(worker_id)
 
 
 class WorkerShipper:
@@ -98,7 +100,7 @@ class MasterCollector:
 
     def _worker(self, worker_id: str) -> WorkerJournal:
         if worker_id not in self.workers:
-            self.workers[worker_id] = WorkerJournal(JournalFile(self.run_dir / "journal" / f"{worker_id}.jsonl"))
+            self.workers[worker_id] = WorkerJournal(JournalFile(RunFolder(self.run_dir).journal_shard(worker_id)))
         return self.workers[worker_id]
 
     def on_connect(self, client_id: str, **_kw) -> None:

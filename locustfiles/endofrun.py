@@ -131,7 +131,7 @@ class EndOfRun:
         if self.code is None or self.code < 128:
             s = self.settings
             phase = phase or self.phase
-            resume = f"python -m oracle audit {s.run_dir}" + (" --store-url URL" if s.store_url else "")
+            resume = f"python -m oracle audit {s.run_dir}" + (" --store-url URL" if s.store else "")
             self.code = EXIT_SIGNAL.get(name, 143)
             runfolder.end_run(s.run_dir, exit_code=self.code, phase=phase, interrupted={
                 "signal": name, "phase": phase, "time": time.time(),
@@ -210,9 +210,7 @@ class EndOfRun:
 
     def _finish(self) -> int:
         s = self.settings
-        from oracle.audit import journal_verdict
-        from oracle.history import JournalError
-        from oracle.verdict import headline
+        from oracle import JournalError, headline, journal_verdict
 
         self._enter(SETTLE)  # the store settles while the journal is read
         started = time.monotonic()
@@ -228,7 +226,7 @@ class EndOfRun:
         if t["ok"] == 0:
             say("no turn was acknowledged by the target (refused, unreachable or always failing)")
             return EXIT_BAD
-        if not s.store_url or s.no_audit:
+        if s.store is None or s.no_audit:
             self._say_verdict(online["verdict"], "online, from the journal: the store was not audited")
             self.verdict = online["verdict"]["result"]
             return EXIT_GATE if self.verdict == "fail" else EXIT_OK
@@ -239,9 +237,9 @@ class EndOfRun:
             return code
         self._enter(REPORT)
         try:
-            from oracle.report import render
+            from oracle import render_report
 
-            say(f"report: {render(s.run_dir)}")
+            say(f"report: {render_report(s.run_dir)}")
         except Exception as exc:  # noqa: BLE001
             log.exception("report failed")
             say(f"report FAILED: {type(exc).__name__}: {exc} (re-run `python -m oracle report {s.run_dir}`)")
@@ -255,14 +253,11 @@ class EndOfRun:
 
     def audit(self) -> tuple[int, dict | None]:
         s = self.settings
-        from oracle.audit import audit_run
-        from oracle.keys import TemplateMismatch
-        from oracle.store import StoreOptions
+        from oracle import TemplateMismatch, audit_run
 
         try:
-            store = StoreOptions(url=s.store_url, key_template=s.key_template, format=s.store_format)
             # one process: this one is gevent-patched; `python -m oracle audit RUN --jobs N` re-audits in parallel
-            summary = audit_run(s.run_dir, store=store, gates=s.gates, jobs=1)
+            summary = audit_run(s.run_dir, store=s.store, gates=s.gates, jobs=1)
         except TemplateMismatch as exc:
             say(f"error: {exc}")
             return EXIT_BAD, None
@@ -280,9 +275,9 @@ class EndOfRun:
 
     @staticmethod
     def _say_verdict(v: dict, where: str) -> None:
-        from oracle.verdict import FAIL, PASS, rule_line
+        from oracle import rule_line
 
         say(f"verdict {v['result'].upper()} ({where}):")
         for rule in v["rules"]:
-            if rule["result"] in (PASS, FAIL):
+            if rule["result"] in ("pass", "fail"):
                 say(f"  {rule['result'].upper():<5} {rule_line(rule)}")

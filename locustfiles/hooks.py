@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 
 from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from locustfiles import endofrun, options, runfolder
 from locustfiles.distributed import MSG_DRAIN, MSG_STEP, MasterCollector, WorkerShipper, worker_shard_path
+from contracts.runfolder import RunFolder
 from locustfiles.journal import Journal
 from locustfiles.runtime import Runtime
 from locustfiles.script import ScriptError
@@ -83,7 +83,7 @@ def _on_test_start(environment, **_kw):
         return
     _refresh_from_web_ui(environment, rt)
     if rt.journal is None and isinstance(runner, LocalRunner):
-        rt.journal = Journal(Path(rt.settings.run_dir) / "journal" / f"local-{os.getpid()}.jsonl")
+        rt.journal = Journal(RunFolder(rt.settings.run_dir).journal_shard(f"local-{os.getpid()}"))
     if isinstance(runner, MasterRunner):
         rt.collector.start_test()
     rt.end.start_chaos()

@@ -1,6 +1,6 @@
 """Online judgement of one reply: did a probe recall its nonce, does the reply leak another session?
 
-Cross-talk is seen two ways: a token names its session by itself (oracle/tokens.py), and a
+Cross-talk is seen two ways: a token names its session by itself (contracts/tokens.py), and a
 nonce is looked up in a bounded map of recent plants made *by this process* (nonce -> session).
 So token leaks are caught across processes and machines; nonce leaks only when the planting
 session ran in the same Locust process. The map is bounded (oldest plants forgotten first)
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from oracle.tokens import NONCE_RE, TOKEN_RE
+from contracts.tokens import NONCE_RE, TOKEN_RE
 
 DEFAULT_CAPACITY = 200_000
 

@@ -7,14 +7,18 @@ bad value gives one clear message naming the option.
 """
 from __future__ import annotations
 
-import math
 import re
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 from pathlib import Path
 
-from oracle.verdict import GateError, Gates, legacy_overrides, parse_gates
+from contracts import durations
+from oracle import AuditOptionError, StoreOptions, add_gate_options, add_store_options, gates, store_options
+
+if TYPE_CHECKING:
+    from oracle import Gates
 
 DEFAULT_SCRIPT = str(Path(__file__).parent / "scripts" / "support.yaml")
 
@@ -42,20 +46,13 @@ def add_arguments(parser) -> None:
         help="extra request header 'Name: value' (repeatable; a list in a config file)")
     add("--reply-field", default="reply", help="dotted JSON path of the reply text in the response")
     add("--timeout", type=float, default=30.0, help="seconds before a turn is given up (journaled info)")
-    # store and audit
-    add("--store-url", default="", is_secret=True, help="store to audit at the end, e.g. redis://127.0.0.1:6379/0")
-    add("--key-template", default="message_store:{session}", help="store key of a session's history")
-    add("--store-format", default="auto", help="stored history layout: auto, list or blob (oracle.store)")
+    # store and audit: the same options as `python -m oracle audit` (defined once, in oracle/options.py)
+    add_store_options(parser, locust=True)
     add("--no-audit", action="store_true", default=False, help="skip the end-of-run audit")
     add("--settle", default="2s", help="wait after healing before the audit reads the store")
-    add("--gate", default="strict",
-        help="the verdict's gates: strict (nothing allowed), lenient, a YAML file, and/or name=limit items, "
-             "comma-separated, later ones win, e.g. 'strict,probe_amnesia=1%%,errors=5' (docs/oracle.md). The "
-             "errors gate judges failed requests (allowed only while a chaos fault is in force), so goldfish "
-             "sets Locust's --exit-code-on-error default to 0; set it to fail on any failed request as plain Locust")
-    add("--max-probe-amnesia", default="", help="same as --gate probe_amnesia=RATE (0..1)")
-    add("--max-stored-loss", default="", help="same as --gate stored_loss=RATE (0..1, needs the audit)")
-    add("--max-crosstalk", default="", help="same as --gate crosstalk=N (sessions with cross-talk)")
+    # the verdict's gates; the errors gate judges failed requests (allowed only while a chaos fault is in
+    # force), so goldfish sets Locust's --exit-code-on-error default to 0: give it to fail on any failed request
+    add_gate_options(parser, locust=True)
     # chaos
     add("--chaos", default="", help="chaos plan YAML (faults start at test start, heal at the end)", include_in_web_ui=False)
     add("--chaos-backend", default="local", help="chaos backend: local, docker, kubernetes", include_in_web_ui=False)
@@ -68,68 +65,33 @@ def add_arguments(parser) -> None:
     parser.set_defaults(exit_code_on_error=0)
 
 
-def parse_duration(text: str | float | int, name: str) -> float:
-    """``2``, ``2s``, ``500ms``, ``1m30s`` -> seconds."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    s = str(text).strip()
+def parse_duration(text, name: str) -> float:
+    """``2``, ``2s``, ``500ms``, ``1m30s`` -> seconds (the one grammar: contracts.durations)."""
     try:
-        return float(s)
-    except ValueError:
-        pass
-    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", s)
-    if not parts or "".join(a + b for a, b in parts) != s.replace(" ", ""):
-        raise OptionError(f"--{name}: {text!r} is not a duration (e.g. 2, 2s, 500ms, 1m30s)")
-    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    return sum(float(a) * scale[b] for a, b in parts)
+        return durations.parse_duration(text, f"--{name}")
+    except durations.DurationError as exc:
+        raise OptionError(str(exc)) from None
 
 
-def parse_think(text: str) -> tuple[float, float]:
-    """``0.5`` -> (0.5, 0.5); ``0.2-1.0`` -> (0.2, 1.0)."""
+def parse_think(text: str, name: str = "--think") -> tuple[float, float]:
+    """``0.5`` -> (0.5, 0.5); ``0.2-1.0`` or ``200ms-1s`` -> (0.2, 1.0); each side a duration."""
     s = str(text).strip() or "0"
     lo, sep, hi = s.partition("-")
     try:
-        low = float(lo)
-        high = float(hi) if sep else low
-    except ValueError:
-        raise OptionError(f"--think: {text!r} is not seconds or a range like 0.2-1.0") from None
-    if low < 0 or high < low:
-        raise OptionError(f"--think: {text!r} must be >= 0 with low <= high")
+        low = durations.parse_duration(lo, name, limit=durations.DAY)
+        high = durations.parse_duration(hi, name, limit=durations.DAY) if sep else low
+    except durations.DurationError:
+        raise OptionError(f"{name}: {text!r} is not seconds or a range like 0.2-1.0") from None
+    if high < low:
+        raise OptionError(f"{name}: {text!r} must have low <= high")
     return low, high
 
 
-def _optional_float(value, name: str, low: float | None = 0.0, high: float | None = None) -> float | None:
-    if value is None or str(value).strip() == "":
-        return None
+def _audit_option(parse, values):
     try:
-        number = float(value)
-    except ValueError:
-        raise OptionError(f"--{name}: {value!r} is not a number") from None
-    if not math.isfinite(number):
-        raise OptionError(f"--{name}: {value!r} is not a finite number")
-    if (low is not None and number < low) or (high is not None and number > high):
-        raise OptionError(f"--{name}: {value!r} is out of range [{low}, {high}]")
-    return number
-
-
-def parse_gate_options(get) -> Gates:
-    """--gate plus the older --max-* shorthands, as the oracle's gates (one grammar: oracle/verdict.py)."""
-    overrides = legacy_overrides(
-        _optional_float(get("max_probe_amnesia"), "max-probe-amnesia", 0.0, 1.0),
-        _optional_float(get("max_stored_loss"), "max-stored-loss", 0.0, 1.0),
-        _optional_int(get("max_crosstalk"), "max-crosstalk"))
-    try:
-        gates = parse_gates(str(get("gate") or "strict"))
-    except GateError as exc:
+        return parse(values)
+    except AuditOptionError as exc:
         raise OptionError(str(exc)) from None
-    return gates.with_overrides(overrides, ",".join(f"{name}={limit}" for name, limit in overrides.items()))
-
-
-def _optional_int(value, name: str) -> int | None:
-    number = _optional_float(value, name, 0.0, None)
-    if number is not None and number != int(number):
-        raise OptionError(f"--{name}: {value!r} is not a whole number")
-    return None if number is None else int(number)
 
 
 def parse_header(text: str) -> tuple[str, str]:
@@ -160,12 +122,10 @@ class Settings:
     headers: dict[str, str]
     reply_field: str
     timeout: float
-    store_url: str
-    key_template: str
-    store_format: str
+    store: StoreOptions | None
     no_audit: bool
     settle: float
-    gates: Gates
+    gates: "Gates"
     chaos: str
     chaos_backend: str
     stack_state: str
@@ -212,12 +172,10 @@ class Settings:
             headers=dict(parse_header(h) for h in (get("header") or [])),
             reply_field=str(get("reply_field")),
             timeout=timeout,
-            store_url=str(get("store_url") or ""),
-            key_template=str(get("key_template") or "message_store:{session}"),
-            store_format=str(get("store_format") or "auto"),
+            store=_audit_option(store_options, o),
             no_audit=bool(get("no_audit", False)),
             settle=parse_duration(get("settle", "2s"), "settle"),
-            gates=parse_gate_options(get),
+            gates=_audit_option(gates, o),
             chaos=str(get("chaos") or ""),
             chaos_backend=str(get("chaos_backend") or "local"),
             stack_state=str(get("stack_state") or ".stack/state.json"),
@@ -232,7 +190,8 @@ class Settings:
         d["gates"] = self.gates.spec
         d["headers"] = {k: "***" for k in self.headers}
         d["think"] = list(self.think)
-        d["store_url"] = mask_url(self.store_url)
+        d["store"] = None if self.store is None else {**self.store.__dict__, "url": mask_url(self.store.url or ""),
+                                                      "on_batch": None}
         return d
 
 

@@ -12,7 +12,7 @@ import socket
 from gevent import Timeout as GeventTimeout
 
 from locustfiles.contract import ChatContract, NoReply
-from locustfiles.journal import _loads
+from contracts import codec
 
 
 def classify_error(exc: BaseException | None) -> tuple[str, str]:
@@ -40,8 +40,8 @@ def judge_response(status: int, content: bytes | None, error: BaseException | No
     if not 200 <= status < 300:
         return "info", None, f"HTTP {status}"
     try:
-        payload = _loads(content or b"")
-    except ValueError:
+        payload = codec.loads(content or b"")
+    except codec.DecodeError:
         return "info", None, "reply is not JSON"
     try:
         return "ok", contract.reply(payload), None

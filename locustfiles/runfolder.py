@@ -4,14 +4,14 @@ Layout and fields: docs/CONTRACTS.md "Run folder", "Run metadata", "Load steps".
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import tempfile
 import time
 from pathlib import Path
 
-from locustfiles.journal import dumps_line
+from contracts import codec
+from contracts.runfolder import RunFolder
 
 
 def versions() -> dict:
@@ -30,14 +30,14 @@ def write_json_atomic(path: Path, data: dict) -> None:
     """Write through a temporary file of its own (a signal handler may write while a phase does)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(json.dumps(data, indent=2, default=str) + "\n")
+        out.write(codec.dumps_document(data))
     os.replace(tmp, path)
 
 
 def start_run(settings, script, target: str | None) -> Path:
     """Create the run folder and write run.json with ``end: null``."""
-    run_dir = Path(settings.run_dir)
-    (run_dir / "journal").mkdir(parents=True, exist_ok=True)
+    folder = RunFolder(settings.run_dir)
+    folder.journal.mkdir(parents=True, exist_ok=True)
     plan_text = None
     if settings.chaos:
         try:
@@ -47,16 +47,16 @@ def start_run(settings, script, target: str | None) -> Path:
     meta = {"run": settings.run_id, "label": settings.label, "target": target, "options": settings.public(),
             "plan": settings.chaos or None, "plan_text": plan_text, "script": script.name,
             "script_sha": script.sha, "start": time.time(), "end": None, "versions": versions()}
-    write_json_atomic(run_dir / "run.json", meta)
-    return run_dir
+    write_json_atomic(folder.run_json, meta)
+    return folder.path
 
 
 def update_run(run_dir: str | Path, **fields) -> None:
     """Set fields of run.json (the phase in progress, the outcome); a missing run.json is left alone."""
-    path = Path(run_dir) / "run.json"
+    path = RunFolder(run_dir).run_json
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        meta = codec.load_document(path)
+    except (OSError, codec.DecodeError):
         return
     meta.update(fields)
     write_json_atomic(path, meta)
@@ -67,5 +67,5 @@ def end_run(run_dir: str | Path, **fields) -> None:
 
 
 def append_step(run_dir: str | Path, step: int, users: int, start: float, end: float) -> None:
-    with open(Path(run_dir) / "steps.jsonl", "ab") as f:
-        f.write(dumps_line({"step": step, "users": users, "start": start, "end": end}))
+    with open(RunFolder(run_dir).steps, "ab") as f:
+        f.write(codec.dumps_line({"step": step, "users": users, "start": start, "end": end}))

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from oracle.tokens import NONCE_RE, TOKEN_RE
+from contracts.tokens import NONCE_RE, TOKEN_RE
 
 FACT_RE = re.compile(r"^[a-z]+( [a-z]+)*$")
 LOOKS_LIKE_GRAMMAR = re.compile(r"\bMy [a-z ]+ is |\bWhat is my\b")

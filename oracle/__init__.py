@@ -1,1 +1,36 @@
-"""The oracle: reads stored histories back and judges them against the journal (Jepsen's checker)."""
+"""The oracle: reads stored histories back and judges them against the journal (Jepsen's checker).
+
+The public entry other parts call (the Locust end-of-run seam, scripts); ``python -m oracle``
+is the command line. Names load lazily, so importing the package costs nothing until used:
+
+    audit_run(run_dir, store, gates=...)   audit a run folder -> summary (with its verdict)
+    journal_verdict(run_dir, gates)        the verdict from the journal alone (no store read)
+    render_report(run_dir) -> Path         report.html and its charts
+    add_store_options / add_gate_options   the audit's options, for any parser (Locust's too)
+    store_options(values) / gates(values)  those options parsed
+    headline, rule_line                    the verdict in words
+    AuditOptionError, JournalError, TemplateMismatch, StoreOptions, Gates
+"""
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {
+    "audit_run": ("oracle.audit", "audit_run"), "journal_verdict": ("oracle.audit", "journal_verdict"),
+    "render_report": ("oracle.report", "render"),
+    "add_store_options": ("oracle.options", "add_store_options"),
+    "add_gate_options": ("oracle.options", "add_gate_options"),
+    "store_options": ("oracle.options", "store_options"), "gates": ("oracle.options", "gates"),
+    "AuditOptionError": ("oracle.options", "OptionError"),
+    "headline": ("oracle.verdict", "headline"), "rule_line": ("oracle.verdict", "rule_line"),
+    "JournalError": ("oracle.history", "JournalError"), "TemplateMismatch": ("oracle.keys", "TemplateMismatch"),
+    "StoreOptions": ("oracle.store", "StoreOptions"), "Gates": ("oracle.verdict", "Gates"),
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'oracle' has no attribute {name!r}")
+    module, attr = _WHERE[name]
+    return getattr(importlib.import_module(module), attr)

@@ -10,7 +10,6 @@ audit tables are left untouched.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import time
 from contextlib import contextmanager
@@ -20,7 +19,6 @@ from pathlib import Path
 import redis
 import requests
 
-from oracle import fastjson
 from oracle.checkers import check_session
 from oracle.clean import prove_clean
 from oracle.decode import Shape, decode_session
@@ -31,6 +29,8 @@ from oracle.snapshot import (SnapshotError, SnapshotWriter, options_from_meta, r
                              read_sessions)
 from oracle.store import StoreError, StoreOptions, make_reader
 from oracle.tables import tables
+from contracts import codec
+from contracts.runfolder import RunFolder
 from oracle import rootcause, verdict
 from oracle.keys import ForeignKeys, TemplateMismatch, diagnose_missing_keys
 STORE_ERRORS = (StoreError, redis.RedisError, OSError, requests.RequestException)
@@ -47,7 +47,7 @@ class FindingsWriter:
 
     def write(self, f: dict) -> None:
         self.ids[f["class"]] += 1
-        self.file.write(fastjson.dumps_line({"id": f"{f['class']}-{self.ids[f['class']]}", **f}))
+        self.file.write(codec.dumps_line({"id": f"{f['class']}-{self.ids[f['class']]}", **f}))
 
     def close(self) -> None:
         self.file.close()
@@ -171,13 +171,13 @@ def _parallel(run_dir: Path, store: StoreOptions, shape: Shape, journal, session
     Each part writes its own snapshot file and its findings (without ids) to a part file; the
     parent numbers and explains them in part order, so the result is the serial audit's.
     """
-    audit_dir = run_dir / "audit"
+    audit_dir = RunFolder(run_dir).audit
 
     def work(k: int, part: list[str]) -> dict:
         reader = make_reader(store)
         out = writer.part(k)
         with open(audit_dir / f"anomalies.part{k}.tmp", "wb") as found:
-            part_judge = Judge(journal, shape, lambda f: found.write(fastjson.dumps_line(f)))
+            part_judge = Judge(journal, shape, lambda f: found.write(codec.dumps_line(f)))
             done, batches, exc = read_and_judge(reader, part, out, part_judge)
         out.close()
         if exc is not None:  # the store's own exception may not pickle: its text does
@@ -191,7 +191,7 @@ def _parallel(run_dir: Path, store: StoreOptions, shape: Shape, journal, session
         path = audit_dir / f"anomalies.part{k}.tmp"
         with open(path, "rb") as fh:
             for line in fh:
-                findings.write(fastjson.loads(line))
+                findings.write(codec.loads(line))
         path.unlink()
         writer.meta["sessions_read"] += result["done"]
         if error is None:  # count up to the first part that failed, as a serial read would
@@ -229,7 +229,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
 def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs) -> dict:
     run_dir = Path(run_dir)
     clock = time.perf_counter()
-    journal = load_journal(run_dir, jobs=jobs or _cores())
+    journal = load_journal(run_dir)
     timings = {"journal": time.perf_counter() - clock}
     problems = list(journal.problems)
     if store is not None:
@@ -248,7 +248,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs) -> dict:
         shape, source = Shape(options), "snapshot"
         reader_name, where, template = meta.get("reader", "redis"), meta.get("url"), options.key_template
 
-    audit_dir = run_dir / "audit"
+    audit_dir = RunFolder(run_dir).audit
     audit_dir.mkdir(exist_ok=True)
     findings = FindingsWriter(audit_dir / "anomalies.raw.tmp")
     sessions = list(journal.sessions)
@@ -309,7 +309,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs) -> dict:
     findings.close()
     compact, causes, misrouted = rootcause.link(findings.path, audit_dir / "anomalies.jsonl.tmp")
     findings.path.unlink()
-    (audit_dir / "anomalies.jsonl.tmp").replace(audit_dir / "anomalies.jsonl")
+    (audit_dir / "anomalies.jsonl.tmp").replace(RunFolder(run_dir).anomalies)
     for session, turn in misrouted:  # written under another session's key: cross-talk, not a store loss
         if (session, turn) in judge.lost:
             judge.lost.discard((session, turn))
@@ -339,7 +339,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs) -> dict:
                                                             summary["metrics"]["probe_amnesia"]["count"])
     summary["thresholds"] = {name: str(limit) for name, limit in gates.limits.items()}
     summary["breaches"] = summary["verdict"]["failed"]
-    (audit_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_jsonable) + "\n")
+    RunFolder(run_dir).summary.write_text(codec.dumps_document(summary))
     return summary
 
 
@@ -365,16 +365,10 @@ def _with_key_evidence(f: dict, missing_keys: dict | None) -> None:
     elsewhere = (missing_keys.get("found_elsewhere") or {}).get(f["session"])
     if elsewhere:
         f["evidence"]["found_under"] = elsewhere
-    if missing_keys.get("restarted_at"):
-        f["evidence"]["store_restarted_at"] = missing_keys["restarted_at"]
+    if missing_keys.get("restarted_at"):  # when exactly is in summary.information (a reading of the live server)
+        f["evidence"]["store_restarted"] = True
     elif missing_keys.get("bot_forgot") and not elsewhere:
         f["evidence"]["bot_forgot"] = True
-
-
-def _jsonable(value):
-    if hasattr(value, "item"):
-        return value.item()
-    return str(value)
 
 
 def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: float = 5.0) -> dict:

@@ -12,56 +12,22 @@ from pathlib import Path
 from oracle.history import JournalError
 from oracle.parallel import WorkerError
 from oracle.snapshot import SnapshotError
-from oracle.store import StoreError, StoreOptions
+from oracle.options import OptionError, add_gate_options, add_store_options, gates, store_options
+from oracle.store import StoreError
 from oracle.verdict import rule_line
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m oracle audit", description=__doc__.splitlines()[0])
     p.add_argument("run", help="the run folder (results/<run>)")
-    s = p.add_argument_group("store (omit all three to re-audit from the run's store/ snapshot)")
-    s.add_argument("--store-url", help="redis://[:password@]host:port/db to read live (and snapshot)")
-    s.add_argument("--http-url", help="URL template returning a session's history, e.g. http://h/sessions/{session}/history")
-    s.add_argument("--reader", help="module:function reading a batch of sessions (see docs/oracle.md)")
-    d = StoreOptions()
-    s.add_argument("--key-template", default=d.key_template, help="Redis key per session (default %(default)s)")
-    s.add_argument("--format", default=d.format, choices=["auto", "list", "blob"],
-                   help="list: one entry per message; blob: one JSON list in a string key; auto: by key type")
-    s.add_argument("--direction", default=d.direction, choices=["lpush", "rpush"],
-                   help="lpush: newest first (LangChain, default); rpush: oldest first")
-    s.add_argument("--role-field", default=d.role_field, help="dotted path of the role (default %(default)s)")
-    s.add_argument("--content-field", default=d.content_field, help="dotted path of the text (default %(default)s)")
-    s.add_argument("--user-role", action="append", help="role name(s) of user entries (default human, user)")
-    s.add_argument("--assistant-role", action="append", help="role name(s) of assistant entries (default ai, assistant)")
-    s.add_argument("--http-messages-field", default=d.http_messages_field,
-                   help="dotted path of the message list in the HTTP reply ('' = the reply itself)")
-    s.add_argument("--batch", type=int, default=d.batch, help="sessions per pipeline round trip")
-    s.add_argument("--no-scan", action="store_true", help="do not SCAN the namespace for foreign keys")
-    s.add_argument("--jobs", type=int, help="processes decoding a journal of 64 MB or more, and reading and judging "
-                   "a Redis store, in parallel (default: one per core, at most 8; the store split from 20,000 "
-                   "sessions up); 1 for one process")
+    add_store_options(p.add_argument_group(
+        "store (omit --store-url, --http-url and --reader to re-audit from the run's store/ snapshot)"))
+    p.add_argument("--jobs", type=int, help="processes reading and judging a Redis store in parallel (default: one "
+                   "per core, at most 8, from 20,000 sessions up); 1 for one process")
     p.add_argument("--window", type=float, default=5.0, help="window length in seconds (default 5)")
     p.add_argument("--recovery", type=float, default=5.0, help="recovery margin after each fault, s (default 5)")
-    t = p.add_argument_group("the verdict's gates (exit 1 when one fails; docs/oracle.md \"The verdict\")")
-    t.add_argument("--gate", default="strict",
-                   help="strict (default: nothing allowed), lenient, a YAML gates file, and/or name=limit items, "
-                        "comma-separated, later ones win: e.g. 'strict,probe_amnesia=1%%,errors=off'")
-    t.add_argument("--max-probe-amnesia", type=float, help="same as --gate probe_amnesia=RATE (e.g. 0.01)")
-    t.add_argument("--max-stored-loss", type=float, help="same as --gate stored_loss=RATE")
-    t.add_argument("--max-crosstalk", type=int, help="same as --gate crosstalk=N (sessions)")
+    add_gate_options(p.add_argument_group("the verdict's gates (exit 1 when one fails)"))
     return p
-
-
-def store_options(args) -> StoreOptions | None:
-    if not (args.store_url or args.http_url or args.reader):
-        return None
-    return StoreOptions(
-        url=args.store_url, http_url=args.http_url, reader=args.reader, key_template=args.key_template,
-        format=args.format, direction=args.direction, role_field=args.role_field,
-        content_field=args.content_field,
-        user_roles=tuple(args.user_role or StoreOptions.user_roles),
-        assistant_roles=tuple(args.assistant_role or StoreOptions.assistant_roles),
-        http_messages_field=args.http_messages_field, batch=max(1, args.batch), scan_foreign=not args.no_scan)
 
 
 def _pct(m: dict) -> str:
@@ -129,29 +95,20 @@ def render(summary: dict, run: Path) -> str:
     return "\n".join(lines)
 
 
-def gates_of(args) -> "verdict.Gates":
-    """The gates from --gate and the --max-* shorthands (GateError on a bad spec)."""
-    from oracle import verdict
-
-    overrides = verdict.legacy_overrides(args.max_probe_amnesia, args.max_stored_loss, args.max_crosstalk)
-    return verdict.parse_gates(args.gate).with_overrides(overrides, ",".join(
-        f"{name}={limit}" for name, limit in overrides.items()))
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     run = Path(args.run)
     from oracle.audit import audit_run  # after argument errors, which need no pandas
-    from oracle.verdict import GateError, headline
+    from oracle.verdict import headline
 
     try:
-        gates = gates_of(args)
-    except GateError as exc:
+        store, limits = store_options(args), gates(args)
+    except OptionError as exc:
         print(f"oracle audit: {exc}", file=sys.stderr)
         return 2
     try:
-        summary = audit_run(run, store=store_options(args), window_s=args.window, recovery_s=args.recovery,
-                            gates=gates, jobs=args.jobs)
+        summary = audit_run(run, store=store, window_s=args.window, recovery_s=args.recovery,
+                            gates=limits, jobs=args.jobs)
     except (JournalError, SnapshotError, StoreError, WorkerError) as exc:
         print(f"oracle audit: {exc}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from oracle.decode import ASSISTANT, USER, Decoded
 from oracle.history import Turn
 from oracle.store import RawSession
-from oracle.tokens import TOKEN_RE
+from contracts.tokens import TOKEN_RE
 
 
 @dataclass

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from oracle.decode import ASSISTANT, USER, Shape, decode_elements
 from oracle.history import Turn
 from oracle.store import RawSession
-from oracle.tokens import SESSION_RE
+from contracts.tokens import SESSION_RE
 
 SENT, TURN, REPLY, ROLE = (operator.attrgetter(name) for name in ("sent", "turn", "reply", "role"))
 MAX_TURN = 1_000_000  # a "[<session>t<n>]" prefix is exactly the token regex's first match below this

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import msgspec  # decodes just the role and the text of an element, ~3x faster than a full parse
 
-from oracle import fastjson
+from contracts import codec
 from oracle.store import RawSession, StoreOptions
 
 USER, ASSISTANT, OTHER = "user", "assistant", "other"
@@ -54,8 +54,8 @@ def excerpt(value, limit: int = 80) -> str:
     return short.encode("unicode_escape").decode("ascii") + ("..." if len(text) > limit else "")
 
 
-def why_undecodable(value) -> str:
-    """Name the problem with an entry that did not parse as JSON."""
+def why_undecodable(value, reason: str = "") -> str:
+    """Name the problem with an entry that did not parse as JSON (``reason``: the codec's)."""
     if isinstance(value, (bytes, bytearray)):
         if len(value) >= 2 and value[0] == 0x80 and 1 <= value[1] <= 5:
             return f"a Python pickle (protocol {value[1]}); not unpickled"
@@ -63,7 +63,7 @@ def why_undecodable(value) -> str:
             bytes(value).decode("utf-8")
         except UnicodeDecodeError as exc:
             return f"not utf-8 text ({exc.reason} at byte {exc.start})"
-    return "not valid JSON"
+    return "not valid JSON" + (f" ({reason})" if reason == "nested too deeply" else "")
 
 
 class Shape:
@@ -120,7 +120,6 @@ def decode_session(raw: RawSession, shape: Shape, elements: list | None = None) 
         return out
     if shape.fast and _decode_clean_list(raw.entries, shape, out):
         return out
-    loads = fastjson.fast_loads
     roles = shape.roles
     append = out.messages.append
     add_user = out.users.append
@@ -131,16 +130,12 @@ def decode_session(raw: RawSession, shape: Shape, elements: list | None = None) 
         sub_key = fast[2] if len(fast) == 3 else None
     for index, entry in enumerate(raw.entries):
         try:
-            element = loads(entry)
-        except (ValueError, TypeError):
-            if not isinstance(entry, (bytes, str, bytearray)):
-                element = entry  # already decoded (HTTP reader, user function)
-            else:
-                try:
-                    element = fastjson.loads(entry)  # the tolerant second opinion
-                except ValueError:
-                    out.corrupt.append(_corrupt(index, why_undecodable(entry), entry))
-                    continue
+            element = codec.loads(entry)
+        except codec.DecodeError as exc:
+            if isinstance(entry, (bytes, str, bytearray)):
+                out.corrupt.append(_corrupt(index, why_undecodable(entry, str(exc)), entry))
+                continue
+            element = entry  # already decoded (HTTP reader, user function)
         if fast:
             try:
                 role = element[role_key]
@@ -209,7 +204,7 @@ def _decode_clean_list(entries: list, shape: Shape, out: Decoded) -> bool:
     """
     try:
         role_key, content_key, *sub = shape.fast
-        elements = list(map(fastjson.fast_loads, entries))
+        elements = list(map(codec.loads, entries))
         roles = [e[role_key] for e in elements]
         texts = [e[content_key] for e in elements] if not sub else [e[content_key][sub[0]] for e in elements]
         if (set(map(type, roles)) | set(map(type, texts))) - {str}:
@@ -223,9 +218,9 @@ def _decode_clean_list(entries: list, shape: Shape, out: Decoded) -> bool:
 def _decode_blob(blob, shape: Shape, out: Decoded) -> None:
     """One key holding a JSON list of messages (read-modify-write bots store history so)."""
     try:
-        elements = fastjson.loads(blob)
-    except ValueError:
-        out.corrupt.append(_corrupt(0, "blob is " + why_undecodable(blob), blob))
+        elements = codec.loads(blob)
+    except codec.DecodeError as exc:
+        out.corrupt.append(_corrupt(0, "blob is " + why_undecodable(blob, str(exc)), blob))
         return
     if isinstance(elements, dict) and isinstance(elements.get("messages"), list):
         elements = elements["messages"]
@@ -235,7 +230,7 @@ def _decode_blob(blob, shape: Shape, out: Decoded) -> None:
     for index, element in enumerate(elements):
         got = shape.message(element)
         if isinstance(got, str):
-            out.corrupt.append(_corrupt(index, got, fastjson.dumps_line(element).rstrip(b"\n")))
+            out.corrupt.append(_corrupt(index, got, codec.dumps_line(element).rstrip(b"\n")))
         else:
             out.messages.append((index, got[0], got[1]))
             if got[0] == USER:

@@ -45,9 +45,10 @@ def explain(f: dict) -> str:
             return (f"{head} The bot also failed most recall probes, and no key of the store holds this run's "
                     "sessions: it does not keep the conversation in this store at all (memory in a process, "
                     "built per request, or written somewhere else).")
-        if e.get("store_restarted_at"):
-            return (f"{head} The Redis server restarted at {_t(e['store_restarted_at'])}, after this session's turns "
-                    "were acknowledged, and did not keep them: a restart without (enough) persistence.")
+        if e.get("store_restarted"):
+            return (f"{head} The Redis server restarted after this session's turns were acknowledged (when: "
+                    "summary.json information.missing_keys) and did not keep them: a restart without (enough) "
+                    "persistence.")
         return (f"{head} No TTL was seen on any key, so the key was deleted or never persisted (a store restart "
                 "without persistence, an eviction, or a flush).")
     if cls == "aborted":

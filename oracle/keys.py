@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import redis
 
 from oracle.store import StoreError, StoreOptions
-from oracle.tokens import SESSION_RE
+from contracts.tokens import SESSION_RE
 
 SESSION_ID = re.compile(r"gf[0-9a-f]{16}")
 SAMPLE = 20              # missing sessions whose ids are looked for

@@ -10,7 +10,7 @@ from itertools import chain
 import numpy as np
 import pandas as pd
 
-from oracle.history import OUTCOMES  # the journal loader admits no other outcome
+from contracts.journal import OUTCOMES  # the journal admits no other outcome
 
 INTERRUPTED = "interrupted"  # the error text of a turn still in flight when the test stopped: no request failed
 

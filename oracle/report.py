@@ -16,6 +16,7 @@ from pathlib import Path
 
 import jinja2
 
+from contracts.runfolder import RunFolder
 from oracle import charts
 from oracle.report_data import RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run, rate
 from oracle.report_format import interval, ms, number, pct, verdict
@@ -77,13 +78,13 @@ def headline_rows(summary: dict) -> list[dict]:
 def render(run_dir: str | Path) -> Path:
     """Write ``charts/*.png`` and ``report.html`` into the run folder; return the HTML's path."""
     data = load_run(run_dir)
-    out = data.path / "charts"
+    out = RunFolder(data.path).charts
     figures = []
     for name, (title, draw, caption) in CHARTS.items():
         png = draw(data, out / f"{name}.png")
         figures.append({"name": name, "title": title, "caption": caption, "src": data_uri(png)})
     page = _env().get_template("report.html.j2").render(**context(data), figures=figures)
-    target = data.path / "report.html"
+    target = RunFolder(data.path).report
     tmp = target.with_suffix(".html.tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(target)
@@ -214,7 +215,7 @@ def ensure_audited(run_dir: str | Path, audit: bool) -> None:
     from oracle.report_data import NotAudited, is_run_folder
 
     path = Path(run_dir)
-    if not audit or (path / "audit" / "summary.json").is_file() or not is_run_folder(path):
+    if not audit or RunFolder(path).summary.is_file() or not is_run_folder(path):
         return
     try:
         from oracle.audit import audit_run

@@ -13,6 +13,9 @@ from pathlib import Path
 import pandas as pd
 from scipy.stats import binomtest
 
+from contracts.jsonl import read_jsonl
+from contracts.runfolder import RunFolder
+
 RATE_METRICS = ("probe_amnesia", "stored_loss", "session_amnesia", "crosstalk")
 RATE_TITLES = {
     "probe_amnesia": "probe amnesia rate",
@@ -79,7 +82,7 @@ class RunData:
 
 
 def is_run_folder(path: Path) -> bool:
-    return (path / "run.json").is_file() or (path / "journal").is_dir()
+    return RunFolder(path).is_run()
 
 
 def wilson(count: int, total: int) -> tuple[float | None, float | None, float | None]:
@@ -108,23 +111,24 @@ def load_run(path: str | Path) -> RunData:
         raise NotARun(f"{path}: no such folder")
     if not is_run_folder(path):
         raise NotARun(f"{path}: not a run folder (it has neither run.json nor journal/)")
-    summary_file = path / "audit" / "summary.json"
+    folder = RunFolder(path)
+    summary_file = folder.summary
     if not summary_file.is_file():
         raise NotAudited(f"{path}: not audited yet (no audit/summary.json) - run "
                          f"`python -m oracle audit {path}` first, or pass --audit")
     warnings: list[str] = []
-    run = _read_json(path / "run.json", warnings, default={}) if (path / "run.json").is_file() else {}
+    run = _read_json(folder.run_json, warnings, default={}) if folder.run_json.is_file() else {}
     if not run:
         warnings.append(f"{path / 'run.json'}: missing or empty; label and options unknown")
     summary = _read_json(summary_file, warnings, default=None)
     if not isinstance(summary, dict):
         raise NotAudited(f"{summary_file}: not a JSON object - re-run `python -m oracle audit {path}`")
-    windows = _read_csv(path / "audit" / "windows.csv", WINDOW_COLUMNS, warnings)
+    windows = _read_csv(folder.windows_csv, WINDOW_COLUMNS, warnings)
     windows["faults"] = [str(v) if pd.notna(v) else "" for v in windows["faults"]]
-    sessions = _read_csv(path / "audit" / "sessions.csv", ["session"], warnings)
-    anomalies = _read_jsonl(path / "audit" / "anomalies.jsonl", warnings)
-    steps = pd.DataFrame(_read_jsonl(path / "steps.jsonl", warnings), columns=["step", "users", "start", "end"])
-    faults = fault_intervals(_read_jsonl(path / "chaos.jsonl", warnings), run.get("end"), windows, warnings)
+    sessions = _read_csv(folder.sessions_csv, ["session"], warnings)
+    anomalies = _read_jsonl(folder.anomalies, warnings)
+    steps = pd.DataFrame(_read_jsonl(folder.steps, warnings), columns=["step", "users", "start", "end"])
+    faults = fault_intervals(_read_jsonl(folder.chaos, warnings), run.get("end"), windows, warnings)
     return RunData(path, run, summary, windows, sessions, anomalies, steps, faults, warnings)
 
 
@@ -175,23 +179,8 @@ def _read_json(file: Path, warnings: list[str], default):
 
 
 def _read_jsonl(file: Path, warnings: list[str]) -> list[dict]:
-    """Records of a JSON Lines file; a torn last line is skipped silently, other bad lines are reported."""
-    if not file.is_file():
-        return []
-    lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError:
-            if number != len(lines):
-                warnings.append(f"{file}:{number}: not JSON, skipped")
-            continue
-        if isinstance(value, dict):
-            records.append(value)
-    return records
+    """The records of a JSON Lines file (contracts.jsonl: a torn last line skipped, others reported)."""
+    return list(read_jsonl(file, problems=warnings)) if file.is_file() else []
 
 
 def _read_csv(file: Path, columns: list[str], warnings: list[str]) -> pd.DataFrame:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from oracle import fastjson
+from contracts import codec
 from oracle.explain import explain
 
 MISROUTE = "misroute"
@@ -31,7 +31,7 @@ def link(source: Path, target: Path) -> tuple[list[tuple], Counter, set]:
     missing: set = set()  # (session, turn) of acknowledged turns its own key does not hold
     with open(source, "rb") as fh:
         for line in fh:
-            f = fastjson.loads(line)
+            f = codec.loads(line)
             e = f["evidence"]
             if f["class"] == "crosstalk":
                 landed.setdefault((e["source_session"], e["source_turn"]), (f["session"], e.get("key"), f["id"]))
@@ -44,10 +44,10 @@ def link(source: Path, target: Path) -> tuple[list[tuple], Counter, set]:
     misrouted: set = set()
     with open(source, "rb") as fh, open(target, "wb") as out:
         for line in fh:
-            f = fastjson.loads(line)
+            f = codec.loads(line)
             f["cause"] = _cause(f, landed, missing, misrouted)
             f["explanation"] = explain(f)
-            out.write(fastjson.dumps_line(f))
+            out.write(codec.dumps_line(f))
             compact.append((f["class"], f["cause"], f["session"], f["turn"], f["time"]))
             causes[f["cause"]] += 1
     return compact, causes, misrouted

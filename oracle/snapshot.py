@@ -11,14 +11,15 @@ reads back as the same bytes (msgspec hands out each element's raw span).
 from __future__ import annotations
 
 import base64
-import json
 import time
 from pathlib import Path
 from typing import Iterator, Optional
 
 import msgspec
 
-from oracle import fastjson
+from contracts import codec
+from contracts.jsonl import JsonlError, read_jsonl
+from contracts.runfolder import RunFolder
 from oracle.store import RawSession, StoreOptions
 
 
@@ -34,7 +35,7 @@ def _raw_entry(entry):
             return bytes(entry).decode("utf-8")
         except UnicodeDecodeError:
             return {"b64": base64.b64encode(entry).decode("ascii")}
-    return json.dumps(entry, ensure_ascii=False)  # an already decoded message (HTTP, user function)
+    return codec.dumps(entry).decode()  # an already decoded message (HTTP, user function)
 
 
 def _entries_for_snapshot(entries: list) -> list:
@@ -62,13 +63,13 @@ def _json_line(r: RawSession) -> bytes | None:
         return None
     if b"\n" in joined or b"\r" in joined or not (joined.isascii() or _utf8(joined)):
         return None
-    head = fastjson.dumps_line({**_head(r), "entries_as": "json"})
+    head = codec.dumps_line({**_head(r), "entries_as": "json"})
     return head[:-2] + b',"entries":[' + joined + b"]}\n"
 
 
 def _text_line(r: RawSession) -> bytes:
     """The session's line with its entries as strings (base64 / JSON where they are not text)."""
-    return fastjson.dumps_line({**_head(r), "entries": _entries_for_snapshot(r.entries)})
+    return codec.dumps_line({**_head(r), "entries": _entries_for_snapshot(r.entries)})
 
 
 def _head(r: RawSession) -> dict:
@@ -110,7 +111,7 @@ class SnapshotWriter:
     """meta.json and foreign.jsonl; the session lines go to ``parts`` files (one per reading process)."""
 
     def __init__(self, run_dir: Path, options: StoreOptions, expected: int, parts: int = 1):
-        self.dir = Path(run_dir) / "store"
+        self.dir = RunFolder(run_dir).store
         self.dir.mkdir(parents=True, exist_ok=True)
         for stale in self.dir.glob("sessions.*.jsonl"):  # parts of an earlier, wider read
             stale.unlink()
@@ -130,7 +131,7 @@ class SnapshotWriter:
 
     def _write_meta(self) -> None:
         tmp = self.dir / "meta.json.tmp"
-        tmp.write_text(json.dumps(self.meta, indent=2) + "\n")
+        tmp.write_text(codec.dumps_document(self.meta))
         tmp.replace(self.dir / "meta.json")
 
     def part(self, k: int) -> SessionsFile:
@@ -142,7 +143,7 @@ class SnapshotWriter:
         self.meta["sessions_read"] = self.sessions.count
 
     def write_foreign(self, record: dict) -> None:
-        self.foreign_file.write(fastjson.dumps_line(record))
+        self.foreign_file.write(codec.dumps_line(record))
         self.meta["foreign_keys"] += 1
 
     def close(self, complete: bool, error: str | None = None) -> None:
@@ -155,15 +156,15 @@ class SnapshotWriter:
 
 
 def read_meta(run_dir: Path) -> dict:
-    path = Path(run_dir) / "store" / "meta.json"
+    path = RunFolder(run_dir).store / "meta.json"
     if not path.exists():
         raise SnapshotError(f"{run_dir} has no store snapshot ({path} missing): "
                             "pass --store-url (or --http-url / --reader) to read the store, "
                             "or re-run inside the run")
     try:
-        return json.loads(path.read_text())
-    except ValueError as exc:
-        raise SnapshotError(f"{path} is not valid JSON: {exc}") from exc
+        return codec.load_document(path)
+    except codec.DecodeError as exc:
+        raise SnapshotError(str(exc)) from None
 
 
 def options_from_meta(meta: dict) -> StoreOptions:
@@ -199,48 +200,48 @@ _decode_line = msgspec.json.Decoder(_Line).decode
 
 
 def _snapshot_session(line: bytes) -> RawSession:
-    """One snapshot line as the live reader would have returned it; ValueError/KeyError/TypeError if unreadable."""
+    """One snapshot line as the live reader would have returned it; ValueError if unreadable."""
     try:
         r = _decode_line(line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         r = None
     if r is not None and r.entries_as == "json":
         return RawSession(r.session, r.key, r.exists, r.ttl, [bytes(e) for e in r.entries],
                           r.type or ("list" if r.exists else "none"))
-    r = fastjson.loads(line)  # written as text (or by an older goldfish, or by hand): the exact path
-    return RawSession(str(r["session"]), str(r.get("key", "")), bool(r["exists"]), r.get("ttl"),
-                      [_from_snapshot(e) for e in r.get("entries") or []],
-                      r.get("type") or ("list" if r["exists"] else "none"))
+    r = codec.loads(line)  # written as text (or by an older goldfish, or by hand): the exact path
+    try:
+        return RawSession(str(r["session"]), str(r.get("key", "")), bool(r["exists"]), r.get("ttl"),
+                          [_from_snapshot(e) for e in r.get("entries") or []],
+                          r.get("type") or ("list" if r["exists"] else "none"))
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ValueError(f"not a snapshot session ({type(exc).__name__}: {exc})") from None
 
 
 def read_sessions(run_dir: Path, batch: int = 1000) -> Iterator[list[RawSession]]:
     """The snapshot's sessions, in batches, as the live reader would have yielded them."""
-    store = Path(run_dir) / "store"
+    store = RunFolder(run_dir).store
     files = read_meta(run_dir).get("files") or [part_name(0)]
     out: list[RawSession] = []
     for name in files:
         path = store / name
         if not path.exists():
             raise SnapshotError(f"{path} missing: the snapshot is incomplete; read the store again")
-        with open(path, "rb") as fh:
-            for number, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    out.append(_snapshot_session(line))
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise SnapshotError(f"{path}:{number}: unreadable snapshot line ({exc})") from exc
+        try:
+            for session in read_jsonl(path, _snapshot_session):
+                out.append(session)
                 if len(out) >= batch:
                     yield out
                     out = []
+        except JsonlError as exc:
+            raise SnapshotError(f"unreadable snapshot line: {exc}") from None
     if out:
         yield out
 
 
 def read_foreign(run_dir: Path) -> Iterator[dict]:
-    path = Path(run_dir) / "store" / "foreign.jsonl"
+    path = RunFolder(run_dir).store / "foreign.jsonl"
     if path.exists():
-        with open(path, "rb") as fh:
-            for line in fh:
-                if line.strip():
-                    yield fastjson.loads(line)
+        try:
+            yield from read_jsonl(path)
+        except JsonlError as exc:
+            raise SnapshotError(f"unreadable snapshot: {exc}") from None

@@ -7,13 +7,14 @@ session costs no Python work of its own.
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from contracts import codec
+from contracts.runfolder import RunFolder
 from oracle.attribution import by_fault, by_step, intervals, overlapping
 from oracle.csvfile import write_csv
 from oracle.metrics import quantiles, turn_table, wilson
@@ -72,18 +73,17 @@ def session_table(turns: pd.DataFrame, sessions: int, judged: list[str], positio
 def tables(run_dir: Path, journal, judged: list[str], dirty: dict, compact: list, lost: set, anomalous: set,
            window_s: float, recovery_s: float, problems: list[str], entries: int = 0) -> dict:
     """sessions.csv, windows.csv and the summary dict."""
-    audit_dir = run_dir / "audit"
     turns = turn_table(journal, lost, anomalous)
     index = {s: i for i, s in enumerate(journal.sessions)}
     positions = [index[s] for s in judged]
     sessions = session_table(turns, len(journal.sessions), judged, positions, dirty)
-    write_csv(sessions, audit_dir / "sessions.csv")
+    write_csv(sessions, RunFolder(run_dir).sessions_csv)
     found = pd.DataFrame(compact, columns=["class", "cause", "session", "turn", "time"])
     faults = load_faults(run_dir, problems)
     effective = [f for f in faults if f.effective]
     steps = load_steps(run_dir, problems)
     windows = window_table(turns, found, effective, steps, window_s)
-    write_csv(windows, audit_dir / "windows.csv")
+    write_csv(windows, RunFolder(run_dir).windows_csv)
 
     if len(judged) != len(journal.sessions):
         turns = turns[np.isin(turns["sidx"].to_numpy(), positions)]
@@ -146,6 +146,6 @@ def observed(turns: pd.DataFrame, metrics: dict, causes: Counter, sessions: int,
 
 def _label(run_dir: Path) -> str | None:
     try:
-        return json.loads((run_dir / "run.json").read_text()).get("label")
+        return codec.load_document(RunFolder(run_dir).run_json).get("label")
     except (OSError, ValueError, AttributeError):
         return None

@@ -6,9 +6,11 @@ dropped: nothing was injected.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from contracts.jsonl import read_jsonl
+from contracts.runfolder import RunFolder
 
 
 @dataclass(frozen=True)
@@ -28,29 +30,14 @@ class Fault:
 
 
 def _records(path: Path, problems: list[str]):
-    if not path.exists():
-        return
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        lines = fh.read().split("\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise ValueError("not an object")
-        except ValueError as exc:
-            if number < len(lines) - 1 or line.rstrip().endswith("}"):
-                problems.append(f"{path}:{number}: skipped malformed line ({exc})")
-            continue
-        yield record
+    return read_jsonl(path, problems=problems) if path.exists() else ()
 
 
 def load_faults(run_dir: Path, problems: list[str] | None = None) -> list[Fault]:
     problems = problems if problems is not None else []
     applies: dict[tuple, dict] = {}
     ends: dict[tuple, float] = {}
-    for r in _records(Path(run_dir) / "chaos.jsonl", problems):
+    for r in _records(RunFolder(run_dir).chaos, problems):
         key = (r.get("fault"), r.get("instance"))
         if r.get("event") == "apply" and r.get("outcome", "ok") == "ok" and r.get("time") is not None:
             applies.setdefault(key, r)
@@ -70,7 +57,7 @@ def _touched(detail) -> int | None:
 def load_steps(run_dir: Path, problems: list[str] | None = None) -> list[dict]:
     problems = problems if problems is not None else []
     steps: dict[int, dict] = {}
-    for r in _records(Path(run_dir) / "steps.jsonl", problems):
+    for r in _records(RunFolder(run_dir).steps, problems):
         if r.get("step") is None:
             continue
         steps.setdefault(int(r["step"]), {}).update({k: v for k, v in r.items() if v is not None})

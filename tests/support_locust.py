@@ -11,6 +11,9 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
     contract2  a different API: POST /api/v2/converse, session id in header X-Conversation-Id,
                message at input.text, reply at data.answer.text, needs `Authorization: Bearer t0k`
 
+Every mode serves what it stored at ``GET /history/<session>``: ``{"messages": [{"role": "user",
+"content": ...}, {"role": "assistant", ...}]}`` (a layout other than LangChain's, for audit tests).
+
 Run one: ``python tests/support_locust.py --port P --mode memory [--log FILE] [--delay S]``.
 With ``--log`` every received user message is appended (one line each) before answering.
 """
@@ -40,6 +43,7 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
     import gevent
 
     memory: dict[str, dict[str, str]] = {}
+    histories: dict[str, list[dict]] = {}  # served at GET /history/<session> in an OpenAI-like layout
     shared: dict[str, str] = {}
     counter = itertools.count()
     log = open(log_path, "a", buffering=1) if log_path else None
@@ -57,6 +61,10 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
         return "Noted."
 
     def app(environ, start):
+        path = environ.get("PATH_INFO") or ""
+        if environ.get("REQUEST_METHOD") == "GET" and path.startswith("/history/"):  # what the bot stored, oldest first
+            stored = histories.get(path[len("/history/"):], [])
+            return respond(start, "200 OK", json.dumps({"messages": stored}).encode())
         raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
         if mode == "contract2":
             if environ.get("PATH_INFO") != "/api/v2/converse":
@@ -83,6 +91,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             text = answer(shared, message)
         else:
             text = answer(memory.setdefault(session, {}), message)
+        histories.setdefault(session, []).extend([{"role": "user", "content": message},
+                                                  {"role": "assistant", "content": text}])
         if mode == "contract2":
             return respond(start, "200 OK", json.dumps({"data": {"answer": {"text": text}}}).encode())
         return respond(start, "200 OK", json.dumps({"reply": text}).encode())
@@ -156,9 +166,10 @@ class LocustRun:
         return self.count("POST", "chat ") - self.count("POST", "chat ", failures=True)
 
     def records(self) -> list[dict]:
-        from locustfiles.journal import read_records, shards
+        from contracts.jsonl import read_jsonl
+        from contracts.runfolder import RunFolder
 
-        return [r for shard in shards(self.run_dir) for r in read_records(shard)]
+        return [r for shard in RunFolder(self.run_dir).shards() for r in read_jsonl(shard)]
 
 
 def locust_cmd(host: str, run_dir: Path, *extra, users: int = 10, rate: int = 10, time_s: str = "4s") -> list[str]:

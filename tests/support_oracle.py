@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oracle.tokens import make_token
+from contracts.tokens import make_token
 
 RUN = "run-test"
 FACTS = ("order number", "pet name", "city")

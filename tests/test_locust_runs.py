@@ -136,3 +136,18 @@ def test_step_shape_writes_step_boundaries_and_tags_turns(tmp_path):
     assert steps[-1]["end"] - steps[0]["start"] < 20  # the shape ended the run, not -t 60s
     seen = Counter(r["step"] for r in run.records())
     assert set(seen) <= {0, 1, 2} and seen[2] > 0 and seen[0] > 0
+
+
+def test_the_end_of_run_audit_takes_the_oracles_store_options(tmp_path):
+    """A bot whose history has another layout (an HTTP endpoint, role/content fields) is audited at
+    the end of its own run, with the same options `python -m oracle audit` takes."""
+    with chat_bot("memory") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "--http-url",
+                         f"{url}/history/{{session}}", "--role-field", "role", "--content-field", "content",
+                         "--settle", "0", time_s="3s")
+    assert run.returncode == 0, run.output[-3000:]
+    summary = json.loads((run.run_dir / "audit" / "summary.json").read_text())
+    assert summary["store"]["reader"] == "http" and summary["verdict"]["result"] == "pass"
+    assert summary["metrics"]["stored_loss"]["total"] > 0 and summary["anomalies"] == {}
+    meta = json.loads((run.run_dir / "run.json").read_text())
+    assert meta["options"]["store"]["role_field"] == "role"

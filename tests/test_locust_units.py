@@ -9,11 +9,13 @@ import pytest
 
 from locustfiles.contract import ChatContract, NoReply
 from locustfiles.outcome import classify_error
-from locustfiles.journal import Journal, complete_lines, read_records
+from contracts.journal import Turn, decode_line
+from contracts.jsonl import complete_lines, read_jsonl
+from locustfiles.journal import Journal
 from locustfiles.judge import PlantRegistry, crosstalk, recall
 from locustfiles.options import OptionError, Settings, parse_duration, parse_think
 from locustfiles.script import ScriptError, load_script, parse_script
-from oracle.tokens import make_token, new_session_id
+from contracts.tokens import make_token, new_session_id
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "locustfiles" / "scripts"
 
@@ -123,14 +125,15 @@ def test_options_parse_and_reject_with_the_option_name():
 def test_journal_appends_lines_and_readers_skip_a_torn_last_line(tmp_path):
     forwarded = []
     j = Journal(tmp_path / "j" / "local-1.jsonl", forward=forwarded.append)
-    j.record({"turn": 0, "reply": "ünïcode"})
-    j.record({"turn": 1})
+    j.record(Turn(session="gf0", turn=0, reply="ünïcode", outcome="ok", sent=1.0))
+    j.record(Turn(session="gf0", turn=1, sent=2.0))
     j.close()
     with open(j.path, "ab") as f:
         f.write(b'{"turn": 2, "tor')
-    assert [r["turn"] for r in read_records(j.path)] == [0, 1]
+    assert [t.turn for t in read_jsonl(j.path, decode_line)] == [0, 1]
+    assert [t.reply for t in read_jsonl(j.path, decode_line)] == ["ünïcode", None]
     assert b"".join(forwarded) == b"".join(complete_lines(j.path.read_bytes()))
     with open(j.path, "ab") as f:
         f.write(b'\n{"turn": 3}\n')
-    with pytest.raises(ValueError, match=r"local-1.jsonl:3"):
-        list(read_records(j.path))
+    with pytest.raises(ValueError, match=r"local-1.jsonl:3: not JSON"):
+        list(read_jsonl(j.path, decode_line))

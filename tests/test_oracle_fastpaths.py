@@ -39,8 +39,7 @@ def reference_audit(run, monkeypatch) -> None:
         m.setattr(audit, "prove_clean", lambda batch, *a: BatchProof([False] * len(batch), [None] * len(batch)))
         m.setattr(decode, "_decode_clean_list", lambda *a: False)
         m.setattr(decode, "decode_elements", lambda *a: None)
-        m.setattr(history, "_typed_chunk", lambda lines: None)
-        m.setattr(history, "_typed_turn", lambda record: None)
+        m.setattr(history, "decode_chunk", lambda lines: None)
         audit_run(run)
 
 

@@ -23,6 +23,7 @@ def outputs(run) -> tuple:
     for volatile in ("timings", "jobs"):
         summary.pop(volatile, None)
     summary["store"].pop("audit_seconds", None)
+    summary.get("information", {}).get("missing_keys", {}).pop("restarted_at", None)  # a reading of the live server
     return ((out / "anomalies.jsonl").read_bytes(), (out / "sessions.csv").read_bytes(),
             (out / "windows.csv").read_bytes(), summary)
 
@@ -91,55 +92,3 @@ def test_split_keeps_order_and_sizes():
     parts = split(list(range(10)), 3)
     assert parts == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
     assert split([], 2) == [[], []]
-
-
-def journal_with_damage(run, rng: random.Random, shards: int) -> None:
-    """A journal over ``shards`` files with garbage, blank and unknown-outcome lines anywhere,
-    and on some shards a torn or a complete-but-bad last line."""
-    world = damaged_world(sessions=40, seed=rng.randrange(1000))
-    folder = run / "journal"
-    folder.mkdir(parents=True)
-    files = [[] for _ in range(shards)]
-    for i, record in enumerate(world.records):
-        files[rng.randrange(shards)].append(json.dumps(record) + "\n")
-        if rng.random() < 0.05:
-            files[rng.randrange(shards)].append(rng.choice(
-                ["garbage\n", "\n", json.dumps(dict(record, outcome="maybe")) + "\n", '{"session": "x"}\n']))
-    for k, lines in enumerate(files):
-        if rng.random() < 0.5:  # a value msgpack cannot carry between the processes
-            lines.insert(rng.randrange(len(lines) + 1), json.dumps(dict(world.records[0], status=2 ** 70)) + "\n")
-        ending = rng.choice(["", '{"run": "r", "sess', "not json at all\n"])
-        (folder / f"local-{k}.jsonl").write_text("".join(lines) + ending)
-
-
-@pytest.mark.parametrize("seed", range(12))
-def test_a_journal_loaded_by_several_processes_is_the_journal_loaded_by_one(tmp_path, monkeypatch, seed):
-    from oracle import history
-    rng = random.Random(seed)
-    journal_with_damage(tmp_path, rng, shards=rng.randint(1, 3))
-    serial = history.load_journal(tmp_path)
-    assert serial.problems, "the journal should have bad lines to report"
-    monkeypatch.setattr(history, "PARALLEL_MIN_BYTES", 0)  # inherited by the forked parts
-    for jobs in (2, 3, 5):
-        parallel = history.load_journal(tmp_path, jobs=jobs)
-        assert parallel.sessions == serial.sessions
-        assert (parallel.problems, parallel.lines, parallel.run) == (serial.problems, serial.lines, serial.run)
-
-
-def test_journal_parts_cut_at_line_starts_cover_every_byte_once(tmp_path):
-    from oracle.history import _plan
-    shards = []
-    for k, text in enumerate(["a\nbb\nccc\n", "", "dddd\ne", "f\n" * 9]):
-        shards.append(tmp_path / f"s{k}.jsonl")
-        shards[-1].write_text(text)
-    sizes = [p.stat().st_size for p in shards]
-    for jobs in range(1, 8):
-        parts = _plan(shards, sizes, jobs)
-        assert 1 <= len(parts) <= jobs
-        ranges = [r for part in parts for r in part]
-        for i, size in enumerate(sizes):
-            mine = [(start, end) for j, start, end in ranges if j == i]
-            assert [b for a, b in mine[:-1]] == [a for a, b in mine[1:]]  # contiguous, in order
-            assert (mine[0][0], mine[-1][1]) == (0, size) if size else mine == []
-            data = shards[i].read_bytes()
-            assert all(start == 0 or data[start - 1:start] == b"\n" for start, _ in mine)

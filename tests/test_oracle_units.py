@@ -27,7 +27,7 @@ def test_journal_garbage_is_reported_with_file_and_line_and_torn_last_line_is_si
                                                    json.dumps(world.records[5]) + "\n", '{"run": "x", "sess']})
     journal = load_journal(tmp_path)
     shard = tmp_path / "journal" / "local-0.jsonl"
-    assert journal.problems[0].startswith(f"{shard}:6: skipped malformed journal line")
+    assert journal.problems[0].startswith(f"{shard}:6: not JSON") and "skipped: 'this is not json'" in journal.problems[0]
     assert journal.problems[1].startswith(f"{shard}:7:") and "missing field 'outcome'" in journal.problems[1]
     assert len(journal.problems) == 2  # the torn last line (line 9) is skipped silently
     assert sum(len(t) for t in journal.sessions.values()) == 6
@@ -201,6 +201,6 @@ def test_an_unknown_outcome_is_reported_by_line_and_the_rest_of_its_chunk_is_kep
     write_journal(tmp_path, [world.records[0], bad, *world.records[2:]])
     journal = load_journal(tmp_path)
     (problem,) = journal.problems
-    assert ":2: skipped malformed journal line (outcome 'maybe' is not one of ok/fail/info)" in problem
+    assert ":2: outcome 'maybe' is not one of ok/fail/info; skipped: " in problem
     assert sum(len(t) for t in journal.sessions.values()) == len(world.records) - 1
     assert {t.outcome for ts in journal.sessions.values() for t in ts} <= {"ok", "fail", "info"}

@@ -134,7 +134,7 @@ def test_malformed_anomaly_lines_are_reported_and_a_torn_last_line_skipped(tmp_p
     anomalies.write_text(good[0] + "\nnot json\n" + good[1] + '\n{"id": "lost-3", "cla')
     html = report.render(run).read_text()
     assert 'id="lost-1"' in html and 'id="lost-2"' in html and 'id="lost-3"' not in html
-    assert f"{anomalies}:2: not JSON, skipped" in html
+    assert f"{anomalies}:2: not JSON: " in html and "skipped: &#39;not json&#39;" in html
     assert ":4:" not in report.terminal_summary(run)
 
 

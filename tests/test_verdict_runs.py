@@ -199,8 +199,9 @@ def test_a_redis_restart_without_persistence_is_reported_as_loss(tmp_path, redis
     s = audit_run(run, StoreOptions(url=redis_server.url))
     gone = [f for f in read_findings(run) if f["class"] == "vanished"]
     assert len(gone) == len(world.order) and s["verdict"]["result"] == "fail"
-    assert all(f["evidence"]["store_restarted_at"] > now - 60 for f in gone)
-    assert "The Redis server restarted at" in gone[0]["explanation"]
+    assert all(f["evidence"]["store_restarted"] for f in gone)
+    assert s["information"]["missing_keys"]["restarted_at"] > now - 60
+    assert "The Redis server restarted after this session's turns" in gone[0]["explanation"]
 
 
 def test_sessions_under_another_template_or_database_are_a_mismatch(tmp_path, redis_server):

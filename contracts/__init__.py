@@ -1,0 +1,12 @@
+"""The contracts between goldfish's parts, each defined once, imported by producer and consumer.
+
+- ``contracts.tokens``    session ids, turn tokens, fact nonces (and the patterns that find them)
+- ``contracts.journal``   the journal record: one struct, encoded by the Locust writer, decoded by the oracle
+- ``contracts.codec``     the JSON codec every file of a run folder is written and read with
+- ``contracts.jsonl``     the one JSONL reader: one torn-last-line rule, bad lines named ``file:line``
+- ``contracts.durations`` the one duration grammar (options, plans, scripts)
+- ``contracts.runfolder`` the run folder's paths
+
+Nothing here imports another goldfish package: locustfiles, chaos and oracle all import it.
+The formats themselves are described in docs/CONTRACTS.md.
+"""

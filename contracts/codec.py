@@ -1,0 +1,85 @@
+"""The JSON codec for everything goldfish writes and reads: msgspec, whose decoder is as fast as any.
+
+Decoding can fail in one way only, ``DecodeError`` (a ValueError) with the reason: malformed JSON,
+bytes that are not UTF-8 inside a string, a number beyond a float, nesting too deep. The stdlib
+is the second opinion for what msgspec refuses but JSON readers commonly accept (NaN, Infinity).
+"""
+from __future__ import annotations
+
+import json
+
+import msgspec
+
+
+class DecodeError(ValueError):
+    """Not JSON we can read; the message says why."""
+
+
+def _plain(value):
+    """What JSON has no type for: a numpy scalar as its Python value, anything else as its text."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)
+
+
+_encode = msgspec.json.Encoder(enc_hook=_plain).encode
+_decode = msgspec.json.decode
+
+
+def loads(data):
+    """Parse JSON text (str or bytes); raises DecodeError ("not JSON: why") and nothing else."""
+    try:
+        return _decode(data)
+    except msgspec.DecodeError:
+        pass  # NaN / Infinity: the stdlib below
+    except (UnicodeDecodeError, TypeError) as exc:
+        raise DecodeError(_reason(exc)) from None
+    except RecursionError:
+        raise DecodeError("not JSON: nested too deeply") from None
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise DecodeError("not JSON: nested too deeply") from None
+    except (ValueError, TypeError) as exc:
+        raise DecodeError(_reason(exc)) from None
+
+
+def dumps(value) -> bytes:
+    """Compact JSON bytes (a value JSON has no type for is written as its text)."""
+    try:
+        return _encode(value)
+    except (TypeError, msgspec.EncodeError, OverflowError):  # e.g. keys that are not strings, huge ints
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_plain).encode()
+
+
+def dumps_line(value) -> bytes:
+    """One JSON Lines record: compact JSON and a newline."""
+    return dumps(value) + b"\n"
+
+
+def dumps_document(value) -> str:
+    """A JSON document people read too (run.json, summary.json, meta.json): indented, in key order."""
+    return msgspec.json.format(dumps(value), indent=2).decode() + "\n"
+
+
+def load_document(path) -> dict:
+    """A JSON document (an object) from a file; DecodeError naming the file otherwise (OSError passes)."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    try:
+        return loads_object(data)
+    except DecodeError as exc:
+        raise DecodeError(f"{path}: {exc}") from None
+
+
+def loads_object(data) -> dict:
+    """JSON text that must be an object (every record and document goldfish writes is one)."""
+    value = loads(data)
+    if not isinstance(value, dict):
+        raise DecodeError(f"not a JSON object but a {type(value).__name__}")
+    return value
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not JSON: not UTF-8 text ({exc.reason} at byte {exc.start})"
+    return "not JSON: " + (str(exc).split("\n", 1)[0] or type(exc).__name__)

@@ -1,0 +1,146 @@
+"""The journal record: one struct per turn, encoded by the Locust writer and decoded by the oracle.
+
+One JSON object per line (docs/CONTRACTS.md "Journal"). The writer fills every field; a reader
+accepts older or hand-written lines that carry only the required ones (``session``, ``turn``,
+``outcome``, ``sent``) and fills the rest as documented. A line that cannot be a turn raises
+``RecordError`` naming what is wrong — never anything else, whatever the bytes.
+
+Outcomes follow Jepsen: ``ok`` acknowledged, ``fail`` definitely not applied, ``info`` indeterminate.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, Optional
+
+import msgspec
+
+from contracts import codec
+from contracts.tokens import make_token
+
+OUTCOMES = ("ok", "fail", "info")
+REQUIRED = ("session", "turn", "outcome", "sent")
+MAX_TURN = 999_999  # a token's turn index has at most six digits (contracts.tokens.TOKEN_RE)
+
+
+class RecordError(ValueError):
+    """A journal line that is not a turn; the message says which field and why."""
+
+
+class Turn(msgspec.Struct, gc=False):
+    """One turn. Field order is the line's key order."""
+    run: Optional[str] = None
+    session: str = ""
+    turn: int = 0
+    kind: Optional[str] = "chatter"   # plant | probe | chatter | burst
+    token: Optional[str] = None       # session + "t" + turn when absent
+    message: Optional[str] = None
+    fact: Optional[str] = None
+    nonce: Optional[str] = None
+    sent: float = 0.0                 # wall time (epoch s) just before sending
+    received: Optional[float] = None  # when the response (or error) arrived
+    outcome: Literal[OUTCOMES] = "info"
+    status: Optional[int] = None
+    reply: Any = None
+    error: Any = None
+    verdict: Any = None               # probes: pass | amnesia | null
+    crosstalk: Optional[tuple] = ()   # sessions whose token or nonce the reply carried
+    step: Any = None
+    user: Optional[str] = None
+
+    @property
+    def latency(self) -> float | None:
+        return None if self.received is None else self.received - self.sent
+
+
+_encode = msgspec.json.Encoder().encode
+_decode_typed = msgspec.json.Decoder(Turn).decode
+
+
+def encode_line(turn: Turn) -> bytes:
+    """The record as one journal line."""
+    return _encode(turn) + b"\n"
+
+
+def decode_chunk(lines: list[bytes]) -> list[Turn] | None:
+    """Every line of a chunk decoded in C, or None when any line needs ``decode_line`` to say what
+    is wrong with it (a blank, torn or malformed line, a missing field, an out-of-range value)."""
+    try:
+        turns = list(map(_decode_typed, lines))
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    for t in turns:
+        if not t.session or not _in_range(t) or not (t.kind and t.token and t.crosstalk is not None):
+            return None
+    return turns
+
+
+def _in_range(t: Turn) -> bool:
+    return 0 <= t.turn <= MAX_TURN and math.isfinite(t.sent) and (t.received is None or math.isfinite(t.received))
+
+
+def decode_line(raw: bytes | str) -> Turn:
+    """One line as a Turn, with the documented defaults; RecordError naming the problem otherwise."""
+    try:
+        return from_dict(codec.loads_object(raw))
+    except codec.DecodeError as exc:
+        raise RecordError(str(exc)) from None
+
+
+def from_dict(record: dict) -> Turn:
+    get = record.get
+    missing = next((name for name in REQUIRED if get(name) is None), None)
+    if missing:
+        raise RecordError(f"missing field {missing!r}")
+    outcome = get("outcome")
+    if outcome not in OUTCOMES:
+        raise RecordError(f"outcome {outcome!r} is not one of ok/fail/info")
+    session = get("session")
+    if not isinstance(session, (str, int)) or isinstance(session, bool) or not str(session):
+        raise RecordError(f"session {session!r} is not an id")
+    session = str(session)
+    turn = _number(get("turn"), "turn", int)
+    if not 0 <= turn <= MAX_TURN:
+        raise RecordError(f"turn {turn} is out of range [0, {MAX_TURN}]")
+    received = get("received")
+    crosstalk = get("crosstalk")
+    status = get("status")
+    return Turn(
+        run=_text(get("run")), session=session, turn=turn, kind=_text(get("kind")) or "chatter",
+        token=_text(get("token")) or make_token(session, turn), message=_text(get("message")),
+        fact=_text(get("fact")), nonce=_text(get("nonce")), sent=_number(get("sent"), "sent", float),
+        received=None if received is None else _number(received, "received", float), outcome=outcome,
+        status=status if isinstance(status, int) and not isinstance(status, bool) else None,
+        reply=get("reply"), error=get("error"), verdict=get("verdict"),
+        crosstalk=tuple(crosstalk) if isinstance(crosstalk, (list, tuple)) else (), step=get("step"),
+        user=_text(get("user")))
+
+
+def normalise(t: Turn) -> Turn:
+    """The defaults ``from_dict`` gives, for a turn the typed decoder made (kind/token/crosstalk null)."""
+    if not t.kind:
+        t.kind = "chatter"
+    if not t.token:
+        t.token = make_token(t.session, t.turn)
+    if not t.crosstalk:
+        t.crosstalk = ()
+    return t
+
+
+def _number(value, name: str, kind):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise RecordError(f"{name} {value!r} is not a number")
+    try:
+        number = float(value)
+    except ValueError:
+        raise RecordError(f"{name} {value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise RecordError(f"{name} {value!r} is not a finite number")
+    if kind is int:
+        if number != int(number):
+            raise RecordError(f"{name} {value!r} is not a whole number")
+        return int(number)
+    return number
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None

@@ -1,0 +1,76 @@
+"""The one JSON Lines reader for every ``.jsonl`` file of a run folder.
+
+One torn-line rule: a writer appends a record and its newline in one ``write``, so a crash can
+leave at most the last line cut short, with no newline after it. That line is skipped silently.
+Every other line that does not decode is reported as ``file:line: reason`` (to ``problems`` when
+given, else as ``JsonlError``) and the rest of the file is still read. Blank lines are skipped.
+Files are read in chunks of whole lines: memory stays flat however long the file is.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator
+
+from contracts import codec
+
+CHUNK_BYTES = 8 << 20
+
+
+class JsonlError(ValueError):
+    """A line that is not a record (``file:line: reason``), when no problems list collects it."""
+
+
+record = codec.loads_object  # a line of every run-folder file is a JSON object
+
+
+def read_jsonl(path: str | Path, decode: Callable = record, problems: list[str] | None = None) -> Iterator:
+    """Each line's ``decode``d record, in file order (see the module docstring for bad lines)."""
+    for _, chunk in read_chunks(path, None, decode, problems):
+        yield from chunk
+
+
+def read_chunks(path: str | Path, decode_chunk: Callable[[list[bytes]], list | None] | None, decode: Callable,
+                problems: list[str] | None = None, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, list]]:
+    """(number of lines before the chunk, its records) per chunk of whole lines.
+
+    ``decode_chunk`` decodes a whole chunk at once (or returns None when a line in it is bad);
+    ``decode`` decodes one line and raises ValueError saying what is wrong with it."""
+    path = Path(path)
+    number = 0
+    with open(path, "rb") as fh:
+        lines = fh.readlines(chunk_bytes)
+        while lines:
+            following = fh.readlines(chunk_bytes)
+            fast = decode_chunk(lines) if decode_chunk is not None else None
+            if fast is not None:
+                yield number, fast
+            else:
+                yield number, list(_one_by_one(path, lines, number, decode, problems, last_chunk=not following))
+            number += len(lines)
+            lines = following
+
+
+def _one_by_one(path: Path, lines: list[bytes], before: int, decode: Callable, problems, last_chunk: bool):
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            yield decode(raw)
+        except ValueError as exc:
+            if last_chunk and i == len(lines) - 1 and not raw.endswith(b"\n"):
+                continue  # the line a crash was writing
+            problem = f"{path}:{before + i + 1}: {exc}; skipped: {excerpt(raw)}"
+            if problems is None:
+                raise JsonlError(problem) from None
+            problems.append(problem)
+
+
+def excerpt(raw: bytes, limit: int = 80) -> str:
+    """A short, printable view of a bad line for a message."""
+    text = raw.rstrip(b"\n").decode("utf-8", "replace")
+    return repr(text[:limit] + ("..." if len(text) > limit else ""))
+
+
+def complete_lines(data: bytes) -> list[bytes]:
+    """The newline-terminated lines of ``data`` (a torn tail is dropped), each with its newline."""
+    return [line + b"\n" for line in data.split(b"\n")[:-1]]

@@ -1,0 +1,58 @@
+"""The run folder's paths (docs/CONTRACTS.md "Run folder"): every part names a file through here.
+
+    results/<run>/
+      run.json          what ran, its phase, verdict and exit code
+      journal/*.jsonl   the client history (one shard per Locust process or worker)
+      workers/*.jsonl   workers' own copies of their shards
+      steps.jsonl       load step boundaries
+      chaos.jsonl       the fault timeline; chaos/outstanding.json: faults not yet recovered
+      store/            the snapshot of the final reads
+      audit/            anomalies.jsonl, sessions.csv, windows.csv, summary.json
+      locust/           Locust's own CSV and HTML
+      report.html, charts/
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    path: Path
+
+    def __init__(self, path: str | Path):
+        object.__setattr__(self, "path", Path(path))
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    run_json = property(lambda self: self.path / "run.json")
+    journal = property(lambda self: self.path / "journal")
+    workers = property(lambda self: self.path / "workers")
+    steps = property(lambda self: self.path / "steps.jsonl")
+    chaos = property(lambda self: self.path / "chaos.jsonl")
+    outstanding = property(lambda self: self.path / "chaos" / "outstanding.json")
+    store = property(lambda self: self.path / "store")
+    audit = property(lambda self: self.path / "audit")
+    anomalies = property(lambda self: self.path / "audit" / "anomalies.jsonl")
+    summary = property(lambda self: self.path / "audit" / "summary.json")
+    sessions_csv = property(lambda self: self.path / "audit" / "sessions.csv")
+    windows_csv = property(lambda self: self.path / "audit" / "windows.csv")
+    locust = property(lambda self: self.path / "locust")
+    report = property(lambda self: self.path / "report.html")
+    charts = property(lambda self: self.path / "charts")
+
+    def shards(self) -> list[Path]:
+        """The journal's shards, in name order."""
+        return sorted(self.journal.glob("*.jsonl"))
+
+    def journal_shard(self, name: str) -> Path:
+        return self.journal / f"{name}.jsonl"
+
+    def worker_shard(self, worker_id: str) -> Path:
+        return self.workers / f"{worker_id}.jsonl"
+
+    def is_run(self) -> bool:
+        return self.run_json.is_file() or self.journal.is_dir()

@@ -1,0 +1,128 @@
+"""The audit's options, defined once: ``python -m oracle audit`` and the end of a Locust run take the
+same ones, with the same names, defaults and help (so a bot with another store layout is audited
+at the end of its run, with no second command).
+
+``add_store_options`` / ``add_gate_options`` add them to any argparse-like parser; Locust's parser
+also takes its web-UI flags (``include_in_web_ui``, ``is_secret``), which are dropped for argparse.
+``store_options`` and ``gates`` turn the parsed values into ``StoreOptions`` and ``Gates``.
+"""
+from __future__ import annotations
+
+import math
+
+from oracle.store import StoreOptions
+
+_D = StoreOptions()
+STORE = [
+    (("--store-url",), dict(default="", is_secret=True,
+                            help="Redis to read back and audit: redis://[:password@]host:port/db "
+                                 "(without it, and without --http-url or --reader, no store is audited)")),
+    (("--http-url",), dict(default="", help="URL template returning a session's history, "
+                                            "e.g. http://bot/sessions/{session}/history")),
+    (("--reader",), dict(default="", help="module:function that reads a batch of sessions (docs/oracle.md)")),
+    (("--key-template",), dict(default=_D.key_template, help="store key of a session's history "
+                                                             "(default message_store:{session})")),
+    (("--store-format", "--format"), dict(default=_D.format, help="list (one entry per message), blob (one "
+                                                                  "JSON list in a string key) or auto (by key type)")),
+    (("--direction",), dict(default=_D.direction, help="lpush: newest first (LangChain, default); rpush: oldest first")),
+    (("--role-field",), dict(default=_D.role_field, help="dotted path of a message's role (default type)")),
+    (("--content-field",), dict(default=_D.content_field, help="dotted path of a message's text (default data.content)")),
+    (("--user-role",), dict(action="append", default=None, include_in_web_ui=False,
+                            help="role name of user entries, repeatable (default human, user)")),
+    (("--assistant-role",), dict(action="append", default=None, include_in_web_ui=False,
+                                 help="role name of assistant entries, repeatable (default ai, assistant)")),
+    (("--http-messages-field",), dict(default=_D.http_messages_field,
+                                      help="dotted path of the message list in the HTTP reply ('' = the reply)")),
+    (("--batch",), dict(default=str(_D.batch), include_in_web_ui=False, help="sessions per read round trip")),
+    (("--no-scan",), dict(action="store_true", default=False, include_in_web_ui=False,
+                          help="do not SCAN the store for keys no session of the run owns")),
+]
+GATES = [
+    (("--gate",), dict(default="strict",
+                       help="the verdict's gates: strict (nothing allowed), lenient, off, a YAML gates file, and/or "
+                            "name=limit items, comma-separated, later ones win, e.g. 'strict,probe_amnesia=1%%,errors=5' "
+                            "(docs/oracle.md \"The verdict\")")),
+    (("--max-probe-amnesia",), dict(default="", help="same as --gate probe_amnesia=RATE (0..1)")),
+    (("--max-stored-loss",), dict(default="", help="same as --gate stored_loss=RATE (0..1)")),
+    (("--max-crosstalk",), dict(default="", help="same as --gate crosstalk=N (sessions with cross-talk)")),
+]
+LOCUST_ONLY = ("include_in_web_ui", "is_secret")
+
+
+class OptionError(ValueError):
+    """An audit option that cannot work; the message names the option."""
+
+
+def add_store_options(parser, locust: bool = False) -> None:
+    _add(parser, STORE, locust)
+
+
+def add_gate_options(parser, locust: bool = False) -> None:
+    _add(parser, GATES, locust)
+
+
+def _add(parser, options, locust: bool) -> None:
+    for flags, kwargs in options:
+        parser.add_argument(*flags, **(kwargs if locust else {k: v for k, v in kwargs.items() if k not in LOCUST_ONLY}))
+
+
+def store_options(values) -> StoreOptions | None:
+    """The store the parsed options name (None: no store given); OptionError on a bad value."""
+    get = lambda name, default=None: getattr(values, name, default)  # noqa: E731
+    url, http_url, reader = (str(get(n) or "") or None for n in ("store_url", "http_url", "reader"))
+    if not (url or http_url or reader):
+        return None
+    try:
+        batch = int(str(get("batch", _D.batch)))
+    except ValueError:
+        raise OptionError(f"--batch: {get('batch')!r} is not a whole number") from None
+    if batch < 1:
+        raise OptionError(f"--batch: {batch} must be >= 1")
+    options = StoreOptions(
+        url=url, http_url=http_url, reader=reader, key_template=str(get("key_template") or _D.key_template),
+        format=str(get("store_format") or _D.format), direction=str(get("direction") or _D.direction),
+        role_field=str(get("role_field") or _D.role_field), content_field=str(get("content_field") or _D.content_field),
+        user_roles=tuple(get("user_role") or _D.user_roles), assistant_roles=tuple(get("assistant_role") or _D.assistant_roles),
+        http_messages_field=str(get("http_messages_field", _D.http_messages_field) or ""), batch=batch,
+        scan_foreign=not get("no_scan", False))
+    from oracle.store import StoreError
+
+    try:
+        options.validate()
+    except StoreError as exc:
+        raise OptionError(str(exc)) from None
+    return options
+
+
+def gates(values):
+    """--gate and the --max-* shorthands as the verdict's Gates; OptionError on a bad value."""
+    from oracle import verdict
+
+    get = lambda name: getattr(values, name, None)  # noqa: E731
+    overrides = verdict.legacy_overrides(_number(get("max_probe_amnesia"), "max-probe-amnesia", 1.0),
+                                         _number(get("max_stored_loss"), "max-stored-loss", 1.0),
+                                         _count(get("max_crosstalk"), "max-crosstalk"))
+    try:
+        spec = verdict.parse_gates(str(get("gate") or "strict"))
+    except verdict.GateError as exc:
+        raise OptionError(str(exc)) from None
+    return spec.with_overrides(overrides, ",".join(f"{name}={limit}" for name, limit in overrides.items()))
+
+
+def _number(value, name: str, high: float) -> float | None:
+    if value is None or str(value).strip() == "":
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise OptionError(f"--{name}: {value!r} is not a number") from None
+    if not math.isfinite(number) or not 0 <= number <= high:
+        raise OptionError(f"--{name}: {value!r} is not a number in [0, {high:g}]")
+    return number
+
+
+def _count(value, name: str) -> int | None:
+    number = _number(value, name, float("inf")) if value is not None and str(value).strip() else None
+    if number is not None and number != int(number):
+        raise OptionError(f"--{name}: {value!r} is not a whole number")
+    return None if number is None else int(number)

@@ -1,0 +1,113 @@
+"""The contracts between the parts: one record, one codec, one JSONL rule, one duration grammar."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from contracts import codec
+from contracts.durations import DurationError, parse_duration
+from contracts.journal import RecordError, Turn, decode_chunk, decode_line, encode_line
+from contracts.jsonl import JsonlError, read_jsonl
+from contracts.runfolder import RunFolder
+from contracts.tokens import TOKEN_RE, make_token, new_session_id
+
+
+def test_the_writers_record_is_the_readers_record():
+    session = new_session_id()
+    turn = Turn("run-1", session, 3, "probe", make_token(session, 3), f"[{make_token(session, 3)}] What?", "city",
+                "1234-ABCD", 1.5, 1.75, "ok", 200, "Your city is 1234-ABCD.", None, "pass", ("gf00",), 2, "u1")
+    line = encode_line(turn)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert decode_line(line) == turn == decode_chunk([line])[0]
+    assert list(codec.loads(line)) == list(Turn.__struct_fields__)  # the key order is the struct's
+    assert TOKEN_RE.search(turn.message).group(1) == session
+
+
+def test_a_line_with_only_the_required_fields_gets_the_documented_defaults():
+    t = decode_line(b'{"session": "gf1", "turn": 2, "outcome": "info", "sent": 5}')
+    assert (t.kind, t.token, t.received, t.crosstalk, t.run) == ("chatter", "gf1t2", None, (), None)
+    assert decode_chunk([b'{"session": "gf1", "turn": 2, "outcome": "info", "sent": 5}\n']) is None  # the exact path
+
+
+@pytest.mark.parametrize("raw, why", [
+    (b'{"session": "s", "turn": 1e400, "outcome": "ok", "sent": 1}', "turn 'inf'|turn inf|not a finite"),
+    (b'{"session": "s", "turn": 1, "outcome": "ok", "sent": 1e400}', "sent .* finite"),
+    (b'{"session": "s", "turn": -1, "outcome": "ok", "sent": 1}', "out of range"),
+    (b'{"session": "s", "turn": 1.5, "outcome": "ok", "sent": 1}', "not a whole number"),
+    (b'{"session": "s", "turn": 1, "outcome": "maybe", "sent": 1}', "outcome 'maybe'"),
+    (b'{"session": "s", "turn": 1, "outcome": "ok"}', "missing field 'sent'"),
+    (b'{"session": "\xff", "turn": 1, "outcome": "ok", "sent": 1}', "not UTF-8"),
+    (b'{"session": ["x"], "turn": 1, "outcome": "ok", "sent": 1}', "not an id"),
+    (b'[1, 2]', "not a JSON object"),
+    (b'[' * 100_000 + b']' * 100_000, "nested too deeply"),
+    (b'\x00\x01', "not JSON"),
+])
+def test_a_bad_line_raises_the_documented_error_only(raw, why):
+    assert decode_chunk([raw]) is None
+    with pytest.raises(RecordError, match=why):
+        decode_line(raw)
+
+
+def test_the_codec_fails_one_way_and_reads_what_json_readers_accept():
+    assert codec.loads(b"[NaN, 1e400]")[1] == math.inf and math.isnan(codec.loads(b"[NaN]")[0])
+    for bad in (b'"\xff"', b"{", b"[" * 50_000 + b"]" * 50_000, 3, b""):
+        with pytest.raises(codec.DecodeError):
+            codec.loads(bad)
+    import numpy as np
+
+    class Opaque:
+        def __str__(self):
+            return "opaque"
+
+    assert codec.loads(codec.dumps({"n": np.int64(3), "x": np.float64(0.5), "o": Opaque()})) == \
+        {"n": 3, "x": 0.5, "o": "opaque"}
+    assert codec.dumps_document({"a": [1]}) == '{\n  "a": [\n    1\n  ]\n}\n'
+
+
+def test_one_torn_line_rule_for_every_jsonl_file(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"a": 1}\n\n{"a": 2}\nnot json\n{"a": 3}\n{"a": 4, "tor')
+    problems = []
+    assert [r["a"] for r in read_jsonl(path, problems=problems)] == [1, 2, 3]
+    assert problems == [f"{path}:4: not JSON: Expecting value: line 1 column 1 (char 0); skipped: 'not json'"]
+    path.write_bytes(b'{"a": 1}\n{"a": 4, "tor\n')  # a bad last line that is complete is not torn
+    with pytest.raises(JsonlError, match=r"x.jsonl:2: not JSON"):
+        list(read_jsonl(path))
+
+
+def test_reading_in_chunks_numbers_lines_across_chunks(tmp_path):
+    from contracts.jsonl import read_chunks
+
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b"".join(b'{"a": %d}\n' % i for i in range(50)) + b"bad\n" + b'{"a": 50}\n')
+    problems = []
+    chunks = list(read_chunks(path, None, lambda raw: codec.loads(raw)["a"], problems, chunk_bytes=64))
+    assert [a for _, chunk in chunks for a in chunk] == list(range(51)) and len(chunks) > 5
+    assert problems and problems[0].startswith(f"{path}:51: ")
+
+
+@pytest.mark.parametrize("text, seconds", [
+    (2, 2), (0.5, 0.5), ("2", 2), ("0.5s", 0.5), ("500ms", 0.5), ("1m30s", 90), ("2h", 7200), ("1h5m3s", 3903),
+    ("1.5m", 90), (" 10 s ", 10), ("20", 20), ("3h30m10s", 12610),  # Locust's -t grammar is a subset
+])
+def test_one_duration_grammar(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["soon", "", "-1s", "nan", "inf", float("nan"), float("inf"), True, "1s30m", "5 sec",
+                                 "31d", 1e12, "1e3s", "1h1h"])
+def test_bad_durations_say_what_and_give_examples(bad):
+    with pytest.raises(DurationError, match="^--settle: .*(duration|longest)"):
+        parse_duration(bad, "--settle")
+
+
+def test_run_folder_paths(tmp_path):
+    folder = RunFolder(tmp_path / "run-1")
+    assert folder.name == "run-1" and not folder.is_run()
+    folder.journal.mkdir(parents=True)
+    (folder.journal / "b.jsonl").write_text("")
+    (folder.journal / "a.jsonl").write_text("")
+    assert folder.is_run() and [p.name for p in folder.shards()] == ["a.jsonl", "b.jsonl"]
+    assert folder.outstanding == tmp_path / "run-1" / "chaos" / "outstanding.json"
+    assert folder.worker_shard("w1") == tmp_path / "run-1" / "workers" / "w1.jsonl"
