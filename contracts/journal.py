@@ -10,7 +10,8 @@ Outcomes follow Jepsen: ``ok`` acknowledged, ``fail`` definitely not applied, ``
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Optional
+import operator
+from typing import Annotated, Any, Literal, Optional
 
 import msgspec
 
@@ -20,30 +21,36 @@ from contracts.tokens import make_token
 OUTCOMES = ("ok", "fail", "info")
 REQUIRED = ("session", "turn", "outcome", "sent")
 MAX_TURN = 999_999  # a token's turn index has at most six digits (contracts.tokens.TOKEN_RE)
+MAX_EPOCH = 1e11     # a wall time before the year 5000
 
 
 class RecordError(ValueError):
     """A journal line that is not a turn; the message says which field and why."""
 
 
+TurnIndex = Annotated[int, msgspec.Meta(ge=0, le=MAX_TURN)]
+Epoch = Annotated[float, msgspec.Meta(ge=0, le=MAX_EPOCH)]  # NaN and infinity are refused as out of range
+
+
 class Turn(msgspec.Struct, gc=False):
-    """One turn. Field order is the line's key order."""
+    """One turn. Field order is the line's key order. The typed decoder checks the types and ranges
+    in C; a line it refuses goes through ``from_dict``, which says what is wrong or fills defaults."""
     run: Optional[str] = None
-    session: str = ""
-    turn: int = 0
-    kind: Optional[str] = "chatter"   # plant | probe | chatter | burst
-    token: Optional[str] = None       # session + "t" + turn when absent
+    session: Annotated[str, msgspec.Meta(min_length=1)] = "?"
+    turn: TurnIndex = 0
+    kind: str = "chatter"             # plant | probe | chatter | burst
+    token: str = ""                   # session + "t" + turn (from_dict fills it when absent)
     message: Optional[str] = None
     fact: Optional[str] = None
     nonce: Optional[str] = None
-    sent: float = 0.0                 # wall time (epoch s) just before sending
-    received: Optional[float] = None  # when the response (or error) arrived
+    sent: Epoch = 0.0                 # wall time (epoch s) just before sending
+    received: Optional[Epoch] = None  # when the response (or error) arrived
     outcome: Literal[OUTCOMES] = "info"
     status: Optional[int] = None
     reply: Any = None
     error: Any = None
     verdict: Any = None               # probes: pass | amnesia | null
-    crosstalk: Optional[tuple] = ()   # sessions whose token or nonce the reply carried
+    crosstalk: tuple = ()             # sessions whose token or nonce the reply carried
     step: Any = None
     user: Optional[str] = None
 
@@ -62,20 +69,19 @@ def encode_line(turn: Turn) -> bytes:
 
 
 def decode_chunk(lines: list[bytes]) -> list[Turn] | None:
-    """Every line of a chunk decoded in C, or None when any line needs ``decode_line`` to say what
-    is wrong with it (a blank, torn or malformed line, a missing field, an out-of-range value)."""
+    """Every line of a chunk decoded (and checked) in C, or None when any line needs ``decode_line``
+    to say what is wrong with it or to fill a default (a blank, torn or malformed line, a missing or
+    null field, an out-of-range value, no token)."""
     try:
         turns = list(map(_decode_typed, lines))
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
-    for t in turns:
-        if not t.session or not _in_range(t) or not (t.kind and t.token and t.crosstalk is not None):
-            return None
+    if "" in map(_TOKEN, turns) or "?" in map(_SESSION, turns):
+        return None
     return turns
 
 
-def _in_range(t: Turn) -> bool:
-    return 0 <= t.turn <= MAX_TURN and math.isfinite(t.sent) and (t.received is None or math.isfinite(t.received))
+_TOKEN, _SESSION = operator.attrgetter("token"), operator.attrgetter("session")
 
 
 def decode_line(raw: bytes | str) -> Turn:
@@ -104,26 +110,18 @@ def from_dict(record: dict) -> Turn:
     received = get("received")
     crosstalk = get("crosstalk")
     status = get("status")
+    sent = _number(get("sent"), "sent", float)
+    if not 0 <= sent <= MAX_EPOCH or (received is not None and not 0 <= _number(received, "received", float) <= MAX_EPOCH):
+        raise RecordError(f"sent {get('sent')!r} or received {received!r} is not a wall time (epoch seconds)")
     return Turn(
         run=_text(get("run")), session=session, turn=turn, kind=_text(get("kind")) or "chatter",
         token=_text(get("token")) or make_token(session, turn), message=_text(get("message")),
-        fact=_text(get("fact")), nonce=_text(get("nonce")), sent=_number(get("sent"), "sent", float),
+        fact=_text(get("fact")), nonce=_text(get("nonce")), sent=sent,
         received=None if received is None else _number(received, "received", float), outcome=outcome,
         status=status if isinstance(status, int) and not isinstance(status, bool) else None,
         reply=get("reply"), error=get("error"), verdict=get("verdict"),
         crosstalk=tuple(crosstalk) if isinstance(crosstalk, (list, tuple)) else (), step=get("step"),
         user=_text(get("user")))
-
-
-def normalise(t: Turn) -> Turn:
-    """The defaults ``from_dict`` gives, for a turn the typed decoder made (kind/token/crosstalk null)."""
-    if not t.kind:
-        t.kind = "chatter"
-    if not t.token:
-        t.token = make_token(t.session, t.turn)
-    if not t.crosstalk:
-        t.crosstalk = ()
-    return t
 
 
 def _number(value, name: str, kind):

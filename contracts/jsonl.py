@@ -2,9 +2,10 @@
 
 One torn-line rule: a writer appends a record and its newline in one ``write``, so a crash can
 leave at most the last line cut short, with no newline after it. That line is skipped silently.
-Every other line that does not decode is reported as ``file:line: reason`` (to ``problems`` when
-given, else as ``JsonlError``) and the rest of the file is still read. Blank lines are skipped.
-Files are read in chunks of whole lines: memory stays flat however long the file is.
+Every other line that does not decode is reported as ``file:line: reason; skipped: <excerpt>``
+(to ``problems`` when given, else as ``JsonlError``) and the rest of the file is still read.
+Blank lines are skipped. Files are read in chunks of whole lines: memory stays flat however long
+the file is.
 """
 from __future__ import annotations
 
@@ -29,6 +30,23 @@ def read_jsonl(path: str | Path, decode: Callable = record, problems: list[str] 
         yield from chunk
 
 
+def line_chunks(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, list[bytes], bool]]:
+    """(number of lines before the chunk, its whole lines with their newlines, whether it is the last)."""
+    number = 0
+    with open(path, "rb") as fh:
+        lines = fh.readlines(chunk_bytes)
+        while lines:
+            following = fh.readlines(chunk_bytes)
+            yield number, lines, not following
+            number += len(lines)
+            lines = following
+
+
+def torn(raw: bytes, last_line: bool) -> bool:
+    """The line a crash was writing: the last one, with no newline after it."""
+    return last_line and not raw.endswith(b"\n")
+
+
 def read_chunks(path: str | Path, decode_chunk: Callable[[list[bytes]], list | None] | None, decode: Callable,
                 problems: list[str] | None = None, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, list]]:
     """(number of lines before the chunk, its records) per chunk of whole lines.
@@ -36,33 +54,32 @@ def read_chunks(path: str | Path, decode_chunk: Callable[[list[bytes]], list | N
     ``decode_chunk`` decodes a whole chunk at once (or returns None when a line in it is bad);
     ``decode`` decodes one line and raises ValueError saying what is wrong with it."""
     path = Path(path)
-    number = 0
-    with open(path, "rb") as fh:
-        lines = fh.readlines(chunk_bytes)
-        while lines:
-            following = fh.readlines(chunk_bytes)
-            fast = decode_chunk(lines) if decode_chunk is not None else None
-            if fast is not None:
-                yield number, fast
-            else:
-                yield number, list(_one_by_one(path, lines, number, decode, problems, last_chunk=not following))
-            number += len(lines)
-            lines = following
-
-
-def _one_by_one(path: Path, lines: list[bytes], before: int, decode: Callable, problems, last_chunk: bool):
-    for i, raw in enumerate(lines):
-        if not raw.strip():
+    for before, lines, last in line_chunks(path, chunk_bytes):
+        fast = decode_chunk(lines) if decode_chunk is not None else None
+        if fast is not None:
+            yield before, fast
             continue
-        try:
-            yield decode(raw)
-        except ValueError as exc:
-            if last_chunk and i == len(lines) - 1 and not raw.endswith(b"\n"):
-                continue  # the line a crash was writing
-            problem = f"{path}:{before + i + 1}: {exc}; skipped: {excerpt(raw)}"
-            if problems is None:
-                raise JsonlError(problem) from None
-            problems.append(problem)
+        records = []
+        for i, raw in enumerate(lines):
+            if not raw.strip():
+                continue
+            try:
+                records.append(decode(raw))
+            except ValueError as exc:
+                if not torn(raw, last and i == len(lines) - 1):
+                    report(problems, problem(path, before + i + 1, exc, raw))
+        yield before, records
+
+
+def problem(path, number: int, exc: BaseException, raw: bytes) -> str:
+    """How a bad line is named: ``file:line: reason; skipped: <excerpt>``."""
+    return f"{path}:{number}: {exc}; skipped: {excerpt(raw)}"
+
+
+def report(problems: list[str] | None, text: str) -> None:
+    if problems is None:
+        raise JsonlError(text)
+    problems.append(text)
 
 
 def excerpt(raw: bytes, limit: int = 80) -> str:

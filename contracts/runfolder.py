@@ -6,6 +6,7 @@
       workers/*.jsonl   workers' own copies of their shards
       steps.jsonl       load step boundaries
       chaos.jsonl       the fault timeline; chaos/outstanding.json: faults not yet recovered
+      telemetry.jsonl   the store's and the load's vital signs, sampled during the run
       store/            the snapshot of the final reads
       audit/            anomalies.jsonl, sessions.csv, windows.csv, summary.json
       locust/           Locust's own CSV and HTML
@@ -33,6 +34,7 @@ class RunFolder:
     workers = property(lambda self: self.path / "workers")
     steps = property(lambda self: self.path / "steps.jsonl")
     chaos = property(lambda self: self.path / "chaos.jsonl")
+    telemetry = property(lambda self: self.path / "telemetry.jsonl")
     outstanding = property(lambda self: self.path / "chaos" / "outstanding.json")
     store = property(lambda self: self.path / "store")
     audit = property(lambda self: self.path / "audit")
@@ -43,6 +45,15 @@ class RunFolder:
     locust = property(lambda self: self.path / "locust")
     report = property(lambda self: self.path / "report.html")
     charts = property(lambda self: self.path / "charts")
+
+    def snapshot_part(self, partition: int) -> Path:
+        """The snapshot's sessions of one partition of the audit (oracle/judge.py)."""
+        return self.store / f"sessions.{partition:02d}.jsonl"
+
+    def audit_part(self, partition: int, name: str) -> Path:
+        """A file one partition of the audit writes before they are put together (``audit/parts/``)."""
+        (self.audit / "parts").mkdir(parents=True, exist_ok=True)
+        return self.audit / "parts" / f"{name}.{partition:02d}"
 
     def shards(self) -> list[Path]:
         """The journal's shards, in name order."""

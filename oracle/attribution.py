@@ -14,14 +14,15 @@ rate with or without the fault (memory in a per-process dict) is not the fault's
 
 A fault that touched nothing (``touched: 0`` on the timeline: no connection to kill) is
 *ineffective*: listed as such, never a fault interval, never credited with surviving anything.
+
+The counts come from the audit's tally (oracle/tally.py); here they become rates and tests.
 """
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from oracle.metrics import wilson
-from oracle.timeline import Fault
+from oracle.timeline import Fault as TimelineFault
 
 ALPHA = 0.05
 RATES = ("probe_amnesia", "stored_loss", "anomalies")
@@ -43,7 +44,16 @@ def overlapping(starts: np.ndarray, ends: np.ndarray, intervals: list[tuple[floa
     return mask
 
 
-def intervals(faults: list[Fault], run_end: float, margin: float = 0.0) -> list[tuple[float, float]]:
+def first_fault_after(ok: np.ndarray, done: np.ndarray, faults: list, quiet: int) -> np.ndarray:
+    """Per turn, the kind index of the first effective fault in force at or after its ack (``quiet``
+    for none, and for turns not acknowledged); ``faults`` have ``kind``, ``start``, ``end``."""
+    kinds = np.full(len(done), quiet, dtype=np.int64)
+    for fault in sorted(faults, key=lambda f: f.start):  # the earliest fault wins
+        kinds[ok & (kinds == quiet) & (done <= fault.end)] = fault.kind
+    return kinds
+
+
+def intervals(faults: list[TimelineFault], run_end: float, margin: float = 0.0) -> list[tuple[float, float]]:
     """(start, end + margin) of every effective fault; an unrecovered one lasts to the end of the run."""
     return [(f.start, (f.end if f.end is not None else run_end) + margin) for f in faults if f.effective]
 
@@ -59,88 +69,48 @@ def above_baseline(count: int, total: int, base_count: int, base_total: int) -> 
     return {"p": p, "above_baseline": p < ALPHA}
 
 
-def rates(turns: pd.DataFrame, mask) -> dict:
-    sub = turns[mask]
-    ok = sub["ok"]
-    return {
-        "turns": int(len(sub)),
-        "probe_amnesia": wilson(sub["failed_probe"].sum(), sub["answered_probe"].sum()),
-        "stored_loss": wilson((sub["lost"] & ok).sum(), ok.sum()),
-        "anomalies": wilson(sub["anomalous"].sum(), len(sub)),
-    }
+def _rates(row: np.ndarray) -> dict:
+    turns, ok, answered, failed, lost, anomalous = (int(v) for v in row)
+    return {"turns": turns, "probe_amnesia": wilson(failed, answered), "stored_loss": wilson(lost, ok),
+            "anomalies": wilson(anomalous, turns)}
 
 
-def first_fault_after(turns: pd.DataFrame, faults: list[Fault], run_end: float) -> np.ndarray:
-    """The kind of the first effective fault in force at or after each acknowledged turn's ack ("" none)."""
-    ok = turns["ok"].to_numpy()
-    acked = turns["done"].to_numpy(dtype=float)
-    kinds = np.full(len(turns), "", dtype=object)
-    for fault in sorted((f for f in faults if f.effective), key=lambda f: f.start):  # earliest fault wins
-        end = fault.end if fault.end is not None else run_end
-        kinds[ok & (kinds == "") & (acked <= end)] = fault.kind
-    return kinds
-
-
-def by_fault(turns: pd.DataFrame, windows: pd.DataFrame, faults: list[Fault], run_end: float,
-             recovery_s: float) -> tuple[list[dict], dict]:
-    sent = turns["sent"].to_numpy(dtype=float)
-    during = {kind: inside(sent, intervals([f for f in faults if f.kind == kind], run_end, recovery_s))
-              for kind in sorted({f.kind for f in faults})}
-    any_fault = np.zeros(len(sent), dtype=bool)
-    for mask in during.values():
-        any_fault |= mask
-    baseline = {"windows": int((windows["faults"].fillna("") == "").sum()) if not windows.empty else 0,
-                **rates(turns, ~any_fault)}
-    exposure = first_fault_after(turns, faults, run_end)
-    lost_ok = (turns["lost"] & turns["ok"]).to_numpy()
-    ok = turns["ok"].to_numpy()
-    quiet = ok & (exposure == "")
-    base_lost, base_exposed = int((lost_ok & quiet).sum()), int(quiet.sum())
+def by_fault(tally, faults: list[TimelineFault], windows_with: dict[str, int], recovery_s: float) -> tuple[list, dict]:
+    """The summary's ``by_fault`` rows and ``baseline`` from the tally's counts."""
+    baseline = {"windows": windows_with.get("", 0), **_rates(tally.during[-1])}
+    base_exposed, base_lost = (int(v) for v in tally.exposure[-1])
     baseline["lost_after"] = wilson(base_lost, base_exposed)
     out = []
-    for kind, mask in during.items():
+    for k, kind in enumerate(tally.kinds):
         hits = [f for f in faults if f.kind == kind]
         effective = [f for f in hits if f.effective]
-        row = {"kind": kind, "windows": _windows_with(windows, kind), "occurrences": len(hits),
+        touched = [f.touched for f in hits if f.touched is not None]
+        row = {"kind": kind, "windows": windows_with.get(kind, 0), "occurrences": len(hits),
                "effective_occurrences": len(effective), "ineffective": not effective,
-               "touched": _touched(hits), "recovery_s": recovery_s, **rates(turns, mask)}
+               "touched": sum(touched) if touched else None, "recovery_s": recovery_s, **_rates(tally.during[k])}
         for name in RATES:
             b = baseline[name]
             row[name].update(above_baseline(row[name]["count"], row[name]["total"], b["count"], b["total"]))
-        exposed = ok & (exposure == kind)
-        lost = int((lost_ok & exposed).sum())
-        row["lost_after"] = {**wilson(lost, int(exposed.sum())),
-                             **above_baseline(lost, int(exposed.sum()), base_lost, base_exposed)}
+        exposed, lost = (int(v) for v in tally.exposure[k])
+        row["lost_after"] = {**wilson(lost, exposed), **above_baseline(lost, exposed, base_lost, base_exposed)}
         row["charged"] = lost if row["lost_after"]["above_baseline"] else 0
         out.append(row)
-    baseline["uncharged"] = int(lost_ok.sum()) - sum(r["charged"] for r in out)
+    baseline["uncharged"] = int(tally.exposure[:, 1].sum()) - sum(r["charged"] for r in out)
     return out, baseline
 
 
-def _windows_with(windows: pd.DataFrame, kind: str) -> int:
-    if windows.empty:
-        return 0
-    return int(windows["faults"].fillna("").str.split(";").apply(lambda kinds: kind in kinds).sum())
+def by_step(tally) -> list[dict]:
+    """Rates per load step, with the users count the step shape recorded (steps.jsonl)."""
+    from oracle.tally import quantiles
 
-
-def _touched(faults: list[Fault]) -> int | None:
-    known = [f.touched for f in faults if f.touched is not None]
-    return sum(known) if known else None
-
-
-def by_step(turns: pd.DataFrame, steps: list[dict]) -> list[dict]:
-    """Rates per load step (from the turns' ``step``), with the users count from steps.jsonl."""
-    known = {int(s["step"]): s for s in steps}
     out = []
-    for step, sub in turns[turns["step"].notna()].groupby("step"):
-        info = known.get(int(step), {})
-        start = info.get("start", sub["sent"].min())
-        end = info.get("end", sub["done"].max())
-        ok = sub["ok"]
-        span = max(float(end) - float(start), 1e-9)
-        out.append({"step": int(step), "users": info.get("users"), "start": float(start), "end": float(end),
-                    "acked": int(ok.sum()), "throughput": float(ok.sum()) / span,
-                    "latency_p50": float(sub.loc[ok, "latency"].median()) if ok.any() else None,
-                    "probe_amnesia": wilson(sub["failed_probe"].sum(), sub["answered_probe"].sum()),
-                    "stored_loss": wilson((sub["lost"] & ok).sum(), ok.sum())})
+    for step in sorted(tally.steps):
+        s = tally.steps[step]
+        c = s["counts"]
+        span = max(float(s["end"]) - float(s["start"]), 1e-9)
+        out.append({"step": step, "users": s.get("users"), "start": s["start"], "end": s["end"],
+                    "acked": c["acked"], "throughput": c["acked"] / span,
+                    "latency_p50": quantiles(s["latency"], (0.5,))[0],
+                    "probe_amnesia": wilson(c["failed"], c["answered"]),
+                    "stored_loss": wilson(c["lost"], c["acked"])})
     return out

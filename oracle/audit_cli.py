@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 from oracle.history import JournalError
-from oracle.parallel import WorkerError
 from oracle.snapshot import SnapshotError
 from oracle.options import OptionError, add_gate_options, add_store_options, gates, store_options
 from oracle.store import StoreError
@@ -98,7 +97,7 @@ def render(summary: dict, run: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     run = Path(args.run)
-    from oracle.audit import audit_run  # after argument errors, which need no pandas
+    from oracle.audit import WorkerError, audit_run  # after argument errors, which need no pandas
     from oracle.verdict import headline
 
     try:

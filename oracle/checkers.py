@@ -89,17 +89,18 @@ def finding(cls: str, session: str | None, turn: int | None, time: float | None,
     return {"class": cls, "session": session, "turn": turn, "time": time, "evidence": evidence}
 
 
-def check_vanished(session: str, turns: list[Turn], raw: RawSession, ttl_in_use: bool) -> list[dict]:
-    """The whole session key is gone although the store acknowledged turns of it."""
+def check_vanished(session: str, turns: list[Turn], raw: RawSession, gone_class) -> list[dict]:
+    """The whole session key is gone although the store acknowledged turns of it; ``gone_class``
+    names the likely cause from the store's own evidence (evicted, expired or vanished)."""
     if raw.exists:
         return []
     ok = [t for t in turns if t.outcome == "ok"]
     if not ok:
         return []
     last = max(ok, key=lambda t: t.received or t.sent)
-    return [finding("expired" if ttl_in_use else "vanished", session, None, last.received or last.sent,
-                    key=raw.key, ok_turns=len(ok), last_ok_turn=last.turn, ttl_in_use=ttl_in_use,
-                    ok_turn_numbers=[t.turn for t in ok])]
+    cls = gone_class(last.received or last.sent)
+    return [finding(cls, session, None, last.received or last.sent, key=raw.key, ok_turns=len(ok),
+                    last_ok_turn=last.turn, ttl_in_use=cls == "expired", ok_turn_numbers=[t.turn for t in ok])]
 
 
 def check_lost(session: str, turns: list[Turn], raw: RawSession, v: StoredView) -> list[dict]:
@@ -119,14 +120,17 @@ def check_aborted(session: str, by_turn: dict[int, Turn], v: StoredView) -> list
 
 
 def check_crosstalk(session: str, v: StoredView, journal: dict[str, list[Turn]], key: str) -> list[dict]:
-    """A user entry in this session carries another session's token: the source is in the token."""
+    """A user entry in this session carries another session's token: the source is in the token.
+
+    ``journal`` holds the sessions judged alongside this one; a source outside it is looked up
+    once the whole journal is judged (``source_journaled`` None until then: oracle/rootcause.py)."""
     out = []
     for index, source, turn, text in v.foreign:
         source_turns = journal.get(source)
         source_turn = next((t for t in source_turns or () if t.turn == turn), None)
         out.append(finding("crosstalk", session, None, source_turn.sent if source_turn else None,
                            source_session=source, source_turn=turn, entry_index=index, key=key,
-                           source_journaled=source_turns is not None, excerpt=text[:120]))
+                           source_journaled=True if source_turns is not None else None, excerpt=text[:120]))
     return out
 
 
@@ -286,17 +290,16 @@ class SessionResult:
 
 
 def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Decoded,
-                  journal: dict[str, list[Turn]], ttl_in_use: bool = False) -> SessionResult:
+                  journal: dict[str, list[Turn]], gone_class=lambda last_ack: "vanished") -> SessionResult:
     """Every checker over one session, and the counts its row in sessions.csv needs.
 
-    Checkers that cannot fire are skipped (no foreign entries: no cross-talk; one copy of
-    each turn: no duplicates). Clean sessions of a Redis read never get here: oracle/clean.py
-    proves them clean a batch at a time.
+    Checkers that cannot fire are skipped (no foreign entries: no cross-talk; one copy of each
+    turn: no duplicates). Sessions oracle/clean.py proves clean never get here (``journal_stats``).
     """
     by_turn = {t.turn: t for t in turns}
     v = view(session, decoded, raw, by_turn)
     if not raw.exists:
-        findings = check_vanished(session, turns, raw, ttl_in_use)
+        findings = check_vanished(session, turns, raw, gone_class)
     else:
         findings = check_lost(session, turns, raw, v)
         findings += check_aborted(session, by_turn, v)
@@ -311,22 +314,29 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
         findings += unanswered
         if decoded.corrupt:
             findings += check_corrupt(session, by_turn, decoded, raw)
-    gone = bool(findings) and findings[0]["class"] in ("vanished", "expired")
+    gone = not raw.exists and bool(findings)
     lost_turns = [t.turn for t in turns if t.outcome == "ok" and
-                  (gone or (t.turn not in v.copies and t.turn not in v.corrupt_turns))]
-    return SessionResult(findings, session_stats(turns, v, raw, findings, len(lost_turns)), lost_turns)
+                  (gone or (raw.exists and t.turn not in v.copies and t.turn not in v.corrupt_turns))]
+    return SessionResult(findings, session_stats(turns, v.copies, v.corrupt_turns, findings, len(lost_turns),
+                                                 raw.exists), lost_turns)
 
 
-_CLASSES = ("lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished", "expired", "unanswered", "aborted")
+_CLASSES = ("lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished", "expired", "evicted",
+            "unanswered", "aborted")
 
 
-def session_stats(turns: list[Turn], v: StoredView, raw: RawSession, findings: list[dict], lost_turns: int) -> dict:
+def journal_stats(turns: list[Turn]) -> dict:
+    """The row of a session proven clean: every acknowledged turn stored once, nothing else."""
+    return session_stats(turns, {t.turn for t in turns if t.outcome == "ok"}, (), [], 0, True)
+
+
+def session_stats(turns: list[Turn], copies, corrupt_turns, findings: list[dict], lost_turns: int,
+                  exists: bool) -> dict:
     counts = dict.fromkeys(_CLASSES, 0)
     for f in findings:
         counts[f["class"]] += 1
     ok = fail = info = info_stored = probes = answered = failed = online = 0
     first_sent = last_received = None
-    copies, corrupt_turns = v.copies, v.corrupt_turns
     for t in turns:
         outcome = t.outcome
         if outcome == "ok":
@@ -353,9 +363,9 @@ def session_stats(turns: list[Turn], v: StoredView, raw: RawSession, findings: l
         "probes": probes, "probes_answered": answered, "probes_failed": failed,
         "lost": counts["lost"], "crosstalk": counts["crosstalk"], "reordered": counts["reordered"],
         "duplicated": counts["duplicated"], "corrupt": counts["corrupt"],
-        "vanished": counts["vanished"] + counts["expired"], "unanswered": counts["unanswered"],
+        "vanished": counts["vanished"] + counts["expired"] + counts["evicted"], "unanswered": counts["unanswered"],
         "anomalous": int(bool(findings) or failed > 0 or online > 0),
         "first_sent": first_sent, "last_received": last_received,
         "expired": counts["expired"], "aborted": counts["aborted"], "lost_turns": lost_turns,
-        "crosstalk_online": online, "exists": raw.exists,
+        "crosstalk_online": online, "exists": exists, "evicted": counts["evicted"],
     }

@@ -16,7 +16,7 @@ import operator
 from dataclasses import dataclass
 
 from oracle.decode import ASSISTANT, USER, Shape, decode_elements
-from oracle.history import Turn
+from contracts.journal import Turn
 from oracle.store import RawSession
 from contracts.tokens import SESSION_RE
 

@@ -106,28 +106,16 @@ def _dig(obj, parts):
 
 
 def decode_session(raw: RawSession, shape: Shape, elements: list | None = None) -> Decoded:
-    """Decode every entry (``elements``: what ``decode_elements`` already made of them, reused).
-
-    The loop is the exact path for anything the typed decoder does not fit."""
+    """Decode every entry: the exact path, one entry at a time. ``elements``: what the typed decoder
+    (``decode_elements``, run on whole batches by oracle/clean.py) already made of them, reused —
+    tests/test_oracle_fastpaths.py checks both give the same."""
     out = Decoded()
     if raw.type == "string":
         _decode_blob(raw.entries[0] if raw.entries else b"", shape, out)
         return out
-    if elements is None and shape.decoder is not None:
-        elements = decode_elements(raw.entries, shape)
     if elements is not None:
-        _from_elements(elements, shape, out)
+        _fill(out, [e.role for e in elements], list(map(shape.text_of, elements)), shape)
         return out
-    if shape.fast and _decode_clean_list(raw.entries, shape, out):
-        return out
-    roles = shape.roles
-    append = out.messages.append
-    add_user = out.users.append
-    fast = shape.fast
-    role_key = content_key = sub_key = None
-    if fast:
-        role_key, content_key = fast[0], fast[1]
-        sub_key = fast[2] if len(fast) == 3 else None
     for index, entry in enumerate(raw.entries):
         try:
             element = codec.loads(entry)
@@ -136,25 +124,13 @@ def decode_session(raw: RawSession, shape: Shape, elements: list | None = None) 
                 out.corrupt.append(_corrupt(index, why_undecodable(entry, str(exc)), entry))
                 continue
             element = entry  # already decoded (HTTP reader, user function)
-        if fast:
-            try:
-                role = element[role_key]
-                content = element[content_key] if sub_key is None else element[content_key][sub_key]
-                if type(role) is str and type(content) is str:
-                    role = roles.get(role, OTHER)
-                    append((index, role, content))
-                    if role == USER:
-                        add_user((index, content))
-                    continue
-            except (KeyError, TypeError, IndexError):
-                pass
         got = shape.message(element)
         if isinstance(got, str):
             out.corrupt.append(_corrupt(index, got, entry))
         else:
-            append((index, got[0], got[1]))
+            out.messages.append((index, got[0], got[1]))
             if got[0] == USER:
-                add_user((index, got[1]))
+                out.users.append((index, got[1]))
     return out
 
 
@@ -185,34 +161,11 @@ def decode_elements(entries: list, shape: Shape) -> list | None:
         return None
 
 
-def _from_elements(elements: list, shape: Shape, out: Decoded) -> None:
-    _fill(out, [e.role for e in elements], list(map(shape.text_of, elements)), shape)
-
-
 def _fill(out: Decoded, roles: list, texts: list, shape: Shape) -> None:
     """Messages and their user subset from parallel lists of role names and texts."""
     kinds = list(map(shape.roles.get, roles, [OTHER] * len(roles)))
     out.messages = list(zip(range(len(kinds)), kinds, texts))
     out.users = [(i, text) for i, kind, text in out.messages if kind == USER]
-
-
-def _decode_clean_list(entries: list, shape: Shape, out: Decoded) -> bool:
-    """Fast path for a shape msgspec cannot express: orjson parses the entries in a comprehension.
-
-    On the first entry that does not fit it returns False without touching ``out``, and the
-    exact per-entry loop decides.
-    """
-    try:
-        role_key, content_key, *sub = shape.fast
-        elements = list(map(codec.loads, entries))
-        roles = [e[role_key] for e in elements]
-        texts = [e[content_key] for e in elements] if not sub else [e[content_key][sub[0]] for e in elements]
-        if (set(map(type, roles)) | set(map(type, texts))) - {str}:
-            return False
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-        return False
-    _fill(out, roles, texts, shape)
-    return True
 
 
 def _decode_blob(blob, shape: Shape, out: Decoded) -> None:

@@ -41,6 +41,10 @@ def explain(f: dict) -> str:
                     "stored this session under a different key than the others.")
         if cls == "expired":
             return f"{head} Other keys in this store carry a TTL, so the most likely cause is key expiry."
+        if cls == "evicted":
+            return (f"{head} The store evicted keys after this session's last acknowledged turn (its evicted_keys "
+                    "counter grew): a Redis with maxmemory and an eviction policy dropped the history under memory "
+                    "pressure.")
         if e.get("bot_forgot"):
             return (f"{head} The bot also failed most recall probes, and no key of the store holds this run's "
                     "sessions: it does not keep the conversation in this store at all (memory in a process, "

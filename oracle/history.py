@@ -1,20 +1,24 @@
-"""The client-side history: the journal shards of a run folder, grouped by session.
+"""The client-side history: a run's journal, streamed session by session as conversations complete.
 
-The record is ``contracts.journal.Turn`` and the file reading is ``contracts.jsonl`` (one
-torn-last-line rule): a crash loses at most the line being written, which is skipped silently;
-every other malformed line is reported as ``file:line`` and skipped, and the rest of the journal
-is still audited. Jepsen's outcomes: ``ok`` (acknowledged), ``fail`` (definitely not applied),
-``info`` (indeterminate).
+Memory stays flat however long the run: a Locust user holds one conversation at a time, so a
+session is complete as soon as the same user starts its next one (records carry ``user``), or
+when its shard ends. Only conversations still open are held, as raw lines: the parent process
+reads just ``session`` and ``user`` of each line, and the process that judges a batch decodes
+the whole record (``decode_turns``). File reading and the torn-line rule are contracts.jsonl's;
+the record is contracts.journal's. Jepsen's outcomes: ``ok`` (acknowledged), ``fail``
+(definitely not applied), ``info`` (indeterminate).
 """
 from __future__ import annotations
 
-import operator
-from collections import defaultdict
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator, Optional
 
-from contracts.journal import Turn, decode_chunk, decode_line
-from contracts.jsonl import read_chunks
+import msgspec
+
+from contracts.journal import RecordError, Turn, decode_chunk, decode_line
+from contracts.jsonl import line_chunks, problem, torn
 from contracts.runfolder import RunFolder
 
 
@@ -22,49 +26,173 @@ class JournalError(Exception):
     """The run folder has no usable journal (nothing to audit)."""
 
 
+class _Key(msgspec.Struct):
+    """What the parent reads of a line: whose it is (the rest is decoded where it is judged)."""
+    session: str = ""
+    user: Optional[str] = None
+    run: Optional[str] = None
+
+
+_decode_key = msgspec.json.Decoder(_Key).decode
+
+
+class _Source(msgspec.Struct):
+    session: str = ""
+    turn: int = -1
+    sent: float = 0.0
+
+
+_decode_source = msgspec.json.Decoder(_Source).decode
+
+
+@dataclass(slots=True)
+class SessionLines:
+    """One completed session's journal lines, (line number, raw line), not decoded yet."""
+    shard: str
+    session: str
+    lines: list = field(default_factory=list)
+
+
+PARTITIONS = 16  # the audit's fixed shares of the users (oracle/judge.py): its output never depends on jobs
+
+
+def partition_of(key: str) -> int:
+    """The partition of a user id (or of a session id, for a record without a user)."""
+    return zlib.crc32(key.encode()) % PARTITIONS
+
+
 @dataclass
 class Journal:
-    run: str | None
-    sessions: dict[str, list[Turn]]
-    problems: list[str] = field(default_factory=list)
-    shards: list[Path] = field(default_factory=list)
-    lines: int = 0  # turns read
+    """A run's journal as a stream of completed sessions, and what reading it found."""
+    folder: RunFolder
+    problems: list = field(default_factory=list)  # [(partition, "file:line: ...")]
+    run: str | None = None
+    lines: int = 0
+    sessions: int = 0
+
+    @classmethod
+    def open(cls, run_dir: str | Path) -> "Journal":
+        folder = RunFolder(run_dir)
+        if not folder.path.is_dir():
+            raise JournalError(f"{folder.path} is not a run folder (no such directory)")
+        if not folder.shards():
+            raise JournalError(f"{folder.path} has no journal: expected {folder.journal}/*.jsonl "
+                               "(is this a run folder?)")
+        return cls(folder)
+
+    def completed(self, partitions: set[int] | None = None) -> Iterator[tuple[int, SessionLines]]:
+        """(partition, session) for every journaled session of ``partitions`` (all: None), once, as
+        soon as it is complete, shard by shard. A line that names no session counts in partition 0."""
+        for shard in self.folder.shards():
+            yield from self._shard(shard, partitions)
+
+    def _shard(self, shard: Path, partitions: set[int] | None) -> Iterator[tuple[int, SessionLines]]:
+        path = str(shard)
+        open_sessions: dict[str, tuple[int, SessionLines]] = {}
+        current: dict[str, str] = {}  # user -> the session it is holding
+        mine: dict[str, int | None] = {}  # user or session -> its partition when it is one of ours, else None
+        for before, lines, last_chunk in line_chunks(shard):
+            keys = _keys(lines)
+            for i, (raw, key) in enumerate(zip(lines, keys)):
+                if key is None:
+                    if raw.strip():
+                        self.lines += 1
+                        if (partitions is None or 0 in partitions) and not torn(raw, last_chunk and i == len(lines) - 1):
+                            self.problems.append((0, problem(path, before + i + 1, _why(raw), raw)))
+                    continue
+                self.lines += 1
+                owner = key.user if key.user is not None else key.session
+                p = mine.get(owner, -1)
+                if p == -1:
+                    p = partition_of(owner)
+                    p = mine[owner] = p if partitions is None or p in partitions else None
+                if p is None:
+                    continue
+                self.run = self.run or key.run
+                if key.user is not None:
+                    previous = current.get(key.user)
+                    if previous is not None and previous != key.session and previous in open_sessions:
+                        yield self._done(*open_sessions.pop(previous))
+                    current[key.user] = key.session
+                entry = open_sessions.get(key.session)
+                if entry is None:
+                    entry = open_sessions[key.session] = (p, SessionLines(path, key.session))
+                entry[1].lines.append((before + i + 1, raw))
+        for p, entry in open_sessions.values():
+            yield self._done(p, entry)
+
+    def _done(self, p: int, entry: SessionLines) -> tuple[int, SessionLines]:
+        self.sessions += 1
+        return p, entry
+
+    def sent_times(self, sessions: set[str]) -> dict[tuple[str, int], float]:
+        """(session, turn) -> send time of every journaled turn of ``sessions`` (a second, cheap pass)."""
+        out = {}
+        for shard in self.folder.shards():
+            for _, lines, _ in line_chunks(shard):
+                for raw in lines:
+                    try:
+                        t = _decode_source(raw)
+                    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+                        continue
+                    if t.session in sessions:
+                        out[(t.session, t.turn)] = t.sent
+        return out
 
 
-def load_journal(run_dir: str | Path) -> Journal:
-    """Every shard under ``run_dir/journal``; turns sorted by index within each session."""
-    folder = RunFolder(run_dir)
-    if not folder.path.is_dir():
-        raise JournalError(f"{folder.path} is not a run folder (no such directory)")
-    shards = folder.shards()
-    if not shards:
-        raise JournalError(f"{folder.path} has no journal: expected {folder.journal}/*.jsonl "
-                           "(is this a run folder?)")
-    sessions: dict[str, list[Turn]] = defaultdict(list)  # a plain dict again before it is handed out
+def _keys(lines: list[bytes]) -> list:
+    """Each line's key, None for a blank or unreadable line (one C call per line)."""
+    out = []
+    for raw in lines:
+        try:
+            key = _decode_key(raw)
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            key = None
+        out.append(key if key is not None and key.session else None)
+    return out
+
+
+def _why(raw: bytes) -> RecordError:
+    try:
+        decode_line(raw)
+    except RecordError as exc:
+        return exc
+    return RecordError("no session id")
+
+
+def decode_turns(entry: SessionLines) -> tuple[list[Turn], list[str]]:
+    """A completed session's turns, in turn order, each turn once; and the problems found."""
     problems: list[str] = []
-    run = None
-    for shard in shards:
-        for _, turns in read_chunks(shard, decode_chunk, decode_line, problems):
-            for turn in turns:
-                sessions[turn.session].append(turn)
-            if run is None:
-                run = next((t.run for t in turns if t.run), None)
+    turns = decode_chunk([raw for _, raw in entry.lines])
+    if turns is None:
+        turns = []
+        for number, raw in entry.lines:
+            try:
+                turns.append(decode_line(raw))
+            except RecordError as exc:
+                problems.append(problem(entry.shard, number, exc, raw))
+    turns.sort(key=lambda t: t.turn)
+    unique = []
+    for t in turns:
+        if unique and unique[-1].turn == t.turn:
+            problems.append(f"journal: session {entry.session} turn {t.turn} journaled twice; kept the first")
+            continue
+        unique.append(t)
+    return unique, problems
+
+
+def read_journal(run_dir: str | Path) -> tuple[dict[str, list[Turn]], list[str]]:
+    """The whole journal decoded, session -> turns, and the problems found: for scripts and small
+    runs (the audit streams instead, ``Journal.completed``)."""
+    journal = Journal.open(run_dir)
+    sessions, problems = {}, []
+    for _, entry in journal.completed():
+        turns, found = decode_turns(entry)
+        problems += found
+        if turns:
+            sessions[entry.session] = turns
+    problems = [text for _, text in journal.problems] + problems
     if not sessions:
-        detail = f"; first problem: {problems[0]}" if problems else ""
-        raise JournalError(f"{folder.journal} holds no valid journal records (in {len(shards)} shard(s)){detail}")
-    for session, turns in sessions.items():
-        numbers = [t.turn for t in turns]
-        if all(map(operator.lt, numbers, numbers[1:])):
-            continue  # already in order, no turn twice (the usual case): nothing to do
-        turns.sort(key=lambda t: t.turn)
-        seen: set[int] = set()
-        unique = []
-        for t in turns:
-            if t.turn in seen:
-                problems.append(f"journal: session {session} turn {t.turn} journaled twice; kept the first")
-                continue
-            seen.add(t.turn)
-            unique.append(t)
-        sessions[session] = unique
-    return Journal(run=run or folder.name, sessions=dict(sessions), problems=problems, shards=shards,
-                   lines=sum(len(turns) for turns in sessions.values()))
+        raise JournalError(f"{journal.folder.journal} holds no valid journal records"
+                           + (f"; first problem: {problems[0]}" if problems else ""))
+    return sessions, problems

@@ -16,7 +16,11 @@ import re
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import redis
+
+from contracts.jsonl import read_jsonl
+from contracts.runfolder import RunFolder
 
 from oracle.store import StoreError, StoreOptions
 from contracts.tokens import SESSION_RE
@@ -185,3 +189,72 @@ def _ago(epoch: float | None) -> str:
     if epoch is None:
         return "uptime unknown"
     return f"up {time.time() - epoch:,.0f} s"
+
+
+class SessionSet:
+    """The run's session ids in 8 bytes each (a goldfish id is 64 bits): which keys are this run's,
+    for a run of millions of sessions."""
+
+    def __init__(self):
+        self._parts: list[np.ndarray] = []
+        self._ids = np.zeros(0, np.uint64)
+        self._others: set[str] = set()  # ids that are not goldfish's (hand-written journals)
+
+    def update(self, sessions) -> None:
+        ids = []
+        for s in sessions:
+            if SESSION_RE.match(s):
+                ids.append(int(s[2:], 16))
+            else:
+                self._others.add(s)
+        if ids:
+            self._parts.append(np.array(ids, np.uint64))
+
+    def __contains__(self, session: str) -> bool:
+        if self._parts:
+            self._ids = np.unique(np.concatenate([self._ids, *self._parts]))
+            self._parts = []
+        if SESSION_RE.match(session):
+            value = np.uint64(int(session[2:], 16))
+            at = int(np.searchsorted(self._ids, value))
+            return at < len(self._ids) and self._ids[at] == value
+        return session in self._others
+
+    def keys(self, options: StoreOptions) -> "_Keys":
+        return _Keys(self, options.key_template)
+
+
+@dataclass
+class _Keys:
+    """``key in keys``: the key names a session of the run under the key template."""
+    sessions: SessionSet
+    template: str
+
+    def __contains__(self, key: str) -> bool:
+        prefix, _, suffix = self.template.partition("{session}")
+        if not (key.startswith(prefix) and key.endswith(suffix)) or len(key) < len(prefix) + len(suffix):
+            return False
+        return key[len(prefix):len(key) - len(suffix)] in self.sessions
+
+
+def store_evidence(reader, folder: RunFolder) -> dict:
+    """What a Redis store says before anything is judged: whether its keys carry TTLs, and when it
+    evicted keys (the run's telemetry samples, if any, then now). Empty for other readers."""
+    client = getattr(reader, "client", None)
+    if client is None:
+        return {}
+    info = _info(client)
+    try:
+        keyspace = client.info("keyspace").get(f"db{_own_db(client)}") or {}
+    except redis.RedisError:
+        keyspace = {}
+    evictions = []
+    if folder.telemetry.exists():
+        for record in read_jsonl(folder.telemetry, problems=[]):
+            redis_info = record.get("redis") or {}
+            if isinstance(record.get("time"), (int, float)) and isinstance(redis_info.get("evicted_keys"), int):
+                evictions.append((float(record["time"]), redis_info["evicted_keys"]))
+    evictions.append((time.time(), int(info.get("evicted_keys") or 0)))
+    if len(evictions) == 1 and not evictions[0][1]:
+        evictions = []  # never evicted anything
+    return {"ttl_in_use": bool(keyspace.get("expires")), "evictions": evictions}

@@ -1,56 +1,91 @@
-"""One root cause, one count: findings of different sessions that are one fault are linked.
+"""One root cause, one count: findings of different sessions that are one fault are linked, and
+every finding gets what only the whole run can tell.
 
 A turn the bot wrote under another session's key is one fault seen twice: ``lost`` (or a whole
-session ``vanished``) where it belongs and ``crosstalk`` where it landed. The checkers judge one
-session at a time and cannot see that, so this pass runs over all findings once the judging is
-done: it indexes where every other-session token was found, then gives each lost turn and
-vanished session whose turns sit under other sessions' keys the cause ``misroute``, the evidence
-of where they went, and an explanation that says so. Every finding keeps its class and evidence;
-its ``cause`` is what the verdict counts (oracle/verdict.py).
+session ``vanished``) where it belongs and ``crosstalk`` where it landed. The checkers judge a
+batch of sessions at a time and cannot see that, so this pass runs over all findings once the
+judging is done: it indexes where every other-session token was found, then gives each lost turn
+and gone session whose turns sit under other sessions' keys the cause ``misroute``, the evidence
+of where they went, and an explanation that says so. It also resolves cross-talk sources judged in
+another batch (is the source this run's? when was it sent?), adds the store's evidence about
+missing keys to gone sessions, explains every finding, and counts findings per window. Every
+finding keeps its class and evidence; its ``cause`` is what the verdict counts (oracle/verdict.py).
 
-Memory: the index holds one entry per cross-talk finding, never one per turn of the run.
+Memory: the indexes hold one entry per cross-talk or loss finding, never one per turn of the run.
 """
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts import codec
 from oracle.explain import explain
+from oracle.history import Journal
 
 MISROUTE = "misroute"
+GONE = ("vanished", "expired", "evicted")
 EXAMPLES = 5  # where a vanished session's turns went: this many shown
 
 
-def link(source: Path, target: Path) -> tuple[list[tuple], Counter, set]:
-    """Read raw findings from ``source``, write them linked and explained to ``target``.
+@dataclass
+class Linked:
+    causes: Counter = field(default_factory=Counter)      # findings per cause
+    misrouted: int = 0                                    # acknowledged turns written under another session
+    anomalies: Counter = field(default_factory=Counter)   # findings per window index (by evidence time)
+    crosstalk: Counter = field(default_factory=Counter)   # cross-talk findings per window index
+    classes: Counter = field(default_factory=Counter)     # findings per class
 
-    Returns (compact rows (class, cause, session, turn, time), counts per cause, the (session,
-    turn) pairs found under another session's key)."""
+
+def link(source: Path, target: Path, journal: Journal, window_s: float, missing_keys: dict | None) -> Linked:
+    """Read raw findings from ``source``; write them linked and explained to ``target``."""
     landed: dict[tuple[str, int], tuple[str, str, str]] = {}  # (source session, turn) -> (session, key, finding id)
     missing: set = set()  # (session, turn) of acknowledged turns its own key does not hold
-    with open(source, "rb") as fh:
-        for line in fh:
-            f = codec.loads(line)
-            e = f["evidence"]
-            if f["class"] == "crosstalk":
-                landed.setdefault((e["source_session"], e["source_turn"]), (f["session"], e.get("key"), f["id"]))
-            elif f["class"] == "lost":
-                missing.add((f["session"], f["turn"]))
-            elif f["class"] in ("vanished", "expired"):
-                missing.update((f["session"], turn) for turn in e.get("ok_turn_numbers") or ())
-    compact: list[tuple] = []
-    causes: Counter = Counter()
+    unresolved: set = set()  # cross-talk source sessions judged in another batch
+    for f in _findings(source):
+        e = f["evidence"]
+        if f["class"] == "crosstalk":
+            landed.setdefault((e["source_session"], e["source_turn"]), (f["session"], e.get("key"), f["id"]))
+            if e.get("source_journaled") is None:
+                unresolved.add(e["source_session"])
+        elif f["class"] == "lost":
+            missing.add((f["session"], f["turn"]))
+        elif f["class"] in GONE:
+            missing.update((f["session"], turn) for turn in e.get("ok_turn_numbers") or ())
+    sent = journal.sent_times(unresolved) if unresolved else {}
+    journaled = {session for session, _ in sent}
+    out = Linked()
     misrouted: set = set()
-    with open(source, "rb") as fh, open(target, "wb") as out:
-        for line in fh:
-            f = codec.loads(line)
+    with open(target, "wb") as fh:
+        for f in _findings(source):
+            e = f["evidence"]
+            if f["class"] == "crosstalk" and e.get("source_journaled") is None:
+                e["source_journaled"] = e["source_session"] in journaled
+                f["time"] = sent.get((e["source_session"], e["source_turn"]))
+            if f["class"] in GONE:
+                _key_evidence(f, missing_keys)
             f["cause"] = _cause(f, landed, missing, misrouted)
             f["explanation"] = explain(f)
-            out.write(codec.dumps_line(f))
-            compact.append((f["class"], f["cause"], f["session"], f["turn"], f["time"]))
-            causes[f["cause"]] += 1
-    return compact, causes, misrouted
+            fh.write(codec.dumps_line(f))
+            out.causes[f["cause"]] += 1
+            out.classes[f["class"]] += 1
+            if f["time"] is not None:
+                window = int(f["time"] // window_s)
+                out.anomalies[window] += 1
+                if f["class"] == "crosstalk":
+                    out.crosstalk[window] += 1
+    out.misrouted = len(misrouted)
+    return out
+
+
+def _findings(path: Path):
+    """The raw findings, numbered per class in file order (``lost-1``, ``lost-2``, ...)."""
+    ids: Counter = Counter()
+    with open(path, "rb") as fh:
+        for line in fh:
+            f = codec.loads(line)
+            ids[f["class"]] += 1
+            yield {"id": f"{f['class']}-{ids[f['class']]}", **f}
 
 
 def _cause(f: dict, landed: dict, missing: set, misrouted: set) -> str:
@@ -60,7 +95,7 @@ def _cause(f: dict, landed: dict, missing: set, misrouted: set) -> str:
         e["stored_under"] = {"session": victim, "key": key, "finding": finding}
         misrouted.add((session, f["turn"]))
         return MISROUTE
-    if cls in ("vanished", "expired"):
+    if cls in GONE:
         went = [(turn, landed[(session, turn)]) for turn in e.get("ok_turn_numbers") or () if (session, turn) in landed]
         if went:
             e["misrouted_turns"] = len(went)
@@ -72,3 +107,16 @@ def _cause(f: dict, landed: dict, missing: set, misrouted: set) -> str:
         e["missing_from_own_session"] = True
         return MISROUTE
     return cls
+
+
+def _key_evidence(f: dict, missing_keys: dict | None) -> None:
+    """What the store said about missing keys (oracle/keys.py), on each gone session it concerns."""
+    if not missing_keys:
+        return
+    elsewhere = (missing_keys.get("found_elsewhere") or {}).get(f["session"])
+    if elsewhere:
+        f["evidence"]["found_under"] = elsewhere
+    if missing_keys.get("restarted_at"):  # when exactly is in summary.information (a reading of the live server)
+        f["evidence"]["store_restarted"] = True
+    elif missing_keys.get("bot_forgot") and not elsewhere:
+        f["evidence"]["bot_forgot"] = True

@@ -18,7 +18,7 @@ from typing import Iterator, Optional
 import msgspec
 
 from contracts import codec
-from contracts.jsonl import JsonlError, read_jsonl
+from contracts.jsonl import JsonlError, line_chunks, read_jsonl
 from contracts.runfolder import RunFolder
 from oracle.store import RawSession, StoreOptions
 
@@ -84,49 +84,34 @@ def _utf8(data: bytes) -> bool:
         return False
 
 
-def part_name(k: int) -> str:
-    """The snapshot file of part ``k`` of a parallel read (part 0, or a serial read: sessions.jsonl)."""
-    return "sessions.jsonl" if k == 0 else f"sessions.{k}.jsonl"
-
-
-class SessionsFile:
-    """One file of session lines, appended a batch at a time."""
-
-    def __init__(self, path: Path):
-        self.file = open(path, "wb")
-        self.count = 0
-
-    def write_batch(self, raws: list[RawSession], decoded: list[bool] | None = None) -> None:
-        """``decoded[i]``: every entry of ``raws[i]`` is bytes that decoded as a message (valid JSON)."""
-        lines = [_json_line(r) if decoded and decoded[i] else None for i, r in enumerate(raws)]
-        lines = [line or _text_line(r) for line, r in zip(lines, raws)]
-        self.file.write(b"".join(lines))
-        self.count += len(raws)
-
-    def close(self) -> None:
-        self.file.close()
+def session_lines(raws: list[RawSession], decoded: list[bool] | None = None) -> bytes:
+    """The snapshot lines of a batch (``decoded[i]``: every entry of ``raws[i]`` is bytes that decoded
+    as a message, so it can be embedded as the JSON it is)."""
+    lines = [_json_line(r) if decoded and decoded[i] else None for i, r in enumerate(raws)]
+    return b"".join(line or _text_line(r) for line, r in zip(lines, raws))
 
 
 class SnapshotWriter:
-    """meta.json and foreign.jsonl; the session lines go to ``parts`` files (one per reading process)."""
+    """meta.json and foreign.jsonl; the sessions are written by the audit's partitions, one file each
+    (``RunFolder.snapshot_part``), in the order each judged them."""
 
-    def __init__(self, run_dir: Path, options: StoreOptions, expected: int, parts: int = 1):
-        self.dir = RunFolder(run_dir).store
+    def __init__(self, run_dir: Path, options: StoreOptions, evidence: dict, partitions: int):
+        folder = RunFolder(run_dir)
+        self.dir = folder.store
         self.dir.mkdir(parents=True, exist_ok=True)
-        for stale in self.dir.glob("sessions.*.jsonl"):  # parts of an earlier, wider read
+        for stale in self.dir.glob("sessions*.jsonl"):  # an earlier read's
             stale.unlink()
         self.meta = {
             "reader": options.name(), "url": options.where(), "key_template": options.key_template,
             "format": options.format, "direction": options.direction,
             "shape": {"role_field": options.role_field, "content_field": options.content_field,
                       "user_roles": list(options.user_roles), "assistant_roles": list(options.assistant_roles)},
-            "read_start": time.time(), "read_end": None, "complete": False,
-            "sessions_expected": expected, "sessions_read": 0, "foreign_keys": 0, "error": None,
-            "files": [part_name(k) for k in range(parts)],
+            "read_start": time.time(), "read_end": None, "complete": False, "sessions_read": 0,
+            "foreign_keys": 0, "error": None, "partitions": partitions,
+            "files": [folder.snapshot_part(p).name for p in range(partitions)], "evidence": evidence,
         }
         self.closed = False
         self._write_meta()
-        self.sessions = SessionsFile(self.dir / part_name(0)) if parts == 1 else None
         self.foreign_file = open(self.dir / "foreign.jsonl", "wb")
 
     def _write_meta(self) -> None:
@@ -134,24 +119,18 @@ class SnapshotWriter:
         tmp.write_text(codec.dumps_document(self.meta))
         tmp.replace(self.dir / "meta.json")
 
-    def part(self, k: int) -> SessionsFile:
-        """The file part ``k`` of a parallel read writes (opened by that part's process)."""
-        return SessionsFile(self.dir / part_name(k))
-
-    def write_batch(self, raws: list[RawSession], decoded: list[bool] | None = None) -> None:
-        self.sessions.write_batch(raws, decoded)
-        self.meta["sessions_read"] = self.sessions.count
-
     def write_foreign(self, record: dict) -> None:
         self.foreign_file.write(codec.dumps_line(record))
         self.meta["foreign_keys"] += 1
 
-    def close(self, complete: bool, error: str | None = None) -> None:
+    def close(self, complete: bool, sessions: int | None = None, error: str | None = None) -> None:
+        """``sessions``: how many were read (None: count the partitions' lines, after a failure)."""
         self.closed = True
-        if self.sessions is not None:
-            self.sessions.close()
         self.foreign_file.close()
-        self.meta.update(complete=complete, error=error, read_end=time.time())
+        if sessions is None:
+            sessions = sum(sum(1 for _ in open(self.dir / name, "rb")) for name in self.meta["files"]
+                           if (self.dir / name).exists())
+        self.meta.update(complete=complete, error=error, read_end=time.time(), sessions_read=sessions)
         self._write_meta()
 
 
@@ -199,7 +178,7 @@ class _Line(msgspec.Struct):
 _decode_line = msgspec.json.Decoder(_Line).decode
 
 
-def _snapshot_session(line: bytes) -> RawSession:
+def snapshot_session(line: bytes) -> RawSession:
     """One snapshot line as the live reader would have returned it; ValueError if unreadable."""
     try:
         r = _decode_line(line)
@@ -217,25 +196,25 @@ def _snapshot_session(line: bytes) -> RawSession:
         raise ValueError(f"not a snapshot session ({type(exc).__name__}: {exc})") from None
 
 
-def read_sessions(run_dir: Path, batch: int = 1000) -> Iterator[list[RawSession]]:
-    """The snapshot's sessions, in batches, as the live reader would have yielded them."""
-    store = RunFolder(run_dir).store
-    files = read_meta(run_dir).get("files") or [part_name(0)]
-    out: list[RawSession] = []
-    for name in files:
-        path = store / name
-        if not path.exists():
-            raise SnapshotError(f"{path} missing: the snapshot is incomplete; read the store again")
-        try:
-            for session in read_jsonl(path, _snapshot_session):
-                out.append(session)
-                if len(out) >= batch:
-                    yield out
-                    out = []
-        except JsonlError as exc:
-            raise SnapshotError(f"unreadable snapshot line: {exc}") from None
-    if out:
-        yield out
+def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
+    """(session, raw line) of one file of the snapshot (a partition's), in the order the audit wrote it."""
+    if not path.exists():
+        return
+    for before, lines, _ in line_chunks(path):
+        for i, raw in enumerate(lines):
+            if not raw.strip():
+                continue
+            try:
+                yield _decode_head(raw).session, raw
+            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+                raise SnapshotError(f"{path}:{before + i + 1}: unreadable snapshot line ({exc})") from None
+
+
+class _Head(msgspec.Struct):
+    session: str
+
+
+_decode_head = msgspec.json.Decoder(_Head).decode
 
 
 def read_foreign(run_dir: Path) -> Iterator[dict]:

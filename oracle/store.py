@@ -42,7 +42,7 @@ class StoreOptions:
     batch: int = 1000                         # sessions per pipeline round trip
     scan_foreign: bool = True                 # SCAN the namespace for keys no session owns
     timeout_s: float = 10.0
-    on_batch: Callable[[int, int], None] | None = None  # hook(batches done, sessions done), for tests
+    on_batch: Callable[[int, int], None] | None = None  # hook(partition, its sessions judged) per batch, for tests
 
     def key(self, session: str) -> str:
         return self.key_template.replace("{session}", session)

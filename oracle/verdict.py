@@ -39,6 +39,7 @@ GATES: tuple[Gate, ...] = (
     Gate("corrupt", "stored entries that do not decode", "stored entries"),
     Gate("vanished", "sessions whose whole history is gone", "sessions"),
     Gate("expired", "sessions whose key expired", "sessions"),
+    Gate("evicted", "sessions a full store evicted", "sessions"),
     Gate("unanswered", "turns stored without their reply", "acknowledged turns"),
     Gate("aborted", "refused turns stored anyway", "turns"),
     Gate("errors", "failed requests no fault was in force to explain", "turns no fault overlapped"),
@@ -245,6 +246,7 @@ CAUSES = {
     "corrupt": "stored entries that do not decode",
     "vanished": "sessions whose whole history is gone",
     "expired": "sessions whose key expired",
+    "evicted": "sessions a store under memory pressure evicted",
     "unanswered": "turns stored without their reply",
     "aborted": "refused turns stored anyway",
 }

@@ -95,7 +95,7 @@ def build_world(specs: list[list[TurnSpec]], start: float = 1_700_000_000.0, see
                     "received": None if spec.outcome == "info" and rng.random() < 0.5 else received,
                     "outcome": spec.outcome, "status": 200 if spec.outcome == "ok" else (None if spec.outcome == "fail" else 502),
                     "reply": reply, "error": None if spec.outcome == "ok" else spec.outcome,
-                    "verdict": verdict, "crosstalk": [], "step": 0, "user": "u1"})
+                    "verdict": verdict, "crosstalk": [], "step": 0, "user": f"u{si % 4}"})
                 if spec.kind == "probe" and size > 1:
                     world.records[-1]["kind"] = "probe"
                 entries = []
@@ -209,12 +209,14 @@ ANOMALY_KINDS = ("lost", "vanished", "unanswered", "duplicated", "crosstalk", "c
 # --- writing a run folder -------------------------------------------------------------------------
 
 def write_journal(run_dir: Path, records: list[dict], shards: int = 1, extra_lines: dict | None = None) -> None:
-    """Journal shards (records dealt round-robin); ``extra_lines`` {shard index: [raw lines]} appended."""
+    """Journal shards (sessions dealt round-robin); ``extra_lines`` {shard index: [raw lines]} appended."""
     journal = Path(run_dir) / "journal"
     journal.mkdir(parents=True, exist_ok=True)
     files = [open(journal / f"local-{i}.jsonl", "w") for i in range(shards)]
-    for i, record in enumerate(records):
-        files[i % shards].write(json.dumps(record) + "\n")
+    shard_of: dict = {}  # a session's turns are in one shard, as one Locust process writes them
+    for record in records:
+        shard = shard_of.setdefault(record.get("session"), len(shard_of) % shards)
+        files[shard].write(json.dumps(record) + "\n")
     for i, lines in (extra_lines or {}).items():
         for line in lines:
             files[i].write(line)
@@ -230,24 +232,33 @@ def raw_entries(world: World, session: str) -> list:
 
 
 def write_snapshot(run_dir: Path, world: World, entries_as_json: bool = False) -> None:
-    """A complete store/ snapshot of the world's stored histories, as a live read would write it
-    (``entries_as_json``: the entries that decode are embedded as JSON, as the live audit does)."""
+    """A complete store/ snapshot of the world's stored histories, as a live read would write it: one
+    file per partition of the audit (``entries_as_json``: the entries that decode are embedded as JSON)."""
+    from contracts.runfolder import RunFolder
     from oracle.clean import prove_clean
     from oracle.decode import Shape
-    from oracle.snapshot import SnapshotWriter
+    from oracle.history import PARTITIONS, partition_of
+    from oracle.snapshot import SnapshotWriter, session_lines
     from oracle.store import RawSession, StoreOptions
     opts = StoreOptions(url="redis://snapshot-only")
-    writer = SnapshotWriter(Path(run_dir), opts, len(world.order))
-    raws = []
+    folder = RunFolder(run_dir)
+    writer = SnapshotWriter(folder.path, opts, {"ttl_in_use": any(world.ttl.values())}, PARTITIONS)
+    users = {}
+    for r in world.records:
+        users.setdefault(r["session"], r.get("user") or r["session"])
+    by_partition: dict = {}
     for s in world.order:
         if s in world.gone:
-            raws.append(RawSession(s, opts.key(s), False, None, [], "none"))
+            raw = RawSession(s, opts.key(s), False, None, [], "none")
         else:
-            raws.append(RawSession(s, opts.key(s), True, world.ttl.get(s), raw_entries(world, s), "list"))
-    writer.write_batch(raws, prove_clean(raws, {}, Shape(opts)).decoded if entries_as_json else None)
+            raw = RawSession(s, opts.key(s), True, world.ttl.get(s), raw_entries(world, s), "list")
+        by_partition.setdefault(partition_of(users.get(s, s)), []).append(raw)
+    for p, raws in by_partition.items():
+        decoded = prove_clean(raws, {}, Shape(opts)).decoded if entries_as_json else None
+        folder.snapshot_part(p).write_bytes(session_lines(raws, decoded))
     for record in world.foreign:
         writer.write_foreign(record)
-    writer.close(True)
+    writer.close(True, len(world.order))
 
 
 def fill_redis(client, world: World, key_template: str = "message_store:{session}") -> None:

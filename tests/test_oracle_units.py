@@ -12,7 +12,7 @@ import pytest
 from conftest import free_port
 from oracle.audit import audit_run
 from oracle.decode import Shape, decode_session
-from oracle.history import load_journal
+from oracle.history import read_journal
 from oracle.metrics import wilson
 from oracle.store import RawSession, StoreOptions
 import support_oracle
@@ -25,19 +25,19 @@ def test_journal_garbage_is_reported_with_file_and_line_and_torn_last_line_is_si
     good = world.records[:5]
     write_journal(tmp_path, good, extra_lines={0: ["this is not json\n", '{"session": "gf00", "turn": 1}\n',
                                                    json.dumps(world.records[5]) + "\n", '{"run": "x", "sess']})
-    journal = load_journal(tmp_path)
+    sessions, problems = read_journal(tmp_path)
     shard = tmp_path / "journal" / "local-0.jsonl"
-    assert journal.problems[0].startswith(f"{shard}:6: not JSON") and "skipped: 'this is not json'" in journal.problems[0]
-    assert journal.problems[1].startswith(f"{shard}:7:") and "missing field 'outcome'" in journal.problems[1]
-    assert len(journal.problems) == 2  # the torn last line (line 9) is skipped silently
-    assert sum(len(t) for t in journal.sessions.values()) == 6
+    assert problems[0].startswith(f"{shard}:6: not JSON") and "skipped: 'this is not json'" in problems[0]
+    assert problems[1].startswith(f"{shard}:7:") and "missing field 'outcome'" in problems[1]
+    assert len(problems) == 2  # the torn last line (line 9) is skipped silently
+    assert sum(len(t) for t in sessions.values()) == 6
 
 
 def test_a_journal_of_only_garbage_is_a_clear_error(tmp_path):
     from oracle.history import JournalError
     write_journal(tmp_path, [], extra_lines={0: ["garbage\n", "more garbage\n"]})
     with pytest.raises(JournalError, match="no valid journal records.*local-0.jsonl:1"):
-        load_journal(tmp_path)
+        read_journal(tmp_path)
 
 
 def test_garbage_journal_lines_do_not_stop_the_audit(tmp_path):
@@ -183,24 +183,29 @@ def test_function_reader_with_str_entries_snapshots_them_as_text(tmp_path):
 
 def test_a_window_without_steps_jsonl_takes_its_turns_most_common_step_lowest_on_a_tie():
     import numpy as np
+    from collections import Counter
+    from oracle.tally import Tally
     from oracle.windows import window_table
     # window 0: steps 2, 2, 1 -> 2; window 1: steps 3, 1 (a tie) -> 1; window 2: no step known -> empty
     sent = np.array([0.1, 0.2, 0.3, 1.1, 1.2, 2.1])
-    turns = pd.DataFrame({"sent": sent, "received": sent + 0.05, "done": sent + 0.05, "latency": 0.05,
-                          "ok": True, "error": False, "answered_probe": False, "failed_probe": False, "lost": False,
-                          "online_crosstalk": False, "step": [2, 2, 1, 3, 1, np.nan]})
-    no_findings = pd.DataFrame(columns=["class", "session", "turn", "time"])
-    assert window_table(turns, no_findings, [], [], 1.0)["step"].tolist() == [2, 1, pd.NA]
+    n = len(sent)
+    no = np.zeros(n, bool)
+    tally = Tally(1.0)
+    tally.add_turns({"sent": sent, "done": sent + 0.05, "latency": np.full(n, 0.05), "ok": ~no, "error": no,
+                     "answered": no, "failed": no, "lost": no, "anomalous": no, "online": no,
+                     "step": np.array([2, 2, 1, 3, 1, np.nan])}, np.zeros((n, 0), bool), np.zeros(n, int), ~no)
+    assert window_table(tally.windows, 1.0, [], [], Counter(), Counter())["step"].tolist() == [2, 1, pd.NA]
     steps = [{"step": 7, "start": 1.0, "end": 2.0}]
-    assert window_table(turns, no_findings, [], steps, 1.0)["step"].tolist() == [2, 7, pd.NA]
+    table = window_table(tally.windows, 1.0, [], steps, Counter(), Counter())
+    assert table["step"].tolist() == [2, 7, pd.NA] and table["acked"].tolist() == [3, 2, 1]
+    assert table["latency_p50"].tolist() == pytest.approx([0.05] * 3, rel=0.05)  # a 5% histogram
 
 
 def test_an_unknown_outcome_is_reported_by_line_and_the_rest_of_its_chunk_is_kept(tmp_path):
     world = build_world(simple_specs(2))
     bad = dict(world.records[1], outcome="maybe")
     write_journal(tmp_path, [world.records[0], bad, *world.records[2:]])
-    journal = load_journal(tmp_path)
-    (problem,) = journal.problems
+    sessions, (problem,) = read_journal(tmp_path)
     assert ":2: outcome 'maybe' is not one of ok/fail/info; skipped: " in problem
-    assert sum(len(t) for t in journal.sessions.values()) == len(world.records) - 1
-    assert {t.outcome for ts in journal.sessions.values() for t in ts} <= {"ok", "fail", "info"}
+    assert sum(len(t) for t in sessions.values()) == len(world.records) - 1
+    assert {t.outcome for ts in sessions.values() for t in ts} <= {"ok", "fail", "info"}

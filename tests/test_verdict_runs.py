@@ -170,7 +170,7 @@ def test_a_wrong_key_template_stops_with_exit_2_naming_the_template_and_the_keys
     stack = refbot_stack(replicas=1, mode="correct", think_ms=0, jitter_ms=5)
     run = run_locust(stack.url, tmp_path / "run", "--store-url", stack.state["store_url"],
                      "--key-template", "chat:{session}:history", "--script", quick_script(tmp_path),
-                     "--settle", "0.5", users=3, time_s="2s", timeout=180)
+                     "--settle", "0.5", users=3, time_s="4s", timeout=180)
     assert run.returncode == 2, run.output[-3000:]
     assert "'chat:{session}:history'" in run.output and "message_store:gf" in run.output
     assert "try --key-template 'message_store:{session}'" in run.output

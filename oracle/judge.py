@@ -1,0 +1,293 @@
+"""Judging the sessions of some partitions of the journal, in one process.
+
+The journal is streamed; the lines of these partitions' sessions are held until each conversation
+completes (oracle/history.py), then judged a batch at a time: decode the turns, read what the
+store holds (or the snapshot's copy), snapshot it, run the checkers, tally, and write the
+partition's findings, session rows and snapshot lines to its own files.
+
+A partition is a fixed share of the Locust users (a hash of the user id, or of the session id
+for a record without one), so a conversation stays in one partition and the audit's output does
+not depend on how many processes judged it: ``audit_run`` runs ``judge_partitions`` over all
+partitions in its own process (``jobs=1``) or splits them over a process pool, then concatenates
+the partitions' files in order. Nothing is kept between batches: memory is set by the batch size
+and the conversations still open.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from contracts import codec
+from contracts.journal import Turn, decode_chunk
+from contracts.runfolder import RunFolder
+from oracle.attribution import first_fault_after, overlapping
+from oracle.checkers import check_session
+from oracle.clean import prove_clean
+from oracle.decode import Shape, decode_session
+from oracle.history import Journal, SessionLines, decode_turns
+from oracle.snapshot import session_lines, snapshot_lines, snapshot_session
+from oracle.store import StoreOptions, make_reader
+from oracle.tables import SESSION_COLUMNS, STORE_COLUMNS
+from oracle.tally import Tally
+
+GONE_SAMPLE = 20
+_COLUMNS = operator.attrgetter("sent", "received", "outcome", "kind", "verdict", "crosstalk", "step", "error")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An effective fault's interval, as the tally needs it (an unrecovered one lasts forever)."""
+    kind: int
+    start: float
+    end: float
+
+
+@dataclass
+class Evidence:
+    """What the store says about missing keys before any session is judged: its keys carry TTLs (so a
+    gone key most likely expired), and when it evicted keys (so a gone key may have been evicted)."""
+    ttl_in_use: bool = False
+    evictions: list = field(default_factory=list)  # [(time, evicted_keys counter)] ascending, the last at the audit
+
+    def gone_class(self, last_ack: float) -> str:
+        """``evicted`` when the store evicted keys after the session's last acknowledged turn,
+        else ``expired`` when keys carry TTLs, else ``vanished``."""
+        before = [count for when, count in self.evictions if when <= last_ack]
+        if self.evictions and self.evictions[-1][1] > (before[-1] if before else 0):
+            return "evicted"
+        return "expired" if self.ttl_in_use else "vanished"
+
+
+@dataclass
+class Context:
+    run_dir: Path
+    store: StoreOptions          # how to read (live), or how the snapshot was read
+    live: bool
+    evidence: Evidence
+    kinds: tuple                 # fault kinds, in tally order
+    faults: list                 # [Fault]: effective faults
+    window_s: float
+    recovery_s: float
+
+
+@dataclass
+class PartitionResult:
+    partition: int
+    tally: Tally
+    sessions: int = 0            # judged
+    ok_sessions: int = 0         # with an acknowledged turn
+    gone: list = field(default_factory=list)  # a sample of sessions whose key is gone
+    gone_count: int = 0
+    entries: int = 0             # stored entries read (a JSON blob counts as one)
+    problems: list = field(default_factory=list)
+    run: str | None = None
+
+
+def judge_partitions(context: Context, partitions: list[int]) -> list[PartitionResult]:
+    """Judge every session of ``partitions``; their files are written, their counts returned."""
+    shape = Shape(context.store)
+    reader = make_reader(context.store) if context.live else None
+    journal = Journal.open(context.run_dir)
+    parts = {p: _Partition(p, context, shape, reader) for p in partitions}
+    try:
+        for p, entry in journal.completed(set(partitions)):
+            parts[p].add(entry)
+        for part in parts.values():
+            part.flush()
+    finally:
+        for part in parts.values():
+            part.close()
+    for part in parts.values():  # unreadable lines first, as they come in the journal
+        part.result.problems[:0] = [text for p, text in journal.problems if p == part.result.partition]
+    for part in parts.values():
+        part.result.run = journal.run
+    return [parts[p].result for p in partitions]
+
+
+class _Partition:
+    """One partition's pending batch and its open output files."""
+
+    def __init__(self, p: int, ctx: Context, shape: Shape, reader):
+        self.ctx, self.shape, self.reader = ctx, shape, reader
+        self.result = PartitionResult(p, Tally(ctx.window_s, ctx.kinds))
+        folder = RunFolder(ctx.run_dir)
+        self.pending: list[SessionLines] = []
+        self.findings = open(folder.audit_part(p, "anomalies.raw"), "wb")
+        self.rows = open(folder.audit_part(p, "sessions.csv"), "wb")
+        self.snapshot = open(folder.snapshot_part(p), "wb") if ctx.live else None
+        self.stored = None if ctx.live else _Lockstep(folder, p)
+
+    def add(self, entry: SessionLines) -> None:
+        self.pending.append(entry)
+        if len(self.pending) >= self.ctx.store.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        entries, self.pending = self.pending, []
+        turns_by = self._turns(entries)
+        if self.ctx.live:
+            raws = list(chain.from_iterable(self.reader.read(list(turns_by))))
+        else:
+            raws = [snapshot_session(line) for line in self.stored.lines([e.session for e in entries])]
+            raws = [r for r in raws if r.session in turns_by]
+        proof = prove_clean(raws, turns_by, self.shape)
+        if self.snapshot is not None:
+            self.snapshot.write(session_lines(raws, proof.decoded))
+        self._judge(raws, proof, turns_by)
+        if self.ctx.store.on_batch is not None:  # a test's hook
+            self.ctx.store.on_batch(self.result.partition, self.result.sessions)
+
+    def _turns(self, entries: list[SessionLines]) -> dict[str, list[Turn]]:
+        """Each session's turns: the batch's lines decoded in one pass when they are all well formed."""
+        turns_by: dict[str, list[Turn]] = {}
+        decoded = decode_chunk([raw for e in entries for _, raw in e.lines])
+        at = 0
+        for e in entries:
+            if decoded is not None:
+                turns, problems = decoded[at:at + len(e.lines)], []
+                at += len(e.lines)
+                turns.sort(key=lambda t: t.turn)
+                if any(a.turn == b.turn for a, b in zip(turns, turns[1:])):
+                    turns, problems = decode_turns(e)
+            else:
+                turns, problems = decode_turns(e)
+            self.result.problems += problems
+            if turns:
+                turns_by[e.session] = turns
+        return turns_by
+
+    def _judge(self, raws, proof, turns_by: dict[str, list[Turn]]) -> None:
+        ctx, r = self.ctx, self.result
+        judged, dirty = [], {}
+        for raw, clean, elements in zip(raws, proof.clean, proof.elements):
+            turns = turns_by[raw.session]
+            r.entries += len(raw.entries)
+            lost = anomalous = ()
+            if not clean:
+                found = check_session(raw.session, turns, raw, decode_session(raw, self.shape, elements), turns_by,
+                                      ctx.evidence.gone_class)
+                for f in found.findings:
+                    self.findings.write(codec.dumps_line(f))
+                dirty[raw.session] = found.stats
+                lost = set(found.lost_turns)
+                anomalous = lost | {f["turn"] for f in found.findings if f["turn"] is not None}
+                if not raw.exists and found.findings:
+                    r.gone_count += 1
+                    if len(r.gone) < GONE_SAMPLE:
+                        r.gone.append(raw.session)
+            judged.append((raw.session, turns, lost, anomalous))
+        missing = set(turns_by) - {raw.session for raw in raws}
+        r.problems += [f"session {s} is journaled but not in the stored reads; not judged" for s in sorted(missing)]
+        if judged:
+            self._tally(judged, dirty)
+
+    def _tally(self, judged: list, dirty: dict) -> None:
+        """Per-turn columns of the batch, once: the tally, and the journal's columns of the sessions' rows."""
+        ctx, r = self.ctx, self.result
+        turns = [t for _, ts, _, _ in judged for t in ts]
+        index = np.repeat(np.arange(len(judged)), [len(ts) for _, ts, _, _ in judged])
+        sent, received, outcome, kind, verdict, crosstalk, step, error = zip(*map(_COLUMNS, turns))
+        sent, received = np.array(sent, float), np.array(received, float)  # None -> NaN
+        outcome, verdict = np.array(outcome), np.array(verdict, dtype=object)
+        ok, fail = outcome == "ok", outcome == "fail"
+        probe = np.array(kind) == "probe"
+        failed = ok & (verdict == "amnesia")
+        answered = ok & ((verdict == "pass") | failed)
+        interrupted = np.zeros(len(turns), bool)
+        for i in np.flatnonzero(~ok).tolist():  # a turn the stop cut short is no failed request
+            interrupted[i] = isinstance(error[i], str) and error[i].startswith("interrupted")
+        lost, anomalous = np.zeros(len(turns), bool), np.zeros(len(turns), bool)
+        at = 0
+        for _, ts, ls, an in judged:  # only judged sessions that were not proven clean have any
+            if ls or an:
+                numbers = [t.turn for t in ts]
+                lost[at:at + len(ts)] = [n in ls for n in numbers]
+                anomalous[at:at + len(ts)] = [n in an for n in numbers]
+            at += len(ts)
+        done = np.where(np.isnan(received), sent, received)
+        error = ~ok & ~interrupted
+        arrays = {"sent": sent, "done": done, "ok": ok, "error": error, "answered": answered, "failed": failed,
+                  "online": np.fromiter(map(bool, crosstalk), bool, len(turns)), "lost": lost, "anomalous": anomalous,
+                  "step": _numbers(step),
+                  "latency": received - sent}
+        margins = [(f.start, f.end + ctx.recovery_s) for f in ctx.faults]
+        during = np.zeros((len(turns), len(ctx.kinds)), bool)
+        for f, (start, end) in zip(ctx.faults, margins):
+            during[:, f.kind] |= (sent >= start) & (sent < end)
+        r.tally.add_turns(arrays, during, first_fault_after(ok, done, ctx.faults, len(ctx.kinds)),
+                          ~overlapping(sent, done, margins))
+        rows = _rows(judged, index, arrays, fail, probe)
+        for i, session in enumerate(rows["session"]):
+            if session in dirty:
+                for column in (*STORE_COLUMNS, "exists", "anomalous"):
+                    rows.at[i, column] = dirty[session][column]
+        r.sessions += len(judged)
+        r.ok_sessions += int((rows["ok"] > 0).sum())
+        r.tally.totals.update({
+            "turns": len(turns), "ok": int(ok.sum()), "fail": int(fail.sum()), "info": int((outcome == "info").sum()),
+            "errors": int(error.sum()), "interrupted": int(interrupted.sum()), "answered": int(answered.sum()),
+            "failed_probes": int(failed.sum()), "sessions": len(judged),
+            "anomalous_sessions": int(rows["anomalous"].sum()), "info_stored": int(rows["info_stored"].sum()),
+            "crosstalk_sessions": int(((rows["crosstalk"] + rows["crosstalk_online"]) > 0).sum()),
+            "lost_turns": int(rows["lost_turns"].sum())})
+        rows.to_csv(self.rows, header=False, index=False)
+
+    def close(self) -> None:
+        for fh in (self.findings, self.rows, self.snapshot):
+            if fh is not None:
+                fh.close()
+
+
+def _numbers(values: tuple) -> np.ndarray:
+    """Floats, NaN for None and for anything that is not a number (a step is a label)."""
+    try:
+        return np.array(values, float)
+    except (TypeError, ValueError):
+        return np.array([v if type(v) in (int, float) else None for v in values], float)
+
+
+def _rows(judged: list, index: np.ndarray, a: dict, fail: np.ndarray, probe: np.ndarray) -> pd.DataFrame:
+    """sessions.csv rows of a batch: journal columns summed per session; store columns 0 (proven clean)."""
+    n = len(judged)
+
+    def total(mask) -> np.ndarray:
+        return np.bincount(index, weights=mask, minlength=n).astype(np.int64)
+
+    starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
+    rows = pd.DataFrame({
+        "session": [s for s, _, _, _ in judged], "turns": np.bincount(index, minlength=n),
+        "ok": total(a["ok"]), "fail": total(fail), "info": total(~a["ok"] & ~fail), "info_stored": 0,
+        "probes": total(probe), "probes_answered": total(a["answered"]), "probes_failed": total(a["failed"]),
+        "first_sent": np.minimum.reduceat(a["sent"], starts),
+        "last_received": np.fmax.reduceat(a["sent"] + a["latency"], starts),
+        "crosstalk_online": total(a["online"]), "exists": True,
+    })
+    for column in STORE_COLUMNS:
+        rows[column] = 0
+    rows["anomalous"] = ((rows["probes_failed"] > 0) | (rows["crosstalk_online"] > 0)).astype(np.int64)
+    return rows[SESSION_COLUMNS]
+
+
+class _Lockstep:
+    """A re-audit's snapshot lines of one partition, read in the order the live audit judged them (so
+    the lines read ahead stay few; a session missing from the snapshot costs reading the rest)."""
+
+    def __init__(self, folder: RunFolder, p: int):
+        self.lines_of = snapshot_lines(folder.path, folder.snapshot_part(p))
+        self.ahead: dict[str, bytes] = {}
+
+    def lines(self, sessions: list[str]) -> list[bytes]:
+        need = {s for s in sessions if s not in self.ahead}
+        for session, raw in self.lines_of if need else ():
+            self.ahead[session] = raw
+            need.discard(session)
+            if not need:
+                break
+        return [self.ahead.pop(s) for s in sessions if s in self.ahead]

@@ -1,0 +1,173 @@
+"""What the audit counts, as sums that add up across batches of sessions: memory set by the run's
+duration (one row per window) and its faults and steps, never by how many turns it had.
+
+Each batch of judged sessions is tallied where it was judged (``Tally.add``); the audit adds the
+tallies (``Tally.merge``) and turns the total into windows.csv and the summary's counts. Latency
+quantiles come from a log-spaced histogram (bins 5% apart), the price of not keeping every
+turn's latency (a day at 5 s windows is 27 MB of histograms).
+
+Windows are aligned to multiples of ``window_s`` since the epoch; a turn counts where it
+completed (``done``: received, or sent when nothing came back). Fault rates count turns *sent*
+while a kind of fault was in force (plus the recovery margin); the loss of an acknowledged turn
+is charged to the first fault in force at or after its acknowledgement (oracle/attribution.py
+turns these counts into rates and tests).
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+LATENCY_MIN, LATENCY_RATIO, LATENCY_BINS = 1e-4, 1.05, 400  # 0.1 ms .. ~8 hours, bins 5% apart
+# per-window columns, in this order
+WINDOW_COUNTS = ("acked", "errors", "probes", "probes_failed", "lost", "crosstalk")
+# per fault kind (and the quiet baseline): turns sent while it was in force
+DURING = ("turns", "ok", "answered", "failed", "lost", "anomalous")
+
+
+def latency_bins(latency: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bins = np.floor(np.log(np.maximum(latency, LATENCY_MIN) / LATENCY_MIN) / math.log(LATENCY_RATIO))
+    return np.clip(np.nan_to_num(bins), 0, LATENCY_BINS - 1).astype(np.int64)
+
+
+def quantiles(hist: np.ndarray, qs=(0.5, 0.95, 0.99)) -> list[float | None]:
+    """Quantiles of a latency histogram (the bin's geometric middle), None when it is empty."""
+    total = hist.sum()
+    if total == 0:
+        return [None] * len(qs)
+    cumulative = np.cumsum(hist)
+    out = []
+    for q in qs:
+        b = int(np.searchsorted(cumulative, q * total, side="left"))
+        out.append(float(LATENCY_MIN * LATENCY_RATIO ** (b + 0.5)))
+    return out
+
+
+@dataclass
+class Windows:
+    """Dense per-window rows from ``start`` (a window index) on: counts and a latency histogram."""
+    start: int | None = None
+    counts: np.ndarray = field(default_factory=lambda: np.zeros((0, len(WINDOW_COUNTS)), np.int64))
+    latency: np.ndarray = field(default_factory=lambda: np.zeros((0, LATENCY_BINS), np.int32))
+    steps: Counter = field(default_factory=Counter)  # (window, step) -> turns
+
+    def _cover(self, lo: int, hi: int) -> None:
+        if self.start is None:
+            self.start = lo
+        if lo < self.start:
+            pad = self.start - lo
+            self.counts = np.vstack([np.zeros((pad, self.counts.shape[1]), np.int64), self.counts])
+            self.latency = np.vstack([np.zeros((pad, LATENCY_BINS), np.int32), self.latency])
+            self.start = lo
+        need = hi - self.start + 1 - len(self.counts)
+        if need > 0:
+            self.counts = np.vstack([self.counts, np.zeros((need, self.counts.shape[1]), np.int64)])
+            self.latency = np.vstack([self.latency, np.zeros((need, LATENCY_BINS), np.int32)])
+
+    def add(self, index: np.ndarray, columns: list[np.ndarray], latency_index: np.ndarray,
+            latency_bin: np.ndarray, steps: np.ndarray) -> None:
+        if len(index) == 0:
+            return
+        self._cover(int(index.min()), int(index.max()))
+        rows = index - self.start
+        n = len(self.counts)
+        for c, values in enumerate(columns):
+            self.counts[:, c] += np.bincount(rows, weights=values, minlength=n).astype(np.int64)[:n]
+        if len(latency_index):
+            np.add.at(self.latency, (latency_index - self.start, latency_bin), 1)
+        known = ~np.isnan(steps)
+        self.steps.update(zip(index[known].tolist(), steps[known].astype(int).tolist()))
+
+    def merge(self, other: "Windows") -> None:
+        if other.start is None:
+            return
+        self._cover(other.start, other.start + len(other.counts) - 1)
+        at = other.start - self.start
+        self.counts[at:at + len(other.counts)] += other.counts
+        self.latency[at:at + len(other.latency)] += other.latency
+        self.steps.update(other.steps)
+
+
+@dataclass
+class Tally:
+    """Everything the audit sums over turns and sessions (see the module docstring)."""
+    window_s: float
+    kinds: tuple = ()              # fault kinds, in the order of the ``during`` and ``exposure`` rows
+    totals: Counter = field(default_factory=Counter)
+    windows: Windows = field(default_factory=Windows)
+    latency: np.ndarray = field(default_factory=lambda: np.zeros(LATENCY_BINS, np.int64))
+    during: np.ndarray | None = None     # (kinds + baseline, DURING)
+    exposure: np.ndarray | None = None   # (kinds + quiet, [ok acknowledged before it, of them lost])
+    steps: dict = field(default_factory=dict)  # step -> {"counts": Counter, "latency": hist, "start", "end"}
+    first_sent: float | None = None
+    last_done: float | None = None
+    first_ack: float | None = None
+
+    def __post_init__(self):
+        k = len(self.kinds) + 1
+        if self.during is None:
+            self.during = np.zeros((k, len(DURING)), np.int64)
+        if self.exposure is None:
+            self.exposure = np.zeros((k, 2), np.int64)
+
+    def add_turns(self, t: dict, during: np.ndarray, exposure: np.ndarray, quiet: np.ndarray) -> None:
+        """One batch's turns as parallel arrays (``t``: sent, done, ok, error, answered, failed,
+        online, lost, anomalous, step, latency), with which fault kinds each was sent under
+        (``during``: bool (turns, kinds)), the kind of the first fault after each ack
+        (``exposure``: index, len(kinds) for none) and whether no fault overlapped it (``quiet``)."""
+        ok, lost = t["ok"], t["lost"] & t["ok"]
+        n = len(ok)
+        if n == 0:
+            return
+        self.first_sent = _min(self.first_sent, float(t["sent"].min()))
+        self.last_done = _max(self.last_done, float(t["done"].max()))
+        if ok.any():
+            self.first_ack = _min(self.first_ack, float(t["done"][ok].min()))
+        w = np.floor(t["done"] / self.window_s).astype(np.int64)
+        columns = [ok, t["error"], t["answered"], t["failed"], lost, t["online"]]
+        lat = latency_bins(t["latency"][ok])
+        self.windows.add(w, [c.astype(np.float64) for c in columns], w[ok], lat, t["step"])
+        np.add.at(self.latency, lat, 1)
+        values = np.stack([np.ones(n, bool), ok, t["answered"], t["failed"], lost, t["anomalous"]], axis=1)
+        for k in range(len(self.kinds)):
+            self.during[k] += values[during[:, k]].sum(axis=0)
+        self.during[-1] += values[~during.any(axis=1)].sum(axis=0)
+        self.exposure[:, 0] += np.bincount(exposure[ok], minlength=len(self.kinds) + 1)
+        self.exposure[:, 1] += np.bincount(exposure[lost], minlength=len(self.kinds) + 1)
+        self.totals.update({"errors_quiet": int((t["error"] & quiet).sum()), "turns_quiet": int(quiet.sum())})
+        for step in np.unique(t["step"][~np.isnan(t["step"])]).tolist():
+            mask = t["step"] == step
+            s = self.steps.setdefault(int(step), {"counts": Counter(), "latency": np.zeros(LATENCY_BINS, np.int64),
+                                                  "start": None, "end": None})
+            s["counts"].update({"acked": int(ok[mask].sum()), "answered": int(t["answered"][mask].sum()),
+                                "failed": int(t["failed"][mask].sum()), "lost": int(lost[mask].sum())})
+            np.add.at(s["latency"], latency_bins(t["latency"][mask & ok]), 1)
+            s["start"] = _min(s["start"], float(t["sent"][mask].min()))
+            s["end"] = _max(s["end"], float(t["done"][mask].max()))
+
+    def merge(self, other: "Tally") -> None:
+        self.totals.update(other.totals)
+        self.windows.merge(other.windows)
+        self.latency += other.latency
+        self.during += other.during
+        self.exposure += other.exposure
+        for step, s in other.steps.items():
+            mine = self.steps.setdefault(step, {"counts": Counter(), "latency": np.zeros(LATENCY_BINS, np.int64),
+                                                "start": None, "end": None})
+            mine["counts"].update(s["counts"])
+            mine["latency"] += s["latency"]
+            mine["start"], mine["end"] = _min(mine["start"], s["start"]), _max(mine["end"], s["end"])
+        self.first_sent = _min(self.first_sent, other.first_sent)
+        self.last_done = _max(self.last_done, other.last_done)
+        self.first_ack = _min(self.first_ack, other.first_ack)
+
+
+def _min(a, b):
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _max(a, b):
+    return b if a is None else a if b is None else max(a, b)
