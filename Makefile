@@ -4,8 +4,12 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 MODE ?= correct
+# The Locust tests, run again on the oldest Locust and geventhttpclient pyproject.toml allows.
+OLDEST_VENV ?= .venv-locust-oldest
+LOCUST_TESTS ?= tests/test_locust_wire.py tests/test_locust_units.py tests/test_locust_runs.py \
+	tests/test_locust_distributed.py tests/test_extras.py
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test test-locust-oldest bench clean
 
 # scripts/setup.sh's levels: core (your own bot), stack (+ the reference stack), full (+ test tooling)
 setup: $(VENV)/.goldfish-core
@@ -26,8 +30,17 @@ $(VENV)/.goldfish-full: pyproject.toml scripts/setup.sh
 demo: $(VENV)/.goldfish-stack
 	MODE=$(MODE) VENV=$(VENV) bash scripts/demo.sh
 
+# CI runs `make test test-locust-oldest`: the suite on the newest Locust the pin allows, then the
+# Locust tests on its lower bounds, in a second venv with only the core install.
 test: $(VENV)/.goldfish-full
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+test-locust-oldest:
+	[ -x $(OLDEST_VENV)/bin/python ] || python3 -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install -q -e . pytest pytest-timeout \
+		$$(python3 scripts/lower_bounds.py locust geventhttpclient)
+	$(OLDEST_VENV)/bin/python -m pip list 2>/dev/null | grep -E '^(locust|geventhttpclient|gevent) '
+	$(OLDEST_VENV)/bin/python -m pytest $(LOCUST_TESTS) $(PYTEST_ARGS)
 
 bench: $(VENV)/.goldfish-stack
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
