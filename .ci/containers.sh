@@ -15,7 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-[[ -x .venv/bin/python ]] || make setup   # the venv with goldfish, Locust and the docker SDK
+[[ -x .venv/bin/python ]] || make setup   # the venv with goldfish and Locust
+.venv/bin/python -c "import docker" 2>/dev/null || .venv/bin/python -m pip install -q -e ".[containers]"  # the docker SDK
 
 PERSISTENCE=${PERSISTENCE:-aof-always}
 DURATION=${DURATION:-45}

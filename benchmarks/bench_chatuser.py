@@ -16,6 +16,10 @@ would look cheap).
 
     .venv/bin/python benchmarks/bench_chatuser.py [--seconds 8] [--rounds 3] [--users 20] [--no-pin]
 
+``--chat-class UrlopenChatUser`` measures ChatUser with every turn through ``UserAgent.urlopen``, the
+layer under Locust's public ``FastHttpSession.request``: what any turn path on Locust's public API
+costs at least (docs/locust.md "Why the turn path is not on Locust's public API").
+
 Bounded: --rounds rounds of --seconds plus ~10 s of start-up and shutdown each (~60 s by
 default); loopback only.
 """
@@ -56,7 +60,7 @@ LOCUSTFILE = """\
 from locust import FastHttpUser, constant, task
 
 from locustfiles import hooks  # noqa: F401 - options, journal, end-of-run
-from locustfiles.conversation import ChatUser  # noqa: F401
+from locustfiles.conversation import ChatUser
 
 
 class PlainUser(FastHttpUser):
@@ -69,6 +73,14 @@ class PlainUser(FastHttpUser):
         self.client.post("/chat", json={"session_id": "gf0123456789abcdef",
                                         "message": "[gf0123456789abcdeft3] My order number is 1234-ABCD."},
                          name="plain")
+
+
+class UrlopenChatUser(ChatUser):
+    \"\"\"ChatUser with every turn through UserAgent.urlopen, as if the bot had redirected once.\"\"\"
+
+    def __init__(self, environment):
+        super().__init__(environment)
+        self._lean = False
 """
 
 PLANT_RE = re.compile(r"My ([a-z ]+?) is (\S+)\.")
@@ -221,12 +233,15 @@ def main() -> int:
     p.add_argument("--no-pin", action="store_true",
                    help="do not pin (default on 2+ CPUs: both Locust processes share the last CPU, "
                         "both servers the first)")
+    p.add_argument("--chat-class", default="ChatUser", choices=("ChatUser", "UrlopenChatUser"),
+                   help="the class measured against PlainUser")
     p.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.serve:
         serve(a.serve)
         return 0
-    classes = ("PlainUser", "ChatUser")
+    chat = a.chat_class
+    classes = ("PlainUser", chat)
     ports = {cls: free_port() for cls in classes}
     servers = [subprocess.Popen([sys.executable, __file__, "--serve", str(port)], start_new_session=True)
                for port in ports.values()]
@@ -261,26 +276,26 @@ def main() -> int:
         return 1000 * r["cpu_s"] / r["requests"]
 
     print(f"bench_chatuser: {a.rounds} rounds x {a.seconds}s steady state; each round runs a PlainUser and a "
-          f"ChatUser Locust process at the same time ({a.users} users each, own instant asyncio server each; "
+          f"{chat} Locust process at the same time ({a.users} users each, own instant asyncio server each; "
           + (f"both Locust processes on CPU {locust_cpu}, servers on CPU {cpus[0]})" if locust_cpu is not None
              else "not pinned)"))
-    for cls, label, unit in (("PlainUser", "plain FastHttpUser", "request"), ("ChatUser", "ChatUser", "turn")):
+    for cls, label, unit in (("PlainUser", "plain FastHttpUser", "request"), (chat, chat, "turn")):
         per = [r[cls] for r in rounds]
         print(f"  {label:18s}: median {statistics.median(map(cpu_ms, per)):.3f} CPU-ms/{unit} (rounds: "
               f"{'  '.join(f'{cpu_ms(r):.3f}' for r in per)}); median "
               f"{statistics.median(r['requests'] / r['seconds'] for r in per):.0f} {unit}s/s at "
               f"{statistics.median(100 * r['cpu_s'] / r['seconds'] for r in per):.0f}% CPU")
-    ratios = [cpu_ms(r["PlainUser"]) / cpu_ms(r["ChatUser"]) for r in rounds]
+    ratios = [cpu_ms(r["PlainUser"]) / cpu_ms(r[chat]) for r in rounds]
     plain_ms = statistics.median(cpu_ms(r["PlainUser"]) for r in rounds)
-    chat_ms = statistics.median(cpu_ms(r["ChatUser"]) for r in rounds)
-    print(f"  ratio ChatUser/plain at equal CPU (plain CPU per request / ChatUser CPU per turn): median "
+    chat_ms = statistics.median(cpu_ms(r[chat]) for r in rounds)
+    print(f"  ratio {chat}/plain at equal CPU (plain CPU per request / {chat} CPU per turn): median "
           f"{statistics.median(ratios):.3f} (rounds: {'  '.join(f'{x:.3f}' for x in ratios)}; goal >= 0.9)")
     print(f"  per-process ceiling at one full core: plain {1000 / plain_ms:.0f} req/s, "
-          f"ChatUser {1000 / chat_ms:.0f} turns/s")
-    lines = sum(r["ChatUser"]["journal_lines"] for r in rounds)
-    outcomes = sum((r["ChatUser"]["outcomes"] for r in rounds), Counter())
+          f"{chat} {1000 / chat_ms:.0f} turns/s")
+    lines = sum(r[chat]["journal_lines"] for r in rounds)
+    outcomes = sum((r[chat]["outcomes"] for r in rounds), Counter())
     print(f"  journal: {lines} records, "
-          f"{sum(r['ChatUser']['journal_bytes'] for r in rounds) / max(lines, 1):.0f} bytes/turn; outcomes "
+          f"{sum(r[chat]['journal_bytes'] for r in rounds) / max(lines, 1):.0f} bytes/turn; outcomes "
           + ", ".join(f"{k} {v}" for k, v in outcomes.most_common()) + " (turns in flight at the stop left out)")
     if outcomes["ok"] < sum(outcomes.values()):  # a fast ChatUser that fails its turns measures nothing
         print("bench_chatuser: ChatUser turns that were not ok against an instant server: the figures are void")

@@ -36,6 +36,14 @@ class UnsupportedFault(Exception):
     """The backend cannot carry out this fault (kind, parameter, or missing configuration)."""
 
 
+class MissingExtra(RuntimeError):
+    """A backend's client library is an optional extra that is not installed."""
+
+    def __init__(self, backend: str, package: str, extra: str):
+        super().__init__(f"the {backend} backend needs the {package!r} package, which is not installed: install "
+                         f"goldfish[{extra}] (pip install -e '.[{extra}]' in the goldfish checkout)")
+
+
 class Backend(ABC):
     name: str = "abstract"
     kinds: frozenset[str] = frozenset()

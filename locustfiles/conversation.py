@@ -16,6 +16,8 @@ json=body)`` sends, on the same connections, but not through Locust's per-reques
 ``catch_response`` (the ``request`` event is fired once, by hand, with the verdict already known)
 nor through ``UserAgent.urlopen`` while its cookie and redirect layers would do nothing (``send``).
 tests/test_locust_wire.py checks the bytes on the wire and the outcomes against Locust's own path.
+That path uses Locust and geventhttpclient internals, so pyproject.toml pins both to the range CI
+tests at both ends (docs/locust.md "Why the turn path is not on Locust's public API").
 """
 from __future__ import annotations
 

@@ -150,7 +150,7 @@ def _on_drain(environment, msg, **_kw):
     """Worker: the master is stopping; stop our users (each journals itself), then send the last
     stats and the final journal batch (same channel, in order) before the master quits."""
     environment.runner.stop()
-    environment.runner._send_stats()  # private, but it is what the worker's own "quit" handler calls
+    environment.runner._send_stats()  # private (Locust has no public call): the pinned range; see docs/locust.md
     rt = environment.goldfish
     if getattr(rt, "shipper", None):
         rt.shipper.flush(final=True)

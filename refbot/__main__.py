@@ -79,12 +79,24 @@ def serve(args) -> int:
     return 0
 
 
+def missing_stack() -> str | None:
+    """Why the reference bot cannot run here (its packages are the `stack` extra), or None."""
+    import importlib.util
+    missing = [m for m in ("fastapi", "uvicorn", "langchain_core", "langchain_community")
+               if importlib.util.find_spec(m) is None]
+    return (f"the reference bot needs {', '.join(missing)}, which the core install leaves out: install "
+            f"goldfish[stack] (pip install -e '.[stack]', or make demo)") if missing else None
+
+
 def _terminate_as_interrupt(*_):
     raise KeyboardInterrupt  # SIGTERM during up/demo cleans up exactly like Ctrl-C
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    if args.command in ("serve", "up", "demo") and (why := missing_stack()):
+        print(f"refbot: error: {why}", file=sys.stderr)
+        return 2
     if args.command in ("up", "demo"):
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     from refbot import stack

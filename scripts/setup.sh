@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # One-time set-up on a fresh Debian/Ubuntu machine: system packages, a venv, goldfish with its extras.
-# Idempotent: re-running only installs what is missing.
+# Idempotent: re-running only installs what is missing. GOLDFISH_SETUP says for what:
+#   core  (`make setup`)  goldfish, Locust and the oracle: testing your own bot. No system packages.
+#   stack (`make demo`)   + redis-server and haproxy, and the reference bot (goldfish[stack])
+#   full  (`make test`)   + the container and browser tooling below, and goldfish[test]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
+LEVEL="${GOLDFISH_SETUP:-core}"
+case "$LEVEL" in
+    core) extras="" ;;
+    stack) extras="[stack]" ;;
+    full) extras="[test]" ;;
+    *) echo "setup: GOLDFISH_SETUP=$LEVEL: expected core, stack or full" >&2; exit 2 ;;
+esac
 
-# redis-server and haproxy: the embedded stack. The rest only for the whole test suite
+# redis-server and haproxy: the embedded stack (not for core). The rest only for the whole test suite
 # (GOLDFISH_SETUP=full, what `make test` asks for): podman + runc + podman-compose + debootstrap
 # + socat and podman's DNS plugin for the container path, chromium for the report's browser test.
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -19,7 +29,8 @@ apt_install() {
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v haproxy >/dev/null || need+=(haproxy)
-if [ "${GOLDFISH_SETUP:-}" = full ]; then
+[ "$LEVEL" != core ] || need=()  # testing your own bot needs no system package
+if [ "$LEVEL" = full ]; then
     for tool in podman runc podman-compose debootstrap socat chromium; do
         command -v "$tool" >/dev/null || need+=("$tool")
     done
@@ -42,7 +53,7 @@ fi
 # every run, so a podman installed earlier without the plugin (or with it removed since) is fixed
 # too; --reinstall because the package may be installed with its binary gone.
 # docker/check_dns.py then checks that one container really resolves another.
-if [ "${GOLDFISH_SETUP:-}" = full ]; then
+if [ "$LEVEL" = full ]; then
     export CONTAINERS_CONF="${CONTAINERS_CONF:-$PWD/docker/podman/containers.conf}"
     backend=$(podman info --format '{{.Host.NetworkBackend}}')
     dns_ready() {  # a new network gets DNS (CNI: only when podman finds dnsname); netavark: aardvark-dns is there
@@ -71,6 +82,6 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-echo "setup: installing goldfish[test] into $VENV"
-"$VENV/bin/python" -m pip install -q -e '.[test]'
+echo "setup: installing goldfish$extras into $VENV"
+"$VENV/bin/python" -m pip install -q -e ".$extras"
 echo "setup: done"

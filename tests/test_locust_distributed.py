@@ -28,9 +28,10 @@ def master_journal_equals_worker_shards(run_dir):
 @pytest.mark.slow
 def test_processes_2_gives_one_complete_journal_in_the_run_folder(tmp_path):
     """Also with the step shape: the master's steps reach the workers' journal records."""
+    port = free_port()  # not Locust's default 5557: another run on this machine would swap workers with this one
     with chat_bot("memory") as url:
-        run = run_locust(url, tmp_path / "run", "--processes", "2", "--step-users", "4", "--steps", "2",
-                         "--step-duration", "3s", users=8, time_s="60s")
+        run = run_locust(url, tmp_path / "run", "--processes", "2", "--master-bind-port", port, "--master-port", port,
+                         "--step-users", "4", "--steps", "2", "--step-duration", "3s", users=8, time_s="60s")
     assert run.returncode == 0, run.output
     master_journal_equals_worker_shards(run.run_dir)
     records = run.records()

@@ -24,13 +24,16 @@ import re
 import socket
 import time
 
-import docker
-from docker.errors import APIError, DockerException, NotFound
-
 from chaos import faults as F
-from chaos.backend import Backend, UnsupportedFault
+from chaos.backend import Backend, MissingExtra, UnsupportedFault
 from chaos.faults import Fault
 from targets.haproxy import runtime_command
+
+try:  # an extra: goldfish[containers]
+    import docker
+    from docker.errors import APIError, DockerException, NotFound
+except ModuleNotFoundError as exc:
+    raise MissingExtra("docker", "docker", "containers") from exc
 
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from chaos import faults as F
-from chaos.backend import Backend
+from chaos.backend import Backend, MissingExtra
 from chaos.faults import Fault
 
 # The same role label the docker backend reads; any other selector is one option away.
@@ -25,7 +25,10 @@ class KubernetesBackend(Backend):
     def __init__(self, namespace: str = "default", selectors: dict | None = None, kubeconfig: str | None = None,
                  context: str | None = None, host: str | None = None, recover_timeout: float = 180.0,
                  poll: float = 1.0):
-        from kubernetes import client, config
+        try:  # an extra: goldfish[kubernetes]
+            from kubernetes import client, config
+        except ModuleNotFoundError as exc:
+            raise MissingExtra("kubernetes", "kubernetes", "kubernetes") from exc
         self.namespace, self.selectors = namespace, dict(selectors or DEFAULT_SELECTORS)
         self.kubeconfig, self.context, self.host = kubeconfig, context, host
         self.recover_timeout, self.poll = recover_timeout, poll
