@@ -6,6 +6,7 @@
       workers/*.jsonl   workers' own copies of their shards
       steps.jsonl       load step boundaries
       chaos.jsonl       the fault timeline; chaos/outstanding.json: faults not yet recovered
+      telemetry.jsonl   store INFO and Locust processes' RSS, sampled during the load
       store/            the snapshot of the final reads
       audit/            anomalies.jsonl, sessions.csv, windows.csv, summary.json
       locust/           Locust's own CSV and HTML
@@ -33,6 +34,7 @@ class RunFolder:
     workers = property(lambda self: self.path / "workers")
     steps = property(lambda self: self.path / "steps.jsonl")
     chaos = property(lambda self: self.path / "chaos.jsonl")
+    telemetry = property(lambda self: self.path / "telemetry.jsonl")
     outstanding = property(lambda self: self.path / "chaos" / "outstanding.json")
     store = property(lambda self: self.path / "store")
     audit = property(lambda self: self.path / "audit")
