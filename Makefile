@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MODE ?= correct
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo soak test bench clean
 
 setup: $(VENV)/.goldfish-installed
 
@@ -14,6 +14,10 @@ $(VENV)/.goldfish-installed: pyproject.toml scripts/setup.sh
 
 demo: setup
 	MODE=$(MODE) VENV=$(VENV) bash scripts/demo.sh
+
+# A long steady run with the soak chaos plan (default 2 hours; DURATION=8h, USERS=..., docs/soak.md).
+soak: setup
+	MODE=$(MODE) VENV=$(VENV) bash scripts/soak.sh
 
 # The whole suite also needs the container tooling and chromium (scripts/setup.sh says which).
 $(VENV)/.goldfish-installed-full: pyproject.toml scripts/setup.sh
