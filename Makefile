@@ -9,7 +9,7 @@ OLDEST_VENV ?= .venv-locust-oldest
 LOCUST_TESTS ?= tests/test_locust_wire.py tests/test_locust_units.py tests/test_locust_runs.py \
 	tests/test_locust_distributed.py tests/test_extras.py
 
-.PHONY: setup demo test test-locust-oldest bench clean
+.PHONY: setup demo soak test test-locust-oldest bench clean
 
 # scripts/setup.sh's levels: core (your own bot), stack (+ the reference stack), full (+ test tooling)
 setup: $(VENV)/.goldfish-core
@@ -21,6 +21,10 @@ $(VENV)/.goldfish-core: pyproject.toml scripts/setup.sh
 $(VENV)/.goldfish-stack: pyproject.toml scripts/setup.sh
 	GOLDFISH_SETUP=stack VENV=$(VENV) bash scripts/setup.sh
 	touch $@ $(VENV)/.goldfish-core
+
+# A long steady run with the soak chaos plan (default 2 hours; DURATION=8h, USERS=..., docs/soak.md).
+soak: $(VENV)/.goldfish-stack
+	MODE=$(MODE) VENV=$(VENV) bash scripts/soak.sh
 
 # The whole suite also needs the container tooling and chromium (scripts/setup.sh says which).
 $(VENV)/.goldfish-full: pyproject.toml scripts/setup.sh

@@ -6,7 +6,7 @@
       workers/*.jsonl   workers' own copies of their shards
       steps.jsonl       load step boundaries
       chaos.jsonl       the fault timeline; chaos/outstanding.json: faults not yet recovered
-      telemetry.jsonl   the store's and the load's vital signs, sampled during the run
+      telemetry.jsonl   store INFO and Locust processes' RSS, sampled during the load
       store/            the snapshot of the final reads
       audit/            anomalies.jsonl, sessions.csv, windows.csv, summary.json
       locust/           Locust's own CSV and HTML

@@ -14,7 +14,7 @@ import os
 from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from locustfiles import endofrun, options, runfolder
+from locustfiles import endofrun, options, runfolder, telemetry
 from locustfiles.distributed import MSG_DRAIN, MSG_STEP, MasterCollector, WorkerShipper, worker_shard_path
 from contracts.runfolder import RunFolder
 from locustfiles.journal import Journal
@@ -87,6 +87,7 @@ def _on_test_start(environment, **_kw):
     if isinstance(runner, MasterRunner):
         rt.collector.start_test()
     rt.end.start_chaos()
+    telemetry.start(environment)
 
 
 def _refresh_from_web_ui(environment, rt) -> None:
@@ -118,6 +119,7 @@ def _on_test_stop(environment, **_kw):
     if shape is not None and hasattr(shape, "finish"):
         shape.finish()
     rt.end.stop_chaos()
+    telemetry.stop(environment)  # after the heal: the store's recovery is on the timeline too
 
 
 @events.quitting.add_listener

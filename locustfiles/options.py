@@ -61,6 +61,9 @@ def add_arguments(parser) -> None:
     add("--step-users", type=int, default=0, help="users added per load step (enables the step shape)", include_in_web_ui=False)
     add("--step-duration", default="30s", help="duration of each load step", include_in_web_ui=False)
     add("--steps", type=int, default=0, help="number of load steps", include_in_web_ui=False)
+    # telemetry (locustfiles/telemetry.py)
+    add("--telemetry-interval", default="5s",
+        help="sample the store's INFO and the Locust processes' RSS this often into telemetry.jsonl (0: off)")
     # failed requests are judged by the errors gate (faults excuse them); an explicit value still applies
     parser.set_defaults(exit_code_on_error=0)
 
@@ -132,6 +135,7 @@ class Settings:
     step_users: int
     step_duration: float
     steps: int
+    telemetry_interval: float = 5.0
     extra: dict = field(default_factory=dict)
 
     @cached_property
@@ -182,6 +186,7 @@ class Settings:
             step_users=step_users,
             step_duration=parse_duration(get("step_duration", "30s"), "step-duration"),
             steps=steps,
+            telemetry_interval=parse_duration(get("telemetry_interval", "5s"), "telemetry-interval"),
         )
 
     def public(self) -> dict:

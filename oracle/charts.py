@@ -370,3 +370,22 @@ def trend(runs: list[RunData], out: Path) -> Path:
         ax2.set_ylabel("acked turns/s")
         fig.tight_layout()
         return _save(fig, out)
+
+
+def fault_spans(data: RunData) -> dict[str, list[tuple[float, float]]]:
+    """Each fault kind's intervals as (start, length) in seconds since the run start, as the timeline
+    shades them: an instant fault (lb-drop, redis-client-kill) gets a sliver wide enough to see."""
+    x_end = max(data.t_end - data.t0, 1)
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for kind, start, end in zip(data.faults.get("kind", []), data.faults.get("start", []), data.faults.get("end", [])):
+        spans.setdefault(kind, []).append((start - data.t0, max(end - start, x_end * 0.004)))
+    return spans
+
+
+def shade_faults(axes, data: RunData) -> list[Patch]:
+    """Shade every fault interval on each of ``axes`` in its kind's colour; legend handles, one per kind."""
+    for kind, spans in fault_spans(data).items():
+        for ax in axes:
+            for start, length in spans:
+                ax.axvspan(start, start + length, color=fault_color(kind), alpha=0.14, lw=0, zorder=0)
+    return [Patch(color=fault_color(k), alpha=0.4, label=k) for k in fault_spans(data)]

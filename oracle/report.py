@@ -17,7 +17,7 @@ from pathlib import Path
 import jinja2
 
 from contracts.runfolder import RunFolder
-from oracle import charts
+from oracle import charts, telemetry
 from oracle.report_data import RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run, rate
 from oracle.report_format import interval, ms, number, pct, verdict
 from oracle.verdict import of_summary, rule_line
@@ -37,6 +37,12 @@ CHARTS = {
                     "Rates during each kind of fault (including the recovery margin the audit adds) against the "
                     "quiet baseline (dashed line and grey band). Overlapping intervals mean no evidence of a "
                     "difference."),
+    "telemetry": ("Store and Locust telemetry", telemetry.chart,
+                  "Sampled during the load (telemetry.jsonl): Redis memory against its maxmemory, keys, evicted and "
+                  "expired keys, clients, operations/s, and each Locust process's RSS, with the faults shaded. "
+                  "Crosses on the memory panel mark samples the store did not answer in time. Evictions while "
+                  "sessions vanish mean the store dropped them under memory pressure. Drawn only when the run "
+                  "has telemetry."),
 }
 
 
@@ -82,6 +88,8 @@ def render(run_dir: str | Path) -> Path:
     figures = []
     for name, (title, draw, caption) in CHARTS.items():
         png = draw(data, out / f"{name}.png")
+        if png is None:  # nothing to draw (a run without telemetry)
+            continue
         figures.append({"name": name, "title": title, "caption": caption, "src": data_uri(png)})
     page = _env().get_template("report.html.j2").render(**context(data), figures=figures)
     target = RunFolder(data.path).report

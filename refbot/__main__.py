@@ -30,6 +30,11 @@ def _stack_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redis-port", type=int, help="redis-server's port (default: a free one)")
     p.add_argument("--lb-retries", type=int, default=0,
                    help="HAProxy retries+redispatch on connection failure (default 0: failures stay visible)")
+    p.add_argument("--maxmemory", metavar="SIZE",
+                   help="redis-server's memory limit, e.g. 8mb (default: none); with --maxmemory-policy a cache")
+    p.add_argument("--maxmemory-policy", metavar="POLICY",
+                   help="what redis does at the limit: noeviction (writes fail, the default), allkeys-lru, "
+                        "allkeys-lfu, allkeys-random, volatile-lru, volatile-lfu, volatile-random, volatile-ttl")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds each member may take to become healthy")
 
 
@@ -64,7 +69,8 @@ def options(args):
                         releases=[r.strip() for r in args.releases.split(",")], persistence=args.persistence,
                         think_ms=args.think_ms, jitter_ms=args.jitter_ms, flush_ms=args.flush_ms,
                         state_dir=args.state_dir, port=args.port, redis_port=args.redis_port,
-                        lb_retries=args.lb_retries, timeout=args.timeout)
+                        lb_retries=args.lb_retries, maxmemory=args.maxmemory,
+                        maxmemory_policy=args.maxmemory_policy, timeout=args.timeout)
 
 
 def serve(args) -> int:

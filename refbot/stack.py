@@ -9,6 +9,7 @@ when anything fails.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,6 +25,10 @@ from targets.haproxy import server_status
 from refbot.config import parse_mode
 
 PERSISTENCE = ("none", "rdb", "aof-everysec", "aof-always")
+# redis.conf's eviction policies; with any but noeviction a full store drops keys silently (a cache)
+EVICTION = ("noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu",
+            "volatile-random", "volatile-ttl")
+MEMORY_SIZE = re.compile(r"\d+(b|k|kb|m|mb|g|gb)?", re.I)  # redis.conf's size grammar: 100mb, 1gb, 512k, bytes
 APT_PACKAGE = {"redis-server": "redis-server", "haproxy": "haproxy"}
 PACKAGE_ROOT = Path(refbot.__file__).resolve().parent.parent
 
@@ -53,6 +58,8 @@ class StackOptions:
     port: int | None = None          # HAProxy's frontend port (free one if None)
     redis_port: int | None = None
     lb_retries: int = 0
+    maxmemory: str | None = None         # redis-server --maxmemory (e.g. 8mb); None: no limit
+    maxmemory_policy: str | None = None  # redis-server --maxmemory-policy (e.g. allkeys-lru)
     timeout: float = 60.0            # per member, to become healthy
 
     def release_of(self, index: int) -> str:
@@ -104,12 +111,19 @@ def validate(opts: StackOptions) -> None:
     if len(opts.releases) not in (1, opts.replicas):
         raise BadOption(f"--releases names {len(opts.releases)} releases for {opts.replicas} replicas; "
                          "give one (for all) or one per replica")
+    if opts.maxmemory is not None and not MEMORY_SIZE.fullmatch(opts.maxmemory):
+        raise BadOption(f"--maxmemory {opts.maxmemory!r} is not a size like 8mb, 1gb, 512k or a number of bytes")
+    if opts.maxmemory_policy is not None and opts.maxmemory_policy not in EVICTION:
+        raise BadOption(f"unknown --maxmemory-policy {opts.maxmemory_policy!r}; choose one of {', '.join(EVICTION)}")
+    if opts.maxmemory_policy is not None and opts.maxmemory is None:
+        raise BadOption("--maxmemory-policy needs --maxmemory (without a limit nothing is ever evicted)")
     for flag, port in (("--port", opts.port), ("--redis-port", opts.redis_port)):
         if port is not None and not port_free(port):
             raise StackError(f"{flag} {port}: 127.0.0.1:{port} is already in use; pick another port or omit {flag}")
 
 
-def redis_args(binary: str, port: int, directory: Path, persistence: str) -> list[str]:
+def redis_args(binary: str, port: int, directory: Path, persistence: str, maxmemory: str | None = None,
+               policy: str | None = None) -> list[str]:
     args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),
             "--protected-mode", "no", "--daemonize", "no", "--save", "", "--appendonly", "no"]
     if persistence == "rdb":
@@ -117,6 +131,10 @@ def redis_args(binary: str, port: int, directory: Path, persistence: str) -> lis
     elif persistence.startswith("aof"):
         args[args.index("--appendonly") + 1] = "yes"
         args += ["--appendfsync", "always" if persistence == "aof-always" else "everysec"]
+    if maxmemory is not None:
+        args += ["--maxmemory", maxmemory]
+    if policy is not None:
+        args += ["--maxmemory-policy", policy]
     return args
 
 
@@ -136,9 +154,11 @@ def plan(opts: StackOptions, directory: Path) -> dict:
     sock = haproxy.socket_path(directory)
     members = {"redis": {
         "name": "redis", "role": "redis", "pid": None, "port": redis_port,
-        "cmd": redis_args(redis_bin, redis_port, directory / "redis", opts.persistence), "env": {},
+        "cmd": redis_args(redis_bin, redis_port, directory / "redis", opts.persistence, opts.maxmemory,
+                          opts.maxmemory_policy), "env": {},
         "cwd": str(directory / "redis"), "log": str(directory / "redis.log"),
-        "health": {"redis": store_url}, "persistence": opts.persistence}}
+        "health": {"redis": store_url}, "persistence": opts.persistence,
+        "maxmemory": opts.maxmemory, "maxmemory_policy": opts.maxmemory_policy}}
     for i in range(opts.replicas):
         name, port, release = f"bot-{i + 1}", pick(None), opts.release_of(i)
         members[name] = {

@@ -27,6 +27,8 @@ def shows(result: dict) -> str:
     text = ", ".join(found)
     if result.get("attributed_to"):
         text += f"; {result['attributed']} lost turns attributed to `{result['attributed_to']}`"
+    for counter, growth in (result.get("telemetry_grew") or {}).items():
+        text += f"; the store's {counter} +{growth} during the load"
     return text + f" (of {result['probes']} probes, {result['ok_turns']} acknowledged turns)"
 
 

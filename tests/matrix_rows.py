@@ -9,6 +9,9 @@ into the README's table, so the table shows what was measured, not what was hope
 Measures (read from audit/summary.json): ``probe_amnesia`` (failed answered probes, not
 excused by an indeterminate plant), ``stored_loss`` (lost ok turns), ``crosstalk``,
 ``reordered``, ``duplicated``, ``corrupt``, ``vanished`` (incl. ``expired``), ``unanswered``.
+A row may also need store counters to grow during the load (``telemetry_grows``, read from the
+run's telemetry.jsonl), and may put memory pressure on the store beside the load (``pressure``:
+tests/support_pressure.py).
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ class Row:
     seconds: int = 18
     locust: tuple[str, ...] = ()  # extra Locust flags
     attributed_to: str | None = None  # fault kind the loss must be attributed to
+    pressure: dict | None = None  # filler keys beside the load: support_pressure.memory_pressure's arguments
+    telemetry_grows: tuple[str, ...] = ()  # store counters (Redis INFO) that must rise during the load
 
     def others_zero(self) -> tuple[str, ...]:
         return self.must_be_zero
@@ -98,4 +103,11 @@ ROWS = [
         "keys expire 2 s after the last write; the audit reads them 4 s after the last turn",
         {"mode": "ttl:2", **FAST},
         must_show=("vanished",), must_be_zero=("crosstalk", "corrupt", "duplicated"), locust=("--settle", "4s")),
+    Row("evicted", "a cache Redis evicts histories",
+        "Redis configured as a cache (maxmemory with allkeys-lru) and shared with other data: under memory "
+        "pressure it drops whole session histories, silently",
+        "maxmemory 8mb, allkeys-lru; 32 KB filler keys written every 20 ms beside the load",
+        {"mode": "correct", "persistence": "none", "maxmemory": "8mb", "maxmemory_policy": "allkeys-lru", **FAST},
+        must_show=("vanished",), must_be_zero=("crosstalk", "corrupt", "duplicated", "reordered"),
+        pressure={"value_kb": 32, "every_ms": 20}, telemetry_grows=("evicted_keys",)),
 ]

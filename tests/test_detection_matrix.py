@@ -8,12 +8,15 @@ Observed figures go to results/matrix/<row>.json for scripts/matrix_table.py (th
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 
 from matrix_rows import ROWS, Row
+from oracle import telemetry
 from support_locust import run_locust
+from support_pressure import memory_pressure
 from support_refbot import running_stack
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,8 +57,11 @@ def run_row(row: Row, tmp_path: Path) -> dict:
         if row.plan:
             extra += ["--chaos", PLANS / f"{row.plan}.yaml", "--chaos-backend", "local",
                       "--stack-state", Path(stack.dir) / "state.json"]
-        run = run_locust(st["url"], tmp_path / "run", *extra, users=row.users, rate=row.users,
-                         time_s=f"{row.seconds}s", timeout=row.seconds + 150)
+        pressure = nullcontext() if row.pressure is None else memory_pressure(
+            st["store_url"], seconds=row.seconds, started=tmp_path / "run" / "telemetry.jsonl", **row.pressure)
+        with pressure:
+            run = run_locust(st["url"], tmp_path / "run", *extra, users=row.users, rate=row.users,
+                             time_s=f"{row.seconds}s", timeout=row.seconds + 150)
     summary_file = run.run_dir / "audit" / "summary.json"
     assert summary_file.exists(), f"no audit summary; locust exited {run.returncode}:\n{run.output[-3000:]}"
     summary = json.loads(summary_file.read_text())
@@ -63,6 +69,8 @@ def run_row(row: Row, tmp_path: Path) -> dict:
     # a 4xx means the client sent something malformed (once: after a paused replica resumed)
     assert not rejected, f"{len(rejected)} turns rejected by the bot, e.g. {rejected[0]}"
     observed = measures(summary)
+    samples = telemetry.load(run.run_dir)
+    grew = {c: telemetry.counter_growth(samples, c) for c in row.telemetry_grows}
     result = {
         "id": row.id, "bug": row.bug, "field": row.field, "trigger": row.trigger, "mode": row.stack.get("mode"),
         "must_show": list(row.must_show), "must_be_zero": list(row.must_be_zero), "observed": observed,
@@ -72,8 +80,10 @@ def run_row(row: Row, tmp_path: Path) -> dict:
         "attributed": attributed(summary, row.attributed_to) if row.attributed_to else None,
         "attributed_to": row.attributed_to, "run_dir": str(run.run_dir),
         "verdict": summary["verdict"]["result"], "exit_code": run.returncode,
+        "telemetry_grew": grew, "telemetry_samples": len(samples),
     }
-    result["detected"] = all(observed[m] > 0 for m in row.must_show) and all(observed[m] == 0 for m in row.must_be_zero)
+    result["detected"] = (all(observed[m] > 0 for m in row.must_show) and all(observed[m] == 0 for m in row.must_be_zero)
+                          and all(v > 0 for v in grew.values()))
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{row.id}.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -89,6 +99,9 @@ def test_signature(row: Row, tmp_path):
         assert observed[measure] > 0, f"{row.id}: expected {measure} > 0, observed {observed}"
     for measure in row.must_be_zero:
         assert observed[measure] == 0, f"{row.id}: expected {measure} == 0, observed {observed} (see {result['run_dir']})"
+    for counter, growth in result["telemetry_grew"].items():
+        assert growth > 0, f"{row.id}: the store's {counter} did not grow during the load " \
+                           f"({result['telemetry_samples']} telemetry samples): {result}"
     if row.attributed_to:
         assert result["attributed"] > 0, f"{row.id}: no loss attributed to {row.attributed_to}: {result}"
     # a bug found fails the run (strict gates); a correct bot under survivable faults passes

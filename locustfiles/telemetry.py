@@ -1,0 +1,129 @@
+"""Store and process telemetry on the run's timeline: the store's Redis INFO and the Locust
+processes' RSS, sampled every few seconds into ``telemetry.jsonl`` (docs/CONTRACTS.md "Telemetry").
+
+Runs on the master or the local runner only, as one greenlet from test_start to test_stop (with a
+sample at each end, so even a short run has two). It must never slow or break the load: INFO goes
+over a connection of its own with short socket timeouts and no retries, a store that does not
+answer in time is recorded as such (``store_error``), and sampling goes on.
+
+Workers' RSS comes from Locust itself: every worker measures its own RSS (psutil, every 5 s from
+its start) and sends it in its heartbeat, which the master keeps as ``runner.clients[id].memory_usage``.
+That covers workers on other machines too, with no message of our own; a worker's RSS appears in
+the samples from about 5 s after it started.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import gevent
+import psutil
+import redis
+from gevent.event import Event
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from contracts import codec
+from contracts.runfolder import RunFolder
+from locustfiles.journal import JournalFile
+
+log = logging.getLogger("goldfish")
+
+TIMEOUT = 2.0  # seconds INFO may take before the store counts as not answering
+STORE_FIELDS = ("used_memory", "used_memory_rss", "maxmemory", "maxmemory_policy", "evicted_keys", "expired_keys",
+                "connected_clients", "blocked_clients", "rejected_connections", "instantaneous_ops_per_sec",
+                "aof_enabled", "aof_last_write_status", "aof_last_bgrewrite_status", "loading")
+
+
+def store_client(url: str, timeout: float = TIMEOUT) -> redis.Redis:
+    """A client that gives up after ``timeout`` seconds, once (redis-py retries 3 times by default)."""
+    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                retry=Retry(NoBackoff(), 0), health_check_interval=0)
+
+
+def store_sample(client: redis.Redis) -> dict:
+    """The INFO fields goldfish keeps, in one round trip (INFO's default sections hold them all)."""
+    info = client.info()
+    sample = {k: info[k] for k in STORE_FIELDS if k in info}
+    sample["keyspace"] = {db: {"keys": v.get("keys", 0), "expires": v.get("expires", 0)}
+                          for db, v in info.items() if db.startswith("db") and isinstance(v, dict)}
+    return sample
+
+
+def process_rss(runner) -> dict[str, int]:
+    """RSS in bytes of this process (``master`` or ``local``) and of every worker that reported one."""
+    workers = getattr(runner, "clients", None)  # a MasterRunner's WorkerNodes
+    rss = {"master" if workers is not None else "local": psutil.Process().memory_info().rss}
+    for worker in list(workers.values()) if workers is not None else []:
+        if worker.memory_usage and worker.state != "missing":  # 0 until its first measurement
+            rss[str(worker.id)] = int(worker.memory_usage)
+    return rss
+
+
+def redis_url(settings) -> str | None:
+    """The store to sample: ``--store-url`` when it is a Redis URL."""
+    url = getattr(getattr(settings, "store", None), "url", "") or ""
+    return url if url.split("://", 1)[0] in ("redis", "rediss", "unix") else None
+
+
+class Sampler:
+    """Appends one record per ``interval`` seconds to the run's telemetry.jsonl until ``stop()``."""
+
+    def __init__(self, run_dir, runner, store_url: str | None, interval: float = 5.0):
+        self.file = JournalFile(RunFolder(run_dir).telemetry)  # one write per record, O_APPEND
+        self.runner, self.interval = runner, interval
+        self.client = store_client(store_url) if store_url else None
+        self.stopping = Event()
+        self.samples = 0
+        self.greenlet = gevent.spawn(self._loop)
+
+    def sample(self) -> dict:
+        record = {"time": time.time(), "users": getattr(self.runner, "user_count", None),
+                  "rss": process_rss(self.runner), "store": None, "store_error": None, "store_ms": None}
+        if self.client is not None:
+            started = time.monotonic()
+            try:
+                record["store"] = store_sample(self.client)
+            except (redis.RedisError, OSError) as exc:  # a stalled, restarting or refusing store: say so, go on
+                record["store_error"] = f"{type(exc).__name__}: {exc}"
+            record["store_ms"] = round((time.monotonic() - started) * 1000, 1)
+        self.file.write(codec.dumps_line(record))
+        self.samples += 1
+        return record
+
+    def _loop(self) -> None:
+        start = time.monotonic()
+        while True:
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - telemetry must never break the load
+                log.exception("goldfish: telemetry sample failed")
+            if self.stopping.is_set():
+                return
+            # the next slot on the grid: a slow sample skips slots instead of drifting or bunching up
+            elapsed = time.monotonic() - start
+            self.stopping.wait((int(elapsed / self.interval) + 1) * self.interval - elapsed)
+
+    def stop(self) -> None:
+        """Take the last sample and stop (bounded: a store that hangs cannot hold up the end of the run)."""
+        self.stopping.set()
+        self.greenlet.join(timeout=2 * TIMEOUT + 1)
+        self.greenlet.kill(block=True, timeout=1)
+        self.file.close()
+        if self.client is not None:
+            self.client.close()
+
+
+def start(environment) -> None:
+    """test_start on the master / local runner: sample until ``stop`` (``--telemetry-interval 0``: never)."""
+    rt = environment.goldfish
+    interval = rt.settings.telemetry_interval
+    if interval > 0 and getattr(rt, "telemetry", None) is None:
+        rt.telemetry = Sampler(rt.settings.run_dir, environment.runner, redis_url(rt.settings), interval)
+
+
+def stop(environment) -> None:
+    rt = environment.goldfish
+    sampler, rt.telemetry = getattr(rt, "telemetry", None), None
+    if sampler is not None:
+        sampler.stop()

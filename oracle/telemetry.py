@@ -1,0 +1,108 @@
+"""The run's store and process telemetry (``telemetry.jsonl``, docs/CONTRACTS.md "Telemetry") as a
+table, the growth of a store counter, and the report's chart of it beside the faults.
+
+Redis counters (``evicted_keys``, ``expired_keys``, ``rejected_connections``) count since the
+store started, so a restart resets them: growth is the sum of the rises between samples, never a
+negative difference.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from contracts.jsonl import read_jsonl
+from contracts.runfolder import RunFolder
+
+STORE_COLUMNS = ("used_memory", "maxmemory", "evicted_keys", "expired_keys", "connected_clients",
+                 "rejected_connections", "instantaneous_ops_per_sec")
+MB = 1024 * 1024
+
+
+def load(run_dir: str | Path, problems: list[str] | None = None) -> pd.DataFrame:
+    """One row per sample: time, users, store_ok, store_error, the store columns, keys and expires
+    (every db), and ``rss:<process>`` per Locust process (bytes). Empty when the run has no telemetry."""
+    path = RunFolder(run_dir).telemetry
+    rows = []
+    for rec in read_jsonl(path, problems=problems) if path.is_file() else []:
+        store = rec.get("store") if isinstance(rec.get("store"), dict) else None
+        dbs = (store or {}).get("keyspace") or {}
+        row = {"time": float(rec.get("time") or 0), "users": rec.get("users"), "store_ok": store is not None,
+               "store_error": rec.get("store_error"),
+               **{c: (store or {}).get(c) for c in STORE_COLUMNS},
+               "keys": sum(int(d.get("keys") or 0) for d in dbs.values()) if store else None,
+               "expires": sum(int(d.get("expires") or 0) for d in dbs.values()) if store else None}
+        row.update({f"rss:{name}": value for name, value in (rec.get("rss") or {}).items()})
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=None if rows else ["time", "store_ok", *STORE_COLUMNS])
+    return frame.sort_values("time", ignore_index=True) if rows else frame
+
+
+def counter_growth(frame: pd.DataFrame, column: str, start: float | None = None, end: float | None = None) -> int:
+    """How much a store counter rose between samples in [start, end] (a reset counts from zero)."""
+    if frame.empty or column not in frame:
+        return 0
+    f = frame[frame["store_ok"]]
+    if start is not None:
+        f = f[f["time"] >= start]
+    if end is not None:
+        f = f[f["time"] <= end]
+    values = f[column].dropna().astype(float).to_numpy()
+    if len(values) < 2:
+        return 0
+    rises = np.diff(values)
+    return int(np.where(rises >= 0, rises, values[1:]).sum())  # after a restart the counter starts at 0
+
+
+def chart(data, out: Path) -> Path | None:
+    """Store memory against maxmemory, keys, evicted/expired keys, clients, ops/s and the Locust processes'
+    RSS on the run's time axis, with the faults shaded as on the timeline; None when the run has no telemetry."""
+    from oracle import charts
+    import matplotlib.pyplot as plt
+
+    t = load(data.path)
+    if t.empty:
+        return None
+    x = t["time"].to_numpy(float) - data.t0
+    ok = t["store_ok"].to_numpy(bool)
+    rss = [c for c in t.columns if c.startswith("rss:")]
+    panels = [("Redis memory (MB)", [("used_memory", "used", 1 / MB), ("maxmemory", "maxmemory", 1 / MB)]),
+              ("Keys (all dbs)", [("keys", "keys", 1), ("expires", "with a TTL", 1)]),
+              ("Evicted and expired keys (since the store started)",
+               [("evicted_keys", "evicted", 1), ("expired_keys", "expired", 1)]),
+              ("Clients", [("connected_clients", "connected", 1), ("rejected_connections", "rejected", 1)]),
+              ("Store operations/s", [("instantaneous_ops_per_sec", "ops/s", 1)]),
+              ("Locust processes' RSS (MB)", [(c, c[4:], 1 / MB) for c in rss])]
+    colors = ["#0f766e", "#dc2626", "#2563eb", "#f59e0b", "#7c3aed", "#64748b", "#db2777", "#059669"]
+    with plt.rc_context(charts.STYLE):
+        fig, axes = plt.subplots(len(panels), 1, figsize=(12, 1.9 * len(panels) + 0.6), sharex=True,
+                                 gridspec_kw={"hspace": 0.35})
+        for ax, (title, series) in zip(axes, panels):
+            ax.set_title(title, pad=4)
+            drawn = 0
+            for i, (column, label, scale) in enumerate(series):
+                if column not in t or t[column].isna().all():
+                    continue
+                y = t[column].astype(float).to_numpy() * scale
+                if column == "maxmemory" and not np.nanmax(y) > 0:
+                    continue  # 0 = no limit
+                style = {"ls": "--", "lw": 1.2} if column == "maxmemory" else {"lw": 1.6, "marker": "o", "ms": 2.5}
+                ax.plot(x, y, color=colors[i % len(colors)], label=label, **style)
+                drawn += 1
+            if drawn:
+                ax.legend(loc="lower right", bbox_to_anchor=(1, 1.0), ncol=4, fontsize=9)
+                ax.set_ylim(bottom=0)
+            else:
+                ax.text(0.5, 0.5, "not sampled", ha="center", va="center", transform=ax.transAxes, color=charts.QUIET)
+        if (~ok).any() and t["store_error"].notna().any():  # the store did not answer: mark it on the memory panel
+            axes[0].plot(x[~ok], np.zeros((~ok).sum()), "x", color="#be123c", ms=7, mew=2, clip_on=False,
+                         label="store did not answer")
+            axes[0].legend(loc="lower right", bbox_to_anchor=(1, 1.0), ncol=4, fontsize=9)
+        handles = charts.shade_faults(axes, data)
+        if handles:
+            fig.legend(handles=handles, loc="upper center", ncol=min(6, len(handles)), bbox_to_anchor=(0.5, 0.0),
+                       title="faults (shaded)", fontsize=9)
+        axes[-1].set_xlabel("seconds since run start")
+        axes[-1].set_xlim(0, max(data.t_end - data.t0, float(x.max()) if len(x) else 0, 1))
+        return charts._save(fig, out)
