@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-STORED = ("stored_loss", "crosstalk", "reordered", "duplicated", "corrupt", "vanished", "unanswered")
+STORED = ("stored_loss", "crosstalk", "reordered", "duplicated", "corrupt", "vanished", "evicted", "unanswered")
 ALL = ("probe_amnesia", *STORED)
 
 
@@ -108,6 +108,6 @@ ROWS = [
         "pressure it drops whole session histories, silently",
         "maxmemory 8mb, allkeys-lru; 32 KB filler keys written every 20 ms beside the load",
         {"mode": "correct", "persistence": "none", "maxmemory": "8mb", "maxmemory_policy": "allkeys-lru", **FAST},
-        must_show=("vanished",), must_be_zero=("crosstalk", "corrupt", "duplicated", "reordered"),
+        must_show=("evicted",), must_be_zero=("crosstalk", "corrupt", "duplicated", "reordered"),
         pressure={"value_kb": 32, "every_ms": 20}, telemetry_grows=("evicted_keys",)),
 ]

@@ -35,7 +35,8 @@ def measures(summary: dict) -> dict[str, int]:
         "reordered": anomalies.get("reordered", 0),
         "duplicated": anomalies.get("duplicated", 0),
         "corrupt": anomalies.get("corrupt", 0),
-        "vanished": anomalies.get("vanished", 0) + anomalies.get("expired", 0),
+        "vanished": anomalies.get("vanished", 0) + anomalies.get("expired", 0) + anomalies.get("evicted", 0),
+        "evicted": anomalies.get("evicted", 0),
         "unanswered": anomalies.get("unanswered", 0),
     }
 
