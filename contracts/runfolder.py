@@ -9,6 +9,7 @@
       telemetry.jsonl   store INFO and Locust processes' RSS, sampled during the load
       store/            the snapshot of the final reads
       audit/            anomalies.jsonl, sessions.csv, windows.csv, summary.json
+      audit/rolling/    the rolling audit's progress and judgements (--audit-every); follow.log its output
       locust/           Locust's own CSV and HTML
       report.html, charts/
 """
@@ -54,6 +55,11 @@ class RunFolder:
         """A file one partition of the audit writes before they are put together (``audit/parts/``)."""
         (self.audit / "parts").mkdir(parents=True, exist_ok=True)
         return self.audit / "parts" / f"{name}.{partition:02d}"
+
+    def rolling_part(self, partition: int, name: str) -> Path:
+        """What the rolling audit wrote of one partition (``audit/rolling/``): its judgements and snapshot lines."""
+        (self.audit / "rolling").mkdir(parents=True, exist_ok=True)
+        return self.audit / "rolling" / f"{name}.{partition:02d}.jsonl"
 
     def shards(self) -> list[Path]:
         """The journal's shards, in name order."""

@@ -23,7 +23,9 @@ code when it is not 0, else Locust's.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +33,7 @@ from pathlib import Path
 import gevent
 from gevent.event import Event
 
+from contracts import codec
 from locustfiles import runfolder
 
 log = logging.getLogger("goldfish")
@@ -95,6 +98,7 @@ class EndOfRun:
         self.heal_event.set()
         self.main = gevent.get_hub().parent  # the greenlet Locust's Ctrl-C lands in
         self._previous_sigint = None
+        self.follower: subprocess.Popen | None = None  # the rolling audit (--audit-every)
 
     # ---- signals ----------------------------------------------------------------------------
     def guard_signals(self) -> None:
@@ -180,6 +184,41 @@ class EndOfRun:
             name, self.pending = self.pending[0], None
             self.on_signal(name)
 
+    # ---- the rolling audit ------------------------------------------------------------------
+    def start_follower(self) -> None:
+        """``--audit-every``: the rolling audit in its own process (oracle/follow.py), never in this one's
+        event loop. It needs a Redis store (the final audit re-checks its sessions by key digests)."""
+        s = self.settings
+        if s.audit_every <= 0 or self.follower is not None or s.store is None or s.no_audit:
+            return
+        if s.store.name() != "redis":
+            say("--audit-every needs a Redis store (--store-url): no rolling audit")
+            return
+        from oracle import FOLLOW_ENV
+
+        log_file = open(Path(s.run_dir) / "follow.log", "ab")
+        env = {**os.environ, FOLLOW_ENV: codec.dumps({k: v for k, v in s.store.__dict__.items()
+                                                      if k != "on_batch"}).decode()}
+        self.follower = subprocess.Popen(
+            [sys.executable, "-m", "oracle", "follow", str(s.run_dir), "--every", str(s.audit_every),
+             "--settle", str(s.settle)], env=env, stdout=log_file, stderr=log_file, start_new_session=True)
+        say(f"rolling audit: every {s.audit_every:g}s (pid {self.follower.pid}, progress in "
+            f"{Path(s.run_dir) / 'audit' / 'rolling' / 'progress.json'})")
+
+    def stop_follower(self, timeout: float = 120.0) -> None:
+        """Let the rolling audit finish the batch in hand and stop (bounded), before the final audit."""
+        if self.follower is None:
+            return
+        follower, self.follower = self.follower, None
+        if follower.poll() is None:
+            follower.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while follower.poll() is None and time.monotonic() < deadline:
+            gevent.sleep(0.1)
+        if follower.poll() is None:
+            follower.kill()
+            say("rolling audit did not stop in time: killed; the final audit judges what it had not")
+
     # ---- the end ----------------------------------------------------------------------------
     def begin(self) -> bool:
         """Locust is quitting (at its shutdown): True the first time, False when it calls again."""
@@ -231,6 +270,7 @@ class EndOfRun:
             self.verdict = online["verdict"]["result"]
             return EXIT_GATE if self.verdict == "fail" else EXIT_OK
         gevent.sleep(max(0.0, s.settle - (time.monotonic() - started)))
+        self.stop_follower()
         self._enter(AUDIT)
         code, summary = self.audit()
         if summary is None:

@@ -87,6 +87,7 @@ def _on_test_start(environment, **_kw):
     if isinstance(runner, MasterRunner):
         rt.collector.start_test()
     rt.end.start_chaos()
+    rt.end.start_follower()
     telemetry.start(environment)
 
 

@@ -50,6 +50,9 @@ def add_arguments(parser) -> None:
     add_store_options(parser, locust=True)
     add("--no-audit", action="store_true", default=False, help="skip the end-of-run audit")
     add("--settle", default="2s", help="wait after healing before the audit reads the store")
+    add("--audit-every", default="0",
+        help="rolling audit: every this long during the run, judge the conversations that completed more than "
+             "--settle ago (a Redis store only; the final audit then re-checks them cheaply). 0: off")
     # the verdict's gates; the errors gate judges failed requests (allowed only while a chaos fault is in
     # force), so goldfish sets Locust's --exit-code-on-error default to 0: give it to fail on any failed request
     add_gate_options(parser, locust=True)
@@ -136,6 +139,7 @@ class Settings:
     step_duration: float
     steps: int
     telemetry_interval: float = 5.0
+    audit_every: float = 0.0
     extra: dict = field(default_factory=dict)
 
     @cached_property
@@ -187,6 +191,7 @@ class Settings:
             step_duration=parse_duration(get("step_duration", "30s"), "step-duration"),
             steps=steps,
             telemetry_interval=parse_duration(get("telemetry_interval", "5s"), "telemetry-interval"),
+            audit_every=parse_duration(get("audit_every", "0"), "audit-every"),
         )
 
     def public(self) -> dict:

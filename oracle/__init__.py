@@ -10,6 +10,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     store_options(values) / gates(values)  those options parsed
     headline, rule_line                    the verdict in words
     AuditOptionError, JournalError, TemplateMismatch, StoreOptions, Gates
+    FOLLOW_ENV                             how `python -m oracle follow` (the rolling audit) gets its store
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ _WHERE = {
     "headline": ("oracle.verdict", "headline"), "rule_line": ("oracle.verdict", "rule_line"),
     "JournalError": ("oracle.history", "JournalError"), "TemplateMismatch": ("oracle.keys", "TemplateMismatch"),
     "StoreOptions": ("oracle.store", "StoreOptions"), "Gates": ("oracle.verdict", "Gates"),
+    "FOLLOW_ENV": ("oracle.follow", "ENV"),
 }
 __all__ = sorted(_WHERE)
 

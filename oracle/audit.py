@@ -144,6 +144,9 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     if missing_keys:
         result["information"]["missing_keys"] = missing_keys
     result["jobs"] = jobs
+    reused = sum(r.reused for r in results)
+    if reused:  # the rolling audit's judgements that stood: key and journal unchanged since (oracle/rolling.py)
+        result["rolling"] = {"reused": reused}
     result["store"] = {"complete": True, "reader": options.name(), "url": options.where(), "source": source}
     result["timings"] = {"read_judge": read_s, "total": time.perf_counter() - clock, **_peak_rss()}
     gates = gates or verdict.parse_gates(None)

@@ -87,39 +87,10 @@ class Journal:
             yield from self._shard(shard, partitions)
 
     def _shard(self, shard: Path, partitions: set[int] | None) -> Iterator[tuple[int, SessionLines]]:
-        path = str(shard)
-        open_sessions: dict[str, tuple[int, SessionLines]] = {}
-        current: dict[str, str] = {}  # user -> the session it is holding
-        mine: dict[str, int | None] = {}  # user or session -> its partition when it is one of ours, else None
+        grouper = Grouper(self, str(shard), partitions)
         for before, lines, last_chunk in line_chunks(shard):
-            keys = _keys(lines)
-            for i, (raw, key) in enumerate(zip(lines, keys)):
-                if key is None:
-                    if raw.strip():
-                        self.lines += 1
-                        if (partitions is None or 0 in partitions) and not torn(raw, last_chunk and i == len(lines) - 1):
-                            self.problems.append((0, problem(path, before + i + 1, _why(raw), raw)))
-                    continue
-                self.lines += 1
-                owner = key.user if key.user is not None else key.session
-                p = mine.get(owner, -1)
-                if p == -1:
-                    p = partition_of(owner)
-                    p = mine[owner] = p if partitions is None or p in partitions else None
-                if p is None:
-                    continue
-                self.run = self.run or key.run
-                if key.user is not None:
-                    previous = current.get(key.user)
-                    if previous is not None and previous != key.session and previous in open_sessions:
-                        yield self._done(*open_sessions.pop(previous))
-                    current[key.user] = key.session
-                entry = open_sessions.get(key.session)
-                if entry is None:
-                    entry = open_sessions[key.session] = (p, SessionLines(path, key.session))
-                entry[1].lines.append((before + i + 1, raw))
-        for p, entry in open_sessions.values():
-            yield self._done(p, entry)
+            yield from grouper.feed(before, lines, last_chunk)
+        yield from grouper.finish()
 
     def _done(self, p: int, entry: SessionLines) -> tuple[int, SessionLines]:
         self.sessions += 1
@@ -138,6 +109,76 @@ class Journal:
                     if t.session in sessions:
                         out[(t.session, t.turn)] = t.sent
         return out
+
+
+class Grouper:
+    """One shard's lines grouped by session: a session is complete when its user starts another one."""
+
+    def __init__(self, journal: Journal, path: str, partitions: set[int] | None):
+        self.journal, self.path, self.partitions = journal, path, partitions
+        self.open: dict[str, tuple[int, SessionLines]] = {}
+        self.current: dict[str, str] = {}  # user -> the session it is holding
+        self.mine: dict[str, int | None] = {}  # user or session -> its partition when it is one of ours, else None
+
+    def feed(self, before: int, lines: list[bytes], last_chunk: bool) -> Iterator[tuple[int, SessionLines]]:
+        """The sessions these lines complete (``before``: lines of the shard before them)."""
+        j = self.journal
+        for i, (raw, key) in enumerate(zip(lines, _keys(lines))):
+            if key is None:
+                if raw.strip():
+                    j.lines += 1
+                    if (self.partitions is None or 0 in self.partitions) and \
+                            not torn(raw, last_chunk and i == len(lines) - 1):
+                        j.problems.append((0, problem(self.path, before + i + 1, _why(raw), raw)))
+                continue
+            j.lines += 1
+            owner = key.user if key.user is not None else key.session
+            p = self.mine.get(owner, -1)
+            if p == -1:
+                p = partition_of(owner)
+                p = self.mine[owner] = p if self.partitions is None or p in self.partitions else None
+            if p is None:
+                continue
+            j.run = j.run or key.run
+            if key.user is not None:
+                previous = self.current.get(key.user)
+                if previous is not None and previous != key.session and previous in self.open:
+                    yield j._done(*self.open.pop(previous))
+                self.current[key.user] = key.session
+            entry = self.open.get(key.session)
+            if entry is None:
+                entry = self.open[key.session] = (p, SessionLines(self.path, key.session))
+            entry[1].lines.append((before + i + 1, raw))
+
+    def finish(self) -> Iterator[tuple[int, SessionLines]]:
+        """The sessions still open at the end of the shard: complete now."""
+        for p, entry in self.open.values():
+            yield self.journal._done(p, entry)
+        self.open = {}
+
+
+class Tail:
+    """A journal that is still being written, read as it grows (the rolling audit's): each ``poll``
+    reads the whole lines appended since the last one and returns the sessions they complete."""
+
+    def __init__(self, run_dir: str | Path, partitions: set[int] | None = None):
+        self.journal = Journal.open(run_dir) if RunFolder(run_dir).shards() else Journal(RunFolder(run_dir))
+        self.partitions = partitions
+        self.shards: dict[str, tuple[int, int, Grouper]] = {}  # path -> (bytes read, lines read, grouper)
+
+    def poll(self) -> list[tuple[int, SessionLines]]:
+        done = []
+        for shard in self.journal.folder.shards():
+            path = str(shard)
+            offset, count, grouper = self.shards.get(path) or (0, 0, Grouper(self.journal, path, self.partitions))
+            with open(shard, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read()
+            whole = data[:data.rfind(b"\n") + 1]  # a line still being written waits for the next poll
+            lines = whole.splitlines(keepends=True)
+            done += grouper.feed(count, lines, False)
+            self.shards[path] = (offset + len(whole), count + len(lines), grouper)
+        return done
 
 
 def _keys(lines: list[bytes]) -> list:

@@ -15,6 +15,7 @@ and the conversations still open.
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -31,6 +32,8 @@ from oracle.clean import prove_clean
 from oracle.decode import Shape, decode_session
 from oracle.history import Journal, SessionLines, decode_turns
 from oracle.snapshot import session_lines, snapshot_lines, snapshot_session
+from oracle.redis_reader import digest
+from oracle.rolling import Judged, RollingPrior, RollingWriter, journal_print
 from oracle.store import StoreOptions, make_reader
 from oracle.tables import SESSION_COLUMNS, STORE_COLUMNS
 from oracle.tally import Tally
@@ -73,6 +76,7 @@ class Context:
     faults: list                 # [Fault]: effective faults
     window_s: float
     recovery_s: float
+    rolling: bool = False        # the rolling audit's: write each session's judgement, not the tables
 
 
 @dataclass
@@ -86,27 +90,49 @@ class PartitionResult:
     entries: int = 0             # stored entries read (a JSON blob counts as one)
     problems: list = field(default_factory=list)
     run: str | None = None
+    classes: Counter = field(default_factory=Counter)  # findings per class
+    reused: int = 0              # sessions whose rolling-audit judgement stood (key and journal unchanged)
 
 
 def judge_partitions(context: Context, partitions: list[int]) -> list[PartitionResult]:
     """Judge every session of ``partitions``; their files are written, their counts returned."""
-    shape = Shape(context.store)
-    reader = make_reader(context.store) if context.live else None
     journal = Journal.open(context.run_dir)
-    parts = {p: _Partition(p, context, shape, reader) for p in partitions}
+    judging = Judging(context, partitions)
     try:
         for p, entry in journal.completed(set(partitions)):
-            parts[p].add(entry)
-        for part in parts.values():
-            part.flush()
+            judging.add(p, entry)
     finally:
-        for part in parts.values():
-            part.close()
-    for part in parts.values():  # unreadable lines first, as they come in the journal
-        part.result.problems[:0] = [text for p, text in journal.problems if p == part.result.partition]
-    for part in parts.values():
-        part.result.run = journal.run
-    return [parts[p].result for p in partitions]
+        judging.close()
+    return judging.results(journal)
+
+
+class Judging:
+    """The open partitions of one process: add completed sessions, judged a batch at a time."""
+
+    def __init__(self, context: Context, partitions: list[int]):
+        shape = Shape(context.store)
+        reader = make_reader(context.store) if context.live else None
+        self.parts = {p: _Partition(p, context, shape, reader) for p in partitions}
+
+    def add(self, p: int, entry: SessionLines) -> None:
+        self.parts[p].add(entry)
+
+    def flush(self) -> None:
+        for part in self.parts.values():
+            part.flush()
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            for part in self.parts.values():
+                part.close()
+
+    def results(self, journal: Journal) -> list[PartitionResult]:
+        for part in self.parts.values():  # unreadable lines first, as they come in the journal
+            part.result.problems[:0] = [text for p, text in journal.problems if p == part.result.partition]
+            part.result.run = journal.run
+        return [part.result for part in self.parts.values()]
 
 
 class _Partition:
@@ -117,10 +143,13 @@ class _Partition:
         self.result = PartitionResult(p, Tally(ctx.window_s, ctx.kinds))
         folder = RunFolder(ctx.run_dir)
         self.pending: list[SessionLines] = []
-        self.findings = open(folder.audit_part(p, "anomalies.raw"), "wb")
-        self.rows = open(folder.audit_part(p, "sessions.csv"), "wb")
-        self.snapshot = open(folder.snapshot_part(p), "wb") if ctx.live else None
-        self.stored = None if ctx.live else _Lockstep(folder, p)
+        self.rolling = RollingWriter(folder, p) if ctx.rolling else None  # judgements, pass after pass
+        self.prior = RollingPrior(folder, p) if ctx.live and not ctx.rolling and RollingPrior.exists(folder, p) \
+            else None
+        self.findings = None if ctx.rolling else open(folder.audit_part(p, "anomalies.raw"), "wb")
+        self.rows = None if ctx.rolling else open(folder.audit_part(p, "sessions.csv"), "wb")
+        self.snapshot = open(folder.snapshot_part(p), "wb") if ctx.live and not ctx.rolling else None
+        self.stored = None if ctx.live else _Lockstep(folder.path, folder.snapshot_part(p))
 
     def add(self, entry: SessionLines) -> None:
         self.pending.append(entry)
@@ -132,15 +161,19 @@ class _Partition:
             return
         entries, self.pending = self.pending, []
         turns_by = self._turns(entries)
+        self.journaled = {e.session: (e.shard, journal_print(e)) for e in entries} \
+            if self.rolling is not None or self.prior is not None else {}
+        reused = self._reusable([e for e in entries if e.session in turns_by]) if self.prior is not None else {}
         if self.ctx.live:
-            raws = list(chain.from_iterable(self.reader.read(list(turns_by))))
+            raws = list(chain.from_iterable(self.reader.read([s for s in turns_by if s not in reused])))
         else:
             raws = [snapshot_session(line) for line in self.stored.lines([e.session for e in entries])]
             raws = [r for r in raws if r.session in turns_by]
         proof = prove_clean(raws, turns_by, self.shape)
         if self.snapshot is not None:
-            self.snapshot.write(session_lines(raws, proof.decoded))
-        self._judge(raws, proof, turns_by)
+            self.snapshot.write(session_lines(raws, proof.decoded)
+                                + b"".join(bytes(j.stored) + b"\n" for j in reused.values()))
+        self._judge(raws, proof, turns_by, reused)
         if self.ctx.store.on_batch is not None:  # a test's hook
             self.ctx.store.on_batch(self.result.partition, self.result.sessions)
 
@@ -163,30 +196,61 @@ class _Partition:
                 turns_by[e.session] = turns
         return turns_by
 
-    def _judge(self, raws, proof, turns_by: dict[str, list[Turn]]) -> None:
+    def _reusable(self, entries: list[SessionLines]) -> dict[str, Judged]:
+        """The rolling audit's clean judgements of these sessions whose journal lines are the same and whose
+        key still has the digest it had then: nothing was added, lost or changed since, so the judgement
+        stands and the whole history is not read again. A session with findings is always judged again,
+        with the evidence of the end of the run (evictions, TTLs)."""
+        prior = {s: j for s, j in self.prior.take(entries).items()
+                 if not j.findings and j.journal == self.journaled[s][1]}
+        now = self.reader.digests(list(prior)) if prior else {}
+        reused = {s: j for s, j in prior.items() if now.get(s) == j.digest}
+        self.result.reused += len(reused)
+        return reused
+
+    def _judge(self, raws, proof, turns_by: dict[str, list[Turn]], reused: dict[str, Judged]) -> None:
         ctx, r = self.ctx, self.result
         judged, dirty = [], {}
-        for raw, clean, elements in zip(raws, proof.clean, proof.elements):
+        decoded = proof.decoded
+        for i, (raw, clean, elements) in enumerate(zip(raws, proof.clean, proof.elements)):
             turns = turns_by[raw.session]
-            r.entries += len(raw.entries)
-            lost = anomalous = ()
+            record = Judged(raw.session, self.journaled.get(raw.session, ("", 0))[1],
+                            digest(raw) if self.rolling is not None else [], len(raw.entries), raw.exists,
+                            [], None, [], [])
             if not clean:
                 found = check_session(raw.session, turns, raw, decode_session(raw, self.shape, elements), turns_by,
                                       ctx.evidence.gone_class)
-                for f in found.findings:
-                    self.findings.write(codec.dumps_line(f))
-                dirty[raw.session] = found.stats
                 lost = set(found.lost_turns)
-                anomalous = lost | {f["turn"] for f in found.findings if f["turn"] is not None}
-                if not raw.exists and found.findings:
-                    r.gone_count += 1
-                    if len(r.gone) < GONE_SAMPLE:
-                        r.gone.append(raw.session)
-            judged.append((raw.session, turns, lost, anomalous))
-        missing = set(turns_by) - {raw.session for raw in raws}
+                record.findings, record.stats, record.lost = found.findings, found.stats, sorted(lost)
+                record.anomalous = sorted(lost | {f["turn"] for f in found.findings if f["turn"] is not None})
+            if self.rolling is not None:
+                self.rolling.write(self.journaled[raw.session][0], record,
+                                   session_lines([raw], [decoded[i]] if decoded else None))
+            judged.append(self._count(record, turns, dirty))
+        for session, record in reused.items():
+            judged.append(self._count(record, turns_by[session], dirty))
+        missing = set(turns_by) - {raw.session for raw in raws} - set(reused)
         r.problems += [f"session {s} is journaled but not in the stored reads; not judged" for s in sorted(missing)]
-        if judged:
+        if judged and self.rows is not None:
             self._tally(judged, dirty)
+
+    def _count(self, record: Judged, turns: list[Turn], dirty: dict) -> tuple:
+        """Count one session's judgement, and write its findings (the final audit's)."""
+        r = self.result
+        if self.rolling is not None:
+            r.sessions += 1
+        for f in record.findings:
+            r.classes[f["class"]] += 1
+            if self.findings is not None:
+                self.findings.write(codec.dumps_line(f))
+        r.entries += record.entries
+        if record.stats is not None:
+            dirty[record.session] = record.stats
+            if not record.exists and record.findings:
+                r.gone_count += 1
+                if len(r.gone) < GONE_SAMPLE:
+                    r.gone.append(record.session)
+        return record.session, turns, set(record.lost), set(record.anomalous)
 
     def _tally(self, judged: list, dirty: dict) -> None:
         """Per-turn columns of the batch, once: the tally, and the journal's columns of the sessions' rows."""
@@ -240,7 +304,7 @@ class _Partition:
         rows.to_csv(self.rows, header=False, index=False)
 
     def close(self) -> None:
-        for fh in (self.findings, self.rows, self.snapshot):
+        for fh in (self.findings, self.rows, self.snapshot, self.rolling, self.prior):
             if fh is not None:
                 fh.close()
 
@@ -276,11 +340,11 @@ def _rows(judged: list, index: np.ndarray, a: dict, fail: np.ndarray, probe: np.
 
 
 class _Lockstep:
-    """A re-audit's snapshot lines of one partition, read in the order the live audit judged them (so
-    the lines read ahead stay few; a session missing from the snapshot costs reading the rest)."""
+    """Snapshot lines of one partition, read in the order they were written (so the lines read ahead
+    stay few; a session missing from them costs reading the rest)."""
 
-    def __init__(self, folder: RunFolder, p: int):
-        self.lines_of = snapshot_lines(folder.path, folder.snapshot_part(p))
+    def __init__(self, run_dir: Path, path: Path):
+        self.lines_of = snapshot_lines(run_dir, path)
         self.ahead: dict[str, bytes] = {}
 
     def lines(self, sessions: list[str]) -> list[bytes]:

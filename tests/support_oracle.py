@@ -208,14 +208,17 @@ ANOMALY_KINDS = ("lost", "vanished", "unanswered", "duplicated", "crosstalk", "c
 
 # --- writing a run folder -------------------------------------------------------------------------
 
-def write_journal(run_dir: Path, records: list[dict], shards: int = 1, extra_lines: dict | None = None) -> None:
-    """Journal shards (sessions dealt round-robin); ``extra_lines`` {shard index: [raw lines]} appended."""
+def write_journal(run_dir: Path, records: list[dict], shards: int = 1, extra_lines: dict | None = None,
+                  by_user: bool = False) -> None:
+    """Journal shards (sessions dealt round-robin, or users with ``by_user``: one Locust process holds a
+    user's sessions); ``extra_lines`` {shard index: [raw lines]} appended."""
     journal = Path(run_dir) / "journal"
     journal.mkdir(parents=True, exist_ok=True)
     files = [open(journal / f"local-{i}.jsonl", "w") for i in range(shards)]
     shard_of: dict = {}  # a session's turns are in one shard, as one Locust process writes them
     for record in records:
-        shard = shard_of.setdefault(record.get("session"), len(shard_of) % shards)
+        owner = record.get("user") if by_user else record.get("session")
+        shard = shard_of.setdefault(owner, len(shard_of) % shards)
         files[shard].write(json.dumps(record) + "\n")
     for i, lines in (extra_lines or {}).items():
         for line in lines:

@@ -1,0 +1,106 @@
+"""The rolling audit: while a long run goes on, judge the conversations that completed more than
+``settle`` ago, every ``every`` seconds. A soak shows its results as it goes (audit/rolling/progress.json,
+the goldfish web UI tab), and the final audit re-checks these sessions cheaply — the digest of each
+key: type, length, oldest and newest entry — instead of reading them again; a key that changed
+since (a Redis crash late in the soak) is read and judged again, so its losses still show.
+
+It runs as its own process, ``python -m oracle follow RUN``, which the Locust master starts with
+``--audit-every`` (locustfiles/endofrun.py), so the judging never competes with the load's event
+loop. It stops on SIGTERM or SIGINT (after the batch in hand), or when its parent is gone.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from collections import Counter, deque
+from pathlib import Path
+
+from contracts import codec
+from contracts.durations import DurationError, parse_duration
+from contracts.runfolder import RunFolder
+from oracle.history import PARTITIONS, Tail
+from oracle.judge import Context, Evidence, Judging
+from oracle.keys import store_evidence
+from oracle.store import StoreOptions, make_reader
+
+ENV = "GOLDFISH_FOLLOW"  # the store options, as JSON: not on the command line, where `ps` shows passwords
+
+
+def follow(run_dir: Path, store: StoreOptions, every: float, settle: float, stopping) -> dict:
+    """Judge completed sessions pass after pass until ``stopping()``; returns the last progress."""
+    folder = RunFolder(run_dir)
+    reader = make_reader(store)
+    reader.check()
+    progress = {"sessions": 0, "findings": {}, "passes": 0, "started": time.time()}
+    classes: Counter = Counter()
+    waiting: deque = deque()  # (noticed complete at, partition, session lines)
+    tail = None
+    judging = None
+    parent = os.getppid()
+    orphaned = lambda: os.getppid() != parent  # noqa: E731 - the Locust master is gone
+    while not stopping() and not orphaned():
+        if tail is None and folder.shards():
+            tail = Tail(folder.path)
+        if tail is not None:
+            now = time.time()
+            waiting.extend((now, p, entry) for p, entry in tail.poll())
+            ready = []
+            while waiting and waiting[0][0] <= now - settle:
+                ready.append(waiting.popleft())
+            if ready:
+                evidence = store_evidence(reader, folder)  # what the store says now: TTLs, evictions so far
+                judging = Judging(Context(folder.path, store, True, Evidence(evidence.get("ttl_in_use", False),
+                                                                            evidence.get("evictions") or []),
+                                          (), [], 5.0, 5.0, rolling=True), list(range(PARTITIONS)))
+                for _, p, entry in ready:
+                    judging.add(p, entry)
+                judging.close()
+                for part in judging.parts.values():
+                    progress["sessions"] += part.result.sessions
+                    classes.update(part.result.classes)
+            progress.update(findings=dict(classes), passes=progress["passes"] + 1, updated=time.time(),
+                            waiting=len(waiting))
+            _write(folder, progress)
+        _sleep(every, lambda: stopping() or orphaned())
+    return progress
+
+
+def _write(folder: RunFolder, progress: dict) -> None:
+    path = folder.audit / "rolling" / "progress.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(codec.dumps_document(progress))
+    tmp.replace(path)
+
+
+def _sleep(seconds: float, stopping) -> None:
+    deadline = time.monotonic() + seconds
+    while not stopping() and time.monotonic() < deadline:
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m oracle follow", description=__doc__.splitlines()[0])
+    p.add_argument("run", help="the run folder being written")
+    p.add_argument("--every", default="5m", help="seconds between passes (default 5m)")
+    p.add_argument("--settle", default="2s", help="how long a conversation must be complete before it is judged")
+    args = p.parse_args(argv)
+    try:
+        every, settle = parse_duration(args.every, "--every"), parse_duration(args.settle, "--settle")
+        store = StoreOptions(**codec.loads(os.environ[ENV]))
+    except (DurationError, KeyError, TypeError, codec.DecodeError) as exc:
+        print(f"oracle follow: {exc} (the store options come in ${ENV}, as JSON)", file=sys.stderr)
+        return 2
+    stop = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.append(True))
+    progress = follow(Path(args.run), store, every, settle, lambda: bool(stop))
+    print(f"oracle follow: {progress['sessions']} sessions judged in {progress['passes']} passes", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The rolling audit (`--audit-every`, oracle/follow.py) against a real redis-server: what it judged
+during the run stands at the end only while the key and the journal are unchanged; a loss after
+its pass is still found, and the final audit equals a fresh one."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from oracle.audit import audit_run
+from oracle.follow import follow
+from oracle.store import StoreOptions
+from support_locust import run_locust
+from support_oracle import build_world, finding_keys, simple_specs, store_with_langchain, write_journal
+from support_refbot import refbot_stack  # noqa: F401 - fixture
+
+
+def one_pass(run, store: StoreOptions) -> dict:
+    """follow() until it has written its progress once."""
+    progress = run / "audit" / "rolling" / "progress.json"
+    return follow(run, store, every=0.01, settle=0.0, stopping=progress.exists)
+
+
+def sorted_rows(run) -> list[str]:
+    return sorted((run / "audit" / "sessions.csv").read_text().splitlines())
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_judgements_stand_only_while_key_and_journal_are_unchanged(tmp_path, redis_server, shards):
+    world = build_world(simple_specs(12), seed=7)  # users u0..u3 hold three sessions each, one after another
+    run = tmp_path / "run"
+    write_journal(run, world.records, shards=shards, by_user=True)
+    store_with_langchain(redis_server.url, world)
+    store = StoreOptions(url=redis_server.url)
+
+    progress = one_pass(run, store)
+    judged = [json.loads(line)["session"] for f in sorted((run / "audit" / "rolling").glob("judged.*.jsonl"))
+              for line in f.read_text().splitlines()]
+    # a session is complete once its user starts the next one: the last session of each user waits
+    assert progress["sessions"] == len(judged) == 8 and progress["findings"] == {}
+    assert progress["passes"] == 1
+
+    # after the pass: one judged key deleted, one judged key loses its newest entry, one unjudged key deleted
+    client = redis_server.client()
+    deleted, shrunk, late = judged[0], judged[3], next(s for s in world.order if s not in judged)
+    client.delete(f"message_store:{deleted}", f"message_store:{late}")
+    client.lpop(f"message_store:{shrunk}")  # the newest entry: the last turn lost its reply
+
+    fresh = tmp_path / "fresh"
+    shutil.copytree(run, fresh, ignore=shutil.ignore_patterns("rolling"))
+    summary = audit_run(run, store)
+    assert summary["rolling"] == {"reused": 8 - 2}
+    found = {session for _, session, _ in finding_keys(run)}
+    assert {deleted, shrunk, late} <= found
+
+    again = audit_run(fresh, store)  # the same store, no rolling judgements: the same outcome
+    assert "rolling" not in again
+    assert finding_keys(fresh) == finding_keys(run)
+    assert again["metrics"] == summary["metrics"] and again["observed"] == summary["observed"]
+    assert sorted_rows(fresh) == sorted_rows(run)
+
+    redis_server.stop()  # the reused sessions' stored histories made it into the snapshot
+    offline = audit_run(run)
+    assert offline["metrics"] == summary["metrics"] and finding_keys(run) == finding_keys(fresh)
+
+
+def test_a_torn_or_foreign_rolling_file_costs_reads_not_results(tmp_path, redis_server):
+    world = build_world(simple_specs(12), seed=8)
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    store_with_langchain(redis_server.url, world)
+    store = StoreOptions(url=redis_server.url)
+    one_pass(run, store)
+    for f in (run / "audit" / "rolling").glob("judged.*.jsonl"):  # garbage first, a torn line last
+        text = f.read_bytes()
+        f.write_bytes(b"not json\n" + text[: len(text) // 2])
+    summary = audit_run(run, store)
+    fresh = tmp_path / "fresh"
+    shutil.copytree(run, fresh, ignore=shutil.ignore_patterns("rolling"))
+    assert audit_run(fresh, store)["metrics"] == summary["metrics"]
+    assert 0 < summary.get("rolling", {}).get("reused", 0) < 8
+
+
+@pytest.mark.slow
+def test_locust_audit_every_judges_during_the_run(tmp_path, refbot_stack):  # noqa: F811
+    stack = refbot_stack(replicas=2, mode="correct", think_ms=0, jitter_ms=5)
+    run = run_locust(stack.url, tmp_path / "run", "--store-url", stack.state["store_url"], "--settle", "0.5",
+                     "--audit-every", "1s", users=6, time_s="6s", timeout=240)
+    assert run.returncode == 0, run.output[-4000:]
+    progress = json.loads((run.run_dir / "audit" / "rolling" / "progress.json").read_text())
+    summary = json.loads((run.run_dir / "audit" / "summary.json").read_text())
+    assert progress["passes"] >= 2 and progress["sessions"] > 0 and progress["findings"] == {}
+    assert summary["rolling"]["reused"] == progress["sessions"]  # nothing changed after it judged them
+    assert summary["verdict"]["result"] == "pass"
+    assert "rolling audit: every 1s" in run.output
