@@ -59,7 +59,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     """
     folder = RunFolder(run_dir)
     clock = time.perf_counter()
-    Journal.open(folder.path)
+    journal = Journal.open(folder.path)
     problems: list[str] = []
     faults, steps = load_faults(folder.path, problems), load_steps(folder.path, problems)
     live = store is not None
@@ -141,6 +141,8 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     result["anomalies"] = dict(sorted(linked.classes.items()))
     result["causes"] = dict(sorted(linked.causes.items()))
     result["information"] = {"foreign_keys": foreign.information()}
+    if journal.copies:  # a killed master's journal completed from its workers' own copies (oracle/history.py)
+        result["information"]["journal_copies"] = journal.copies
     if missing_keys:
         result["information"]["missing_keys"] = missing_keys
     result["jobs"] = jobs
@@ -177,7 +179,7 @@ def _jobs(jobs: int | None, folder: RunFolder, store: StoreOptions | None) -> in
     repay starting them; one for a test's per-batch hook, the HTTP and function readers (a bot's API or a
     user's function may not like parallel callers), and a gevent-patched process."""
     if jobs is None:
-        small = sum(shard.stat().st_size for shard in folder.shards()) < PARALLEL_MIN_BYTES
+        small = sum(shard.stat().st_size for shard in Journal.open(folder.path).shards) < PARALLEL_MIN_BYTES
         simple = store is not None and (store.on_batch is not None or store.name() != "redis")
         jobs = 1 if small or simple or _gevent_patched() else min(os.cpu_count() or 1, 8)
     return max(1, min(jobs, PARTITIONS))
@@ -232,11 +234,11 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
     from oracle.attribution import intervals, overlapping
 
     folder = RunFolder(run_dir)
-    Journal.open(folder.path)
+    journal = Journal.open(folder.path)
     margins = intervals(load_faults(folder.path), float("inf"), recovery_s)
     counts = Counter()
     leaked: set = set()
-    for shard in folder.shards():
+    for shard in journal.shards:
         for _, turns in read_chunks(shard, decode_chunk, decode_line, problems=[]):
             if not turns:
                 continue

@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from oracle.explain import journal_copy_line
 from oracle.history import JournalError
 from oracle.snapshot import SnapshotError
 from oracle.options import OptionError, add_gate_options, add_store_options, gates, store_options
@@ -88,6 +89,8 @@ def render(summary: dict, run: Path) -> str:
     if info.get("other_goldfish_runs") or info.get("not_goldfish"):
         lines.append(f"  information: the store also holds {info['other_goldfish_runs']} key(s) of other goldfish runs "
                      f"and {info['not_goldfish']} other key(s) under the template (not judged)")
+    for copy in (summary.get("information") or {}).get("journal_copies") or []:
+        lines.append(f"  information: {journal_copy_line(copy)}")
     lines.append("  verdict rules:")
     lines += [f"    {rule['result'].upper():<13} {rule_line(rule)}" for rule in summary["verdict"]["rules"]]
     lines.append(f"  tables in {run / 'audit'}")

@@ -95,3 +95,10 @@ def explain(f: dict) -> str:
         return (f"Entry {e['index']} of {e['key']} cannot be read: {e['reason']}. Excerpt: {e['excerpt']!r}."
                 f"{whose} A bot reading this history either crashes or silently drops the entry.")
     return f"{cls} in session {s}: {e}"
+
+
+def journal_copy_line(copy: dict) -> str:
+    """summary.information.journal_copies, in words (oracle/history.py journal_files)."""
+    where = copy["master"] or "the master's journal (it had no copy of this worker's lines)"
+    return (f"the journal of {copy['shard']} was read from the worker's own copy {copy['read']}: it holds "
+            f"{copy['lines_added']} line(s) more than {where} (the master stopped before they reached it)")

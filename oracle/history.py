@@ -69,21 +69,24 @@ class Journal:
     run: str | None = None
     lines: int = 0
     sessions: int = 0
+    shards: list = field(default_factory=list)    # the files read, in order (journal_files)
+    copies: list = field(default_factory=list)    # the workers' copies read instead of the master's
 
     @classmethod
     def open(cls, run_dir: str | Path) -> "Journal":
         folder = RunFolder(run_dir)
         if not folder.path.is_dir():
             raise JournalError(f"{folder.path} is not a run folder (no such directory)")
-        if not folder.shards():
+        shards, copies, problems = journal_files(folder)
+        if not shards:
             raise JournalError(f"{folder.path} has no journal: expected {folder.journal}/*.jsonl "
                                "(is this a run folder?)")
-        return cls(folder)
+        return cls(folder, [(0, text) for text in problems], shards=shards, copies=copies)
 
     def completed(self, partitions: set[int] | None = None) -> Iterator[tuple[int, SessionLines]]:
         """(partition, session) for every journaled session of ``partitions`` (all: None), once, as
         soon as it is complete, shard by shard. A line that names no session counts in partition 0."""
-        for shard in self.folder.shards():
+        for shard in self.shards:
             yield from self._shard(shard, partitions)
 
     def _shard(self, shard: Path, partitions: set[int] | None) -> Iterator[tuple[int, SessionLines]]:
@@ -99,7 +102,7 @@ class Journal:
     def sent_times(self, sessions: set[str]) -> dict[tuple[str, int], float]:
         """(session, turn) -> send time of every journaled turn of ``sessions`` (a second, cheap pass)."""
         out = {}
-        for shard in self.folder.shards():
+        for shard in self.shards:
             for _, lines, _ in line_chunks(shard):
                 for raw in lines:
                     try:
@@ -109,6 +112,54 @@ class Journal:
                     if t.session in sessions:
                         out[(t.session, t.turn)] = t.sent
         return out
+
+
+def journal_files(folder: RunFolder) -> tuple[list[Path], list[dict], list[str]]:
+    """The journal's shards, each replaced by its worker's own copy (``workers/<id>.jsonl``) when that
+    copy holds every line of the master's and more: the master was killed before the last batches
+    came, or the copy was brought from the worker's machine. Returns (files, copies read, problems)."""
+    files = {p.name: p for p in folder.shards()}
+    copies, problems = [], []
+    for copy in sorted(folder.workers.glob("*.jsonl")) if folder.workers.is_dir() else []:
+        master = files.get(copy.name)
+        extra = _lines_beyond(master, copy)
+        if extra is None:
+            problems.append(f"{copy} is not a copy of {master} (their lines differ): not merged; the audit "
+                            f"reads {master} only")
+        elif extra:
+            files[copy.name] = copy
+            copies.append({"shard": copy.name, "read": str(copy.relative_to(folder.path)), "lines_added": extra,
+                           "master": str(master.relative_to(folder.path)) if master else None})
+    return [files[name] for name in sorted(files)], copies, problems
+
+
+def _lines_beyond(master: Path | None, copy: Path) -> int | None:
+    """Whole lines the worker's copy holds past the end of the master's complete lines; None when the
+    master's lines are not the copy's first lines."""
+    if master is not None and copy.stat().st_size <= master.stat().st_size:
+        return 0  # nothing past the master's lines (a copy that is not one costs nothing: the master's is read)
+    with open(copy, "rb") as theirs:
+        if master is not None:
+            with open(master, "rb") as ours:
+                ours.seek(0, 2)
+                size = ours.tell()
+                at = size  # the master's complete lines end at its last newline
+                while at > 0:
+                    ours.seek(max(0, at - 65536))
+                    block = ours.read(at - max(0, at - 65536))
+                    newline = block.rfind(b"\n")
+                    if newline >= 0:
+                        at = at - len(block) + newline + 1
+                        break
+                    at -= len(block)
+                ours.seek(0)
+                left = at
+                while left:
+                    a, b = ours.read(min(left, 1 << 20)), theirs.read(min(left, 1 << 20))
+                    if a != b:
+                        return None
+                    left -= len(a)
+        return sum(block.count(b"\n") for block in iter(lambda: theirs.read(1 << 20), b""))
 
 
 class Grouper:

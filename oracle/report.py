@@ -20,6 +20,7 @@ from contracts.runfolder import RunFolder
 from oracle import charts, telemetry
 from oracle.report_data import RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run, rate
 from oracle.report_format import interval, ms, number, pct, verdict
+from oracle.explain import journal_copy_line
 from oracle.verdict import of_summary, rule_line
 
 EXAMPLES_PER_CLASS = 10
@@ -153,6 +154,8 @@ def information(summary: dict) -> list[str]:
         out.append(f"the store also holds {foreign['other_goldfish_runs']} key(s) of other goldfish runs and "
                    f"{foreign['not_goldfish']} other key(s) under the key template (for example "
                    f"{', '.join(foreign.get('examples') or [])}); they are not this run's and are not judged")
+    for copy in info.get("journal_copies") or []:
+        out.append(journal_copy_line(copy))
     for row in summary.get("by_fault") or []:
         if row.get("ineffective"):
             out.append(f"fault {row['kind']} was ineffective: its {row['occurrences']} occurrence(s) touched nothing "

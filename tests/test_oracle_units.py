@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -209,3 +210,36 @@ def test_an_unknown_outcome_is_reported_by_line_and_the_rest_of_its_chunk_is_kep
     assert ":2: outcome 'maybe' is not one of ok/fail/info; skipped: " in problem
     assert sum(len(t) for t in sessions.values()) == len(world.records) - 1
     assert {t.outcome for ts in sessions.values() for t in ts} <= {"ok", "fail", "info"}
+
+
+def test_workers_copies_complete_a_killed_masters_journal_and_the_audit_says_so(tmp_path):
+    """A master killed mid-run holds a prefix of each worker's lines (its last one torn); the workers'
+    own copies in workers/ hold them all. The audit reads a copy instead when it extends the master's
+    lines, says which, and ignores a copy whose lines differ from the master's."""
+    world = build_world(simple_specs(9), seed=4)
+    full = tmp_path / "full"
+    write_journal(full, world.records, shards=3, by_user=True)
+    write_snapshot(full, world)
+    expected = audit_run(full)
+
+    run = tmp_path / "run"
+    shutil.copytree(full, run, ignore=shutil.ignore_patterns("audit"))
+    journal, workers = run / "journal", run / "workers"
+    workers.mkdir()
+    shards = sorted(journal.glob("*.jsonl"))
+    whole = shards[0].read_bytes()
+    (workers / shards[0].name).write_bytes(whole)  # the master had only its first lines, the last torn
+    shards[0].write_bytes(whole[: whole.index(b"\n", len(whole) // 2) + 20])
+    shards[1].rename(workers / shards[1].name)  # the master never heard from this worker
+    other = shards[2].read_bytes()  # a file that is not this master's worker: not merged
+    (workers / shards[2].name).write_bytes(b'{"run": "another"}\n' + other)
+
+    summary = audit_run(run)
+    assert summary["metrics"] == expected["metrics"] and summary["observed"] == expected["observed"]
+    copies = summary["information"]["journal_copies"]
+    assert [(c["read"], c["master"]) for c in copies] == [
+        (f"workers/{shards[0].name}", f"journal/{shards[0].name}"), (f"workers/{shards[1].name}", None)]
+    assert copies[0]["lines_added"] == whole.count(b"\n") - shards[0].read_bytes().count(b"\n")
+    assert copies[1]["lines_added"] == (full / "journal" / shards[1].name).read_bytes().count(b"\n")
+    assert any(f"{workers / shards[2].name} is not a copy of" in p for p in summary["problems"])
+    assert shards[0].read_bytes().count(b"\n") < whole.count(b"\n")  # nothing written into journal/
