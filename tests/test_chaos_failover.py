@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from chaos.backends.local_failover import BALLAST_KEY, BEHIND
+from chaos.plan import PlanError, parse_plan
 from conftest import wait_until
 from oracle.redis_url import redis_client
 from refbot import sentinel, state
@@ -82,6 +83,15 @@ class Writer:
     def lost(self) -> list[tuple[int, float]]:
         stored = {int(x) for x in self.client.lrange("writes", 0, -1)}
         return [(i, t) for i, t in self.acked if i not in stored]
+
+
+def test_failover_parameters_are_checked_like_every_other_field():
+    plan = parse_plan("faults: [{kind: redis-failover, target: redis, at: 1s, mode: lossy, lag: 1500ms}]")
+    assert plan.faults[0].params == {"mode": "lossy", "lag": 1.5}
+    with pytest.raises(PlanError) as caught:
+        parse_plan("faults:\n  - {kind: redis-failover, target: redis, at: 1s, mode: partition, count: 2}\n", "p.yaml")
+    assert any(p.startswith("p.yaml:2: mode: must be one of sentinel, lossy") for p in caught.value.problems)
+    assert any(p.startswith("p.yaml:2: count: a redis-failover goes through every instance") for p in caught.value.problems)
 
 
 def test_validate_refuses_a_failover_plan_against_a_single_redis(refbot_stack, tmp_path):
