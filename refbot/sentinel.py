@@ -85,14 +85,15 @@ def with_replicaof(cmd: list[str], primary_port: int | None) -> list[str]:
 def answers(st: dict) -> dict[str, str | None]:
     """Each sentinel's answer to 'who is the primary?' as a member name (None: no answer)."""
     by_port = {st["members"][n]["port"]: n for n in data_members(st)}
-    answers = {}
+    said = {}
     for name in sentinel_members(st):
         try:
-            addr = client(st["members"][name]).execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
-            answers[name] = by_port.get(int(addr[1])) if addr else None
+            with client(st["members"][name]) as s:
+                addr = s.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+            said[name] = by_port.get(int(addr[1])) if addr else None
         except (redis.RedisError, OSError):
-            answers[name] = None
-    return answers
+            said[name] = None
+    return said
 
 
 def named_primary(st: dict) -> str | None:
@@ -107,7 +108,8 @@ def named_primary(st: dict) -> str | None:
 def info(member: dict) -> dict:
     """INFO replication of a data member; {} when it does not answer (down or stopped)."""
     try:
-        return client(member).info("replication")
+        with client(member) as r:
+            return r.info("replication")
     except (redis.RedisError, OSError):
         return {}
 
@@ -145,10 +147,9 @@ def disagreement(st: dict, primary: str) -> list[str]:
     ports = {st["members"][n]["port"]: n for n in data_members(st) if n != primary}
     problems = []
     for name in sentinel_members(st):
-        s = client(st["members"][name])
         try:
-            master = s.sentinel_master(SERVICE)
-            replicas = s.sentinel_slaves(SERVICE)
+            with client(st["members"][name]) as s:
+                master, replicas = s.sentinel_master(SERVICE), s.sentinel_slaves(SERVICE)
         except (redis.RedisError, OSError) as exc:
             problems.append(f"{name}: {exc}")
             continue
@@ -163,34 +164,41 @@ def disagreement(st: dict, primary: str) -> list[str]:
     return problems
 
 
-def _wait(what: str, check, deadline: float):
-    """Poll ``check`` (returns a value, or a falsy value / a list of problems) until done or the deadline."""
-    last = None
-    while True:
-        last = check()
-        if isinstance(last, list) and not last or not isinstance(last, list) and last:
-            return last
+def _until(what: str, value, deadline: float):
+    """Poll ``value()`` until it is truthy and return it; SentinelError at ``deadline``."""
+    while not (found := value()):
         if time.monotonic() > deadline:
-            raise SentinelError(f"timed out waiting for {what}: {last or 'no answer'}")
+            raise SentinelError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+    return found
+
+
+def _until_none(what: str, problems, deadline: float) -> None:
+    """Poll ``problems()`` until it lists none; SentinelError naming what was still wrong at ``deadline``."""
+    while left := problems():
+        if time.monotonic() > deadline:
+            raise SentinelError(f"timed out waiting for {what}: {'; '.join(left)}")
         time.sleep(0.05)
 
 
 def wait_synced(st: dict, primary: str, timeout: float = 60.0) -> None:
     """Every replica linked to ``primary`` and caught up with its offset as of now."""
     deadline = time.monotonic() + timeout
-    offset = int(_wait(f"{primary} to answer", lambda: info(st["members"][primary]), deadline)
-                 .get("master_repl_offset", 0))
-    _wait(f"the replicas to sync with {primary}", lambda: synced(st, primary, offset), deadline)
+    offset = int(_until(f"{primary} to answer", lambda: info(st["members"][primary]), deadline)["master_repl_offset"])
+    _until_none(f"the replicas to sync with {primary}", lambda: synced(st, primary, offset), deadline)
 
 
 def wait_agreed(st: dict, primary: str, timeout: float = 60.0) -> None:
-    _wait(f"the sentinels to agree on {primary}", lambda: disagreement(st, primary), time.monotonic() + timeout)
+    _until_none(f"the sentinels to agree on {primary}", lambda: disagreement(st, primary), time.monotonic() + timeout)
 
 
 def wait_promoted(st: dict, old: str, timeout: float = 30.0) -> str:
     """The member the sentinels promote in place of ``old`` (polls until a live one is named)."""
-    return _wait(f"a primary other than {old}",
-                 lambda: (p := live_primary(st)) and p != old and p, time.monotonic() + timeout)
+    try:
+        return _until(f"a primary other than {old}", lambda: (p := live_primary(st)) != old and p,
+                      time.monotonic() + timeout)
+    except SentinelError as exc:
+        raise SentinelError(f"{exc}; the sentinels name {answers(st)}") from None
 
 
 # --- changing ----------------------------------------------------------------------------
@@ -210,16 +218,23 @@ def failover(st: dict, timeout: float = 30.0) -> str:
     old = live_primary(st)
     if old is None:
         raise SentinelError("no live primary the sentinels agree on; cannot fail over")
-    errors = []
+    refused = ask_failover(st)
+    if len(refused) == len(sentinel_members(st)):
+        raise SentinelError(f"every sentinel refused SENTINEL FAILOVER: {'; '.join(refused)}")
+    return wait_promoted(st, old, timeout)
+
+
+def ask_failover(st: dict) -> list[str]:
+    """SENTINEL FAILOVER to the first sentinel that takes it; the refusals before it (e.g. INPROG)."""
+    refused = []
     for name in sentinel_members(st):
         try:
-            client(st["members"][name]).execute_command("SENTINEL", "FAILOVER", SERVICE)
+            with client(st["members"][name]) as s:
+                s.execute_command("SENTINEL", "FAILOVER", SERVICE)
             break
-        except (redis.RedisError, OSError) as exc:  # e.g. INPROG, NOGOODSLAVE
-            errors.append(f"{name}: {exc}")
-    else:
-        raise SentinelError(f"every sentinel refused SENTINEL FAILOVER: {'; '.join(errors)}")
-    return wait_promoted(st, old, timeout)
+        except (redis.RedisError, OSError) as exc:
+            refused.append(f"{name}: {exc}")
+    return refused
 
 
 def restore(state_dir, timeout: float = 90.0, promote_timeout: float = 30.0) -> dict:
@@ -242,16 +257,17 @@ def restore(state_dir, timeout: float = 90.0, promote_timeout: float = 30.0) -> 
             m = st["members"][name]
             if not state.member_alive(m):
                 state.start_member(m)  # a replica of the primary, per its recorded cmd
-        snapshot = st
-    for name in data_members(snapshot):
+    port = st["members"][primary]["port"]
+    for name in data_members(st):
         if name != primary:
-            member = dict(snapshot["members"][name], name=name)
+            member = dict(st["members"][name], name=name)
             state.wait_healthy(member, max(1.0, deadline - time.monotonic()))
-            if int(info(member).get("master_port", 0)) != snapshot["members"][primary]["port"]:
-                client(member).execute_command("REPLICAOF", "127.0.0.1", snapshot["members"][primary]["port"])
-    wait_synced(snapshot, primary, max(1.0, deadline - time.monotonic()))
-    wait_agreed(snapshot, primary, max(1.0, deadline - time.monotonic()))
-    return {"primary": primary, "replicas": [n for n in data_members(snapshot) if n != primary]}
+            if int(info(member).get("master_port", 0)) != port:  # e.g. the old primary, not yet demoted
+                with client(member) as r:
+                    r.execute_command("REPLICAOF", "127.0.0.1", port)
+    wait_synced(st, primary, max(1.0, deadline - time.monotonic()))
+    wait_agreed(st, primary, max(1.0, deadline - time.monotonic()))
+    return {"primary": primary, "replicas": [n for n in data_members(st) if n != primary]}
 
 
 def _await_primary(state_dir, deadline: float) -> str:
@@ -270,12 +286,7 @@ def _await_primary(state_dir, deadline: float) -> str:
                 return _start_as_primary(state_dir, named)
             if time.monotonic() > asked_at:
                 asked_at = float("inf")
-                for name in sentinel_members(st):
-                    try:
-                        client(st["members"][name]).execute_command("SENTINEL", "FAILOVER", SERVICE)
-                        break
-                    except (redis.RedisError, OSError):
-                        continue
+                ask_failover(st)
         time.sleep(0.05)
     raise SentinelError(f"no live primary: the sentinels name {answers(state.load(state_dir))}")
 

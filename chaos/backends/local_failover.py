@@ -74,15 +74,15 @@ def _kill_while_behind(state_dir: str, primary: str, fault: Fault, timeout: floa
 
 def _fall_behind(member: dict, timeout: float) -> dict:
     """Write ballast to the primary until it holds BEHIND bytes the stopped replica has not taken."""
-    r = sentinel.client(member, timeout=10)
     chunk, written, held = b"\0" * CHUNK, 0, 0
     deadline = time.monotonic() + timeout
-    while written < MAX_BALLAST and time.monotonic() < deadline:
-        r.set(BALLAST_KEY, chunk)
-        written += CHUNK
-        held = max((int(c["omem"]) for c in r.client_list(_type="replica")), default=0)
-        if held >= BEHIND:
-            return {"ballast_bytes": written, "replica_behind_bytes": held}
+    with sentinel.client(member, timeout=10) as r:
+        while written < MAX_BALLAST and time.monotonic() < deadline:
+            r.set(BALLAST_KEY, chunk)
+            written += CHUNK
+            held = max((int(c["omem"]) for c in r.client_list(_type="replica")), default=0)
+            if held >= BEHIND:
+                return {"ballast_bytes": written, "replica_behind_bytes": held}
     raise RuntimeError(f"the replica never fell behind: {written} bytes of ballast written, the primary holds "
                        f"{held} for it (is it really stopped?)")
 
@@ -91,7 +91,8 @@ def recover(state_dir: str, timeout: float = 90.0) -> dict:
     """One healthy primary, its replica in sync, the sentinels agreeing; the ballast deleted."""
     healthy = sentinel.restore(state_dir, timeout)
     try:
-        sentinel.client(state.load(state_dir)["members"][healthy["primary"]]).unlink(BALLAST_KEY)
+        with sentinel.client(state.load(state_dir)["members"][healthy["primary"]]) as r:
+            r.unlink(BALLAST_KEY)
     except (redis.RedisError, OSError):
         pass  # only ballast: never fail a heal over it
     return healthy
