@@ -97,7 +97,7 @@ class LocalBackend(Backend):
         pid = m.get("pid")
         alive = state.member_alive(m)
         up = _uptime(pid) if alive else None
-        extra = "".join(f" {k} {m[k]}" for k in ("release", "lb_server", "persistence") if m.get(k))
+        extra = "".join(f" {k} {m[k]}" for k in ("release", "lb_server", "persistence", "replication") if m.get(k))
         return (f"{instance} (role {m.get('role')}) pid {pid} {'running' if alive else 'NOT running'}"
                 f"{f' up {up:.1f}s' if up is not None else ''} port {m.get('port')}{extra}")
 
