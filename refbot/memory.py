@@ -33,7 +33,7 @@ with warnings.catch_warnings():  # langchain-community announces its sunset on i
 # The in-memory history is deprecated in LangChain 1.x; the buggy modes use it on purpose.
 warnings.filterwarnings("ignore", message=r"The class `InMemoryChatMessageHistory` was deprecated")
 
-from oracle.redis_url import is_sentinel_url, redis_client
+from contracts.redis_url import is_sentinel_url, redis_client
 from refbot.config import Config
 from refbot.model import Model
 
@@ -59,7 +59,7 @@ def langchain_history(config: Config, ttl: int | None) -> RedisChatMessageHistor
 
     Its constructor parses the URL itself and knows one sentinel at most (and sets no socket
     timeouts), so for a Sentinel URL the class is given a client built by redis-py's Sentinel
-    over every sentinel listed (oracle/redis_url.py); its storage code is untouched either way."""
+    over every sentinel listed (contracts/redis_url.py); its storage code is untouched either way."""
     if not is_sentinel_url(config.redis_url):
         return RedisChatMessageHistory("template", url=config.redis_url, key_prefix=config.key_prefix, ttl=ttl)
     history = object.__new__(RedisChatMessageHistory)

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import refbot
-from refbot import haproxy, sentinel
-from targets import registry as state
+from refbot import haproxy
+from targets import registry as state, sentinel
 from targets.haproxy import server_status
 from refbot.config import parse_mode
 
@@ -187,7 +187,7 @@ def _redis_member(name: str, opts: StackOptions, directory: Path, binary: str, p
 
 
 def _replicated_members(opts: StackOptions, directory: Path, binary: str, primary_port: int, pick) -> dict:
-    """redis-1 (primary), redis-2 (its replica) and sentinel-1..3 (refbot/sentinel.py)."""
+    """redis-1 (primary), redis-2 (its replica) and sentinel-1..3 (targets/sentinel.py)."""
     members = {}
     for name, port in (("redis-1", primary_port), ("redis-2", pick(None))):
         m = _redis_member(name, opts, directory, binary, port)

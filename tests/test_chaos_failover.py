@@ -17,8 +17,8 @@ import pytest
 from chaos.backends.local_failover import BALLAST_KEY, BEHIND
 from chaos.plan import PlanError, parse_plan
 from conftest import wait_until
-from oracle.redis_url import redis_client
-from refbot import sentinel, state
+from contracts.redis_url import redis_client
+from targets import registry as state, sentinel
 from support_chaos import read_timeline, run_chaos, write_plan
 from support_refbot import refbot_stack  # noqa: F401 - fixture
 

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from conftest import free_port, wait_until
+from contracts.redis_url import parse_sentinel_url
 from oracle.redis_reader import RedisReader
-from oracle.redis_url import parse_sentinel_url
 from oracle.store import StoreOptions
-from refbot import sentinel
+from targets import sentinel
 from support_docker import ROOT, ComposeStack, build_images, chat, new_project, podman, remove_project, require_podman
 
 OVERRIDE = yaml.safe_load((ROOT / "docker" / "compose.sentinel.yml").read_text())
@@ -31,7 +31,7 @@ def test_the_override_has_the_embedded_topology_and_settings():
         url = parse_sentinel_url(services[f"bot-{n}"]["environment"]["REFBOT_REDIS_URL"])
         assert url.sentinels == (("sentinel-1", 26379), ("sentinel-2", 26379), ("sentinel-3", 26379))
         assert url.service == sentinel.SERVICE
-    # the same Sentinel settings as the embedded stack (refbot/sentinel.py)
+    # the same Sentinel settings as the embedded stack (targets/sentinel.py)
     for line in (f"sentinel monitor {sentinel.SERVICE} redis 6379 {sentinel.QUORUM}",
                  f"sentinel down-after-milliseconds {sentinel.SERVICE} {sentinel.DOWN_AFTER_MS}",
                  f"sentinel failover-timeout {sentinel.SERVICE} {sentinel.FAILOVER_TIMEOUT_MS}"):

@@ -20,8 +20,7 @@ from chaos import faults as F
 from chaos.backend import Backend, UnsupportedFault, refuse_own_process
 from chaos.backends import local_failover
 from chaos.faults import Fault
-from refbot import sentinel
-from targets import file as targets_file, registry as state
+from targets import file as targets_file, registry as state, sentinel
 from targets.haproxy import runtime_command, server_sessions
 
 STARTS_AGAIN = {F.KILL, F.RESTART, F.REDIS_RESTART, F.ROLLING_RESTART, F.REDIS_FAILOVER}

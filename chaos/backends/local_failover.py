@@ -13,7 +13,7 @@ acknowledges exists only in its own memory. After ``lag`` seconds of that, the p
 SIGKILLed and the replica continued; Sentinel promotes it. The timeline's ``detail`` names the
 old primary and the promoted member.
 
-Recovery (refbot.sentinel.restore) brings the old primary back as a replica of the new one and
+Recovery (targets.sentinel.restore) brings the old primary back as a replica of the new one and
 waits until it is in sync and the sentinels agree; it also deletes the ballast key.
 """
 from __future__ import annotations
@@ -25,8 +25,7 @@ import redis
 
 from chaos.backend import refuse_own_process
 from chaos.faults import Fault
-from refbot import sentinel
-from targets import registry as state
+from targets import registry as state, sentinel
 
 BALLAST_KEY = "goldfish:chaos:ballast"   # outside the session key space the oracle reads
 CHUNK = 1 << 20

@@ -10,7 +10,8 @@ sentinel, so goldfish accepts:
 e.g. ``redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster/0?socket_timeout=2``.
 Credentials and query options (redis-py's own URL options) go to the Redis servers; the
 sentinels are asked without credentials. The client is redis-py's ``Sentinel.master_for``, so
-it follows a failover. The bots (refbot), the oracle's reader and chaos all build clients here.
+it follows a failover. The bots (refbot) and the oracle's reader build their clients here; errors
+name the part that is wrong, never the whole URL (it may hold a password).
 """
 from __future__ import annotations
 
@@ -20,8 +21,6 @@ from urllib.parse import urlsplit
 import redis
 from redis.connection import parse_url
 from redis.sentinel import Sentinel
-
-from oracle.store import mask_url
 
 SCHEMES = ("redis+sentinel", "rediss+sentinel")
 # Sentinels answer at once; a stopped one must not hang a client (socket timeouts always set).
@@ -41,24 +40,23 @@ def is_sentinel_url(url: str) -> bool:
 
 
 def parse_sentinel_url(url: str) -> SentinelURL:
-    """Split a ``redis+sentinel://`` URL; ValueError naming what is wrong (password masked)."""
-    shown = mask_url(url)
+    """Split a ``redis+sentinel://`` URL; ValueError naming the part that is wrong."""
     scheme, sep, rest = url.partition("://")
     if scheme.lower() not in SCHEMES or not sep:
-        raise ValueError(f"not a Sentinel URL (want redis+sentinel://host:port[,host:port...]/service[/db]): {shown!r}")
+        raise ValueError(f"not a Sentinel URL (scheme {scheme!r}): want redis+sentinel://host:port[,host:port...]/service[/db]")
     parts = urlsplit(f"//{rest}")
     hosts = parts.netloc.rpartition("@")[2]
     sentinels = []
     for item in filter(None, hosts.split(",")):
         host, colon, port = item.rpartition(":")
         if not colon or not host or not port.isdigit():
-            raise ValueError(f"sentinel {item!r} in {shown!r}: want host:port")
+            raise ValueError(f"sentinel {item!r}: want host:port")
         sentinels.append((host.strip("[]"), int(port)))
     if not sentinels:
-        raise ValueError(f"no sentinel in {shown!r}: want redis+sentinel://host:port[,host:port...]/service[/db]")
+        raise ValueError("no sentinel given: want redis+sentinel://host:port[,host:port...]/service[/db]")
     path = [p for p in parts.path.split("/") if p]
     if not path or len(path) > 2:
-        raise ValueError(f"{shown!r}: the path must be /service or /service/db (e.g. /mymaster/0)")
+        raise ValueError(f"path {parts.path or '(none)'!r}: must be /service or /service/db (e.g. /mymaster/0)")
     # redis-py's own parser for credentials, db and query options, on a stand-in plain URL
     credentials = parts.netloc.rpartition("@")[0]
     plain = f"{'rediss' if scheme.lower() == 'rediss+sentinel' else 'redis'}://" \
@@ -66,12 +64,12 @@ def parse_sentinel_url(url: str) -> SentinelURL:
     try:
         options = parse_url(plain + (f"?{parts.query}" if parts.query else ""))
     except ValueError as exc:
-        raise ValueError(f"{shown!r}: {exc}") from None
+        raise ValueError(f"URL options: {exc}") from None
     options.pop("host", None)
     if options.pop("connection_class", None) is not None:
         options["ssl"] = True
     if len(path) == 2 and "db" not in options:
-        raise ValueError(f"{shown!r}: the database after the service must be a number, got {path[1]!r}")
+        raise ValueError(f"path {parts.path!r}: the database after the service must be a number, got {path[1]!r}")
     return SentinelURL(tuple(sentinels), path[0], options)
 
 

@@ -11,7 +11,8 @@ empty primary.
 Pitfalls this module exists for: a replica still in its first sync can be promoted empty, so
 nothing is armed before every replica's link is up and its offset has caught up
 (``wait_synced``); a stopped server never answers, so every client here has socket timeouts.
-Standard library plus redis-py, like refbot.state, so it moves with it.
+Standard library plus redis-py, like targets.registry: refbot (`up`) and chaos (the failover
+faults, heal) both use it.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def client(member: dict, timeout: float = TIMEOUT) -> redis.Redis:
 
 
 def sentinel_url(st_or_ports, service: str = SERVICE, db: int = 0) -> str:
-    """The store URL naming every sentinel (oracle/redis_url.py parses it)."""
+    """The store URL naming every sentinel (contracts/redis_url.py parses it)."""
     ports = st_or_ports if isinstance(st_or_ports, list) else \
         [st_or_ports["members"][n]["port"] for n in sentinel_members(st_or_ports)]
     return f"redis+sentinel://{','.join(f'127.0.0.1:{p}' for p in ports)}/{service}/{db}"
