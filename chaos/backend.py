@@ -16,6 +16,7 @@ Contract for implementers (see chaos/backends/local.py for a complete example):
   Raise on failure (the controller logs it; nothing is then outstanding).
 - ``recover(fault, instance, undo)``: undo the fault; must be idempotent (heal may retry after
   a crash mid-recovery: recovering an already-recovered instance is a success). Raise on failure.
+  It may return a JSON dict (e.g. which member is primary now): the recover record's ``detail``.
 - ``describe(instance) -> str``: one line for the dry run (pid/container id, port, uptime).
 - ``config() -> dict``: JSON-serialisable constructor kwargs so heal can rebuild the backend.
 - ``check(fault) -> None``: optional extra validation; raise UnsupportedFault with a clear reason.
@@ -57,8 +58,8 @@ class Backend(ABC):
         """Apply the fault to one instance; return the JSON-serialisable undo record."""
 
     @abstractmethod
-    def recover(self, fault: Fault, instance: str, undo: dict) -> None:
-        """Undo the fault (idempotent)."""
+    def recover(self, fault: Fault, instance: str, undo: dict) -> dict | None:
+        """Undo the fault (idempotent); optionally return a JSON dict for the timeline's ``detail``."""
 
     def describe(self, instance: str) -> str:
         """One line about the instance for the dry run."""

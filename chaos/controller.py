@@ -226,7 +226,7 @@ class Controller:
         fault, inst = Fault.from_dict(entry["fault"]), entry["instance"]
         try:
             be = self.backend_for(fault.kind)
-            be.recover(fault, inst, entry.get("undo") or {})
+            detail = be.recover(fault, inst, entry.get("undo") or {})
         except Exception as exc:  # noqa: BLE001 - a failed heal is recorded and reported, never raised
             err = f"{type(exc).__name__}: {exc}"
             self.timeline.record("recover", fault, inst, "error", err, via=via)
@@ -235,7 +235,7 @@ class Controller:
                 self._claimed.discard(key)
             return False
         self.outstanding.remove(key)
-        self.timeline.record("recover", fault, inst, "ok", via=via)
+        self.timeline.record("recover", fault, inst, "ok", via=via, detail=detail if isinstance(detail, dict) else None)
         with self._lock:
             self._claimed.discard(key)
         return True

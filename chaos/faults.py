@@ -18,6 +18,8 @@ LB_DROP = "lb-drop"                # HAProxy: shutdown sessions server bots/bot-
 LB_DISABLE = "lb-disable"          # HAProxy: set server bots/bot-N state maint for `duration`, then ready
 ROLLING_RESTART = "rolling-restart"  # restart replicas one by one onto `release`, waiting healthy between
 TOXIC = "toxic"                    # Toxiproxy toxic (latency, reset_peer, timeout) for `duration`
+REDIS_FAILOVER = "redis-failover"  # Sentinel promotes the replica (graceful, or the primary killed while it lags)
+REDIS_BGSAVE = "redis-bgsave"      # BGSAVE, waited for: the RDB point a later crash falls back to
 
 
 @dataclass(frozen=True)
@@ -78,11 +80,19 @@ KINDS: dict[str, KindSpec] = {s.name: s for s in [
         "jitter": Param(int, help="latency toxic: ms"),
         "timeout": Param(int, help="reset_peer/timeout toxic: ms (0 = forever for timeout)")},
         "Toxiproxy toxic on the proxy named by target, for duration"),
+    KindSpec(REDIS_FAILOVER, "optional", {
+        "mode": Param(str, "sentinel", choices=("sentinel", "lossy"),
+                      help="sentinel = SENTINEL FAILOVER (the old primary is demoted); lossy = the replica is "
+                           "stopped and held behind, then the primary is SIGKILLed and Sentinel promotes the replica"),
+        "lag": Param(float, 2.0, help="lossy: seconds the replica is held behind before the primary is killed")},
+        "fail the replicated Redis over to its replica; duration: how long the old primary stays down"),
+    KindSpec(REDIS_BGSAVE, "none", {},
+             "BGSAVE and wait until the snapshot is on disk (an RDB restart falls back to it)"),
 ]}
 
 # Kinds whose target is a logical name of the backend but which act on a shared thing
 # (the whole replica set): count does not apply, the fault hits all instances in order.
-WHOLE_TARGET_KINDS = frozenset({ROLLING_RESTART})
+WHOLE_TARGET_KINDS = frozenset({ROLLING_RESTART, REDIS_FAILOVER})
 
 
 @dataclass

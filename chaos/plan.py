@@ -328,7 +328,7 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
                 continue
             if p.type is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
-            if p.type in (int, float) and isinstance(value, str) and key in ("latency", "jitter", "timeout"):
+            if p.type in (int, float) and isinstance(value, str) and key in ("latency", "jitter", "timeout", "lag"):
                 try:
                     value = int(round(parse_time(value) * 1000)) if p.type is int else parse_time(value)
                 except ValueError as exc:

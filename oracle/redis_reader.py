@@ -14,6 +14,7 @@ from typing import Iterable, Iterator
 
 import redis
 
+from contracts.redis_url import redis_client
 from oracle.store import RawSession, StoreError, StoreOptions, batches
 
 
@@ -47,7 +48,7 @@ class RedisReader:
     def __init__(self, options: StoreOptions, client: redis.Redis | None = None):
         self.options = options
         try:
-            self.client = client or redis.Redis.from_url(
+            self.client = client or redis_client(  # redis:// or redis+sentinel:// (contracts/redis_url.py)
                 options.url, socket_timeout=options.timeout_s, socket_connect_timeout=options.timeout_s)
         except ValueError as exc:
             raise StoreError(f"bad --store-url {options.where()!r}: {exc}") from exc

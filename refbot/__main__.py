@@ -36,6 +36,13 @@ def _stack_flags(p: argparse.ArgumentParser) -> None:
                    help="what redis does at the limit: noeviction (writes fail, the default), allkeys-lru, "
                         "allkeys-lfu, allkeys-random, volatile-lru, volatile-lfu, volatile-random, volatile-ttl")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds each member may take to become healthy")
+    p.add_argument("--redis", default="single",
+                   help="redis topology: single (one redis-server) or sentinel (primary, replica, three sentinels)")
+    p.add_argument("--save", help="RDB save points with --persistence rdb, Redis's syntax (default '1 1'; "
+                                  "'3600 1' leaves snapshots to BGSAVE)")
+    p.add_argument("--wait-replicas", type=int, default=0,
+                   help="bots WAIT for N replicas after each write and fail the turn (503) when fewer confirm")
+    p.add_argument("--wait-ms", type=float, default=100.0, help="WAIT's timeout in ms (default 100)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -58,7 +65,8 @@ def parser() -> argparse.ArgumentParser:
                       ("--redis-url", "REFBOT_REDIS_URL"), ("--think-ms", "REFBOT_THINK_MS"),
                       ("--jitter-ms", "REFBOT_JITTER_MS"), ("--ttl", "REFBOT_TTL"),
                       ("--window", "REFBOT_WINDOW"), ("--flush-ms", "REFBOT_FLUSH_MS"),
-                      ("--key-prefix", "REFBOT_KEY_PREFIX")]:
+                      ("--key-prefix", "REFBOT_KEY_PREFIX"), ("--wait-replicas", "REFBOT_WAIT_REPLICAS"),
+                      ("--wait-ms", "REFBOT_WAIT_MS")]:
         p_serve.add_argument(flag, dest=env, help=f"sets {env}")
     return top
 
@@ -70,7 +78,8 @@ def options(args):
                         think_ms=args.think_ms, jitter_ms=args.jitter_ms, flush_ms=args.flush_ms,
                         state_dir=args.state_dir, port=args.port, redis_port=args.redis_port,
                         lb_retries=args.lb_retries, maxmemory=args.maxmemory,
-                        maxmemory_policy=args.maxmemory_policy, timeout=args.timeout)
+                        maxmemory_policy=args.maxmemory_policy, timeout=args.timeout, redis=args.redis,
+                        save=args.save, wait_replicas=args.wait_replicas, wait_ms=args.wait_ms)
 
 
 def serve(args) -> int:

@@ -10,11 +10,12 @@ import logging
 import os
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from refbot.config import Config
-from refbot.memory import build_memory
+from refbot.memory import NotReplicated, build_memory
 from refbot.model import Model
 
 
@@ -43,6 +44,11 @@ def create_app(config: Config | None = None) -> FastAPI:
         response.headers["X-Refbot-Replica"] = config.replica  # shows HAProxy's routing to tests and humans
         reply = await memory.turn(request.session_id, request.message, model)
         return {"reply": reply}
+
+    @app.exception_handler(NotReplicated)
+    async def not_replicated(_request: Request, exc: NotReplicated) -> JSONResponse:
+        """--wait-replicas: an honest bot does not acknowledge a turn the replicas have not confirmed."""
+        return JSONResponse({"error": str(exc)}, status_code=503, headers={"X-Refbot-Replica": config.replica})
 
     @app.get("/sessions/{session_id}/history")
     async def history(session_id: str, response: Response) -> dict:

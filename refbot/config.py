@@ -78,6 +78,8 @@ class Config:
     flush_ms: float = 1000.0
     host: str = "127.0.0.1"
     port: int = 8000
+    wait_replicas: int = 0      # WAIT for this many replicas after each write; 0: no WAIT
+    wait_ms: float = 100.0      # WAIT's timeout
 
     @property
     def mode_name(self) -> str:
@@ -97,6 +99,8 @@ class Config:
         if window < 1 or ttl < 1:
             raise ConfigError("REFBOT_WINDOW and REFBOT_TTL must be at least 1")
         port = int(_number(env, "REFBOT_PORT", 8000))
+        if _number(env, "REFBOT_WAIT_REPLICAS", 0) and _number(env, "REFBOT_WAIT_MS", 100.0) < 1:
+            raise ConfigError("REFBOT_WAIT_MS must be at least 1 (Redis's WAIT with timeout 0 blocks forever)")
         return cls(
             mode=mode,
             release=env.get("REFBOT_RELEASE") or "v1",
@@ -110,4 +114,6 @@ class Config:
             flush_ms=_number(env, "REFBOT_FLUSH_MS", 1000.0),
             host=env.get("REFBOT_HOST") or "127.0.0.1",
             port=port,
+            wait_replicas=int(_number(env, "REFBOT_WAIT_REPLICAS", 0)),
+            wait_ms=_number(env, "REFBOT_WAIT_MS", 100.0),
         )

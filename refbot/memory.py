@@ -33,6 +33,7 @@ with warnings.catch_warnings():  # langchain-community announces its sunset on i
 # The in-memory history is deprecated in LangChain 1.x; the buggy modes use it on purpose.
 warnings.filterwarnings("ignore", message=r"The class `InMemoryChatMessageHistory` was deprecated")
 
+from contracts.redis_url import is_sentinel_url, redis_client
 from refbot.config import Config
 from refbot.model import Model
 
@@ -47,6 +48,24 @@ async def in_thread(fn, *args):
 
 def turn_messages(message: str, reply: str) -> list[BaseMessage]:
     return [HumanMessage(content=message), AIMessage(content=reply)]
+
+
+class NotReplicated(RuntimeError):
+    """WAIT confirmed fewer replicas than asked: the turn is written but not acknowledged (HTTP 503)."""
+
+
+def langchain_history(config: Config, ttl: int | None) -> RedisChatMessageHistory:
+    """LangChain's RedisChatMessageHistory for ``config.redis_url``.
+
+    Its constructor parses the URL itself and knows one sentinel at most (and sets no socket
+    timeouts), so for a Sentinel URL the class is given a client built by redis-py's Sentinel
+    over every sentinel listed (contracts/redis_url.py); its storage code is untouched either way."""
+    if not is_sentinel_url(config.redis_url):
+        return RedisChatMessageHistory("template", url=config.redis_url, key_prefix=config.key_prefix, ttl=ttl)
+    history = object.__new__(RedisChatMessageHistory)
+    vars(history).update(session_id="template", key_prefix=config.key_prefix, ttl=ttl,
+                         redis_client=redis_client(config.redis_url))
+    return history
 
 
 class Memory:
@@ -89,8 +108,7 @@ class RedisMemory(Memory):
     def __init__(self, config: Config, ttl: int | None = None):
         super().__init__(config)
         self.ttl = ttl
-        self.template = RedisChatMessageHistory("template", url=config.redis_url,
-                                                key_prefix=config.key_prefix, ttl=ttl)
+        self.template = langchain_history(config, ttl)
         self.client = self.template.redis_client
 
     def store(self, session_id: str, key_prefix: str | None = None) -> RedisChatMessageHistory:
@@ -104,7 +122,23 @@ class RedisMemory(Memory):
         return await in_thread(lambda: self.store(session_id).messages)
 
     async def record(self, session_id, message, reply):
-        await in_thread(self.store(session_id).add_messages, turn_messages(message, reply))
+        if self.config.wait_replicas:
+            await in_thread(self.record_replicated, session_id, turn_messages(message, reply))
+        else:
+            await in_thread(self.store(session_id).add_messages, turn_messages(message, reply))
+
+    def record_replicated(self, session_id: str, messages: list[BaseMessage]) -> None:
+        """The class's own writes, then WAIT, on one connection: WAIT counts the replicas that have
+        this connection's writes, so through a pool the writes and the WAIT must not part."""
+        with self.client.pipeline(transaction=False) as pipe:
+            history = self.store(session_id)
+            history.redis_client = pipe
+            history.add_messages(messages)
+            pipe.wait(self.config.wait_replicas, max(1, round(self.config.wait_ms)))
+            confirmed = pipe.execute()[-1]
+        if confirmed < self.config.wait_replicas:
+            raise NotReplicated(f"WAIT confirmed {confirmed} of {self.config.wait_replicas} replica(s) "
+                                f"within {self.config.wait_ms:g} ms; the turn is not acknowledged")
 
     async def history(self, session_id):
         return await in_thread(lambda: self.store(session_id).messages)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import refbot
 from refbot import haproxy
-from targets import registry as state
+from targets import registry as state, sentinel
 from targets.haproxy import server_status
 from refbot.config import parse_mode
 
@@ -29,6 +29,7 @@ PERSISTENCE = ("none", "rdb", "aof-everysec", "aof-always")
 EVICTION = ("noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu",
             "volatile-random", "volatile-ttl")
 MEMORY_SIZE = re.compile(r"\d+(b|k|kb|m|mb|g|gb)?", re.I)  # redis.conf's size grammar: 100mb, 1gb, 512k, bytes
+TOPOLOGIES = ("single", "sentinel")   # one redis-server; or a primary, a replica and three sentinels
 APT_PACKAGE = {"redis-server": "redis-server", "haproxy": "haproxy"}
 PACKAGE_ROOT = Path(refbot.__file__).resolve().parent.parent
 
@@ -61,6 +62,10 @@ class StackOptions:
     maxmemory: str | None = None         # redis-server --maxmemory (e.g. 8mb); None: no limit
     maxmemory_policy: str | None = None  # redis-server --maxmemory-policy (e.g. allkeys-lru)
     timeout: float = 60.0            # per member, to become healthy
+    redis: str = "single"            # TOPOLOGIES
+    save: str | None = None          # RDB save points with persistence rdb (default "1 1")
+    wait_replicas: int = 0           # bots WAIT for this many replicas after each write (0: no WAIT)
+    wait_ms: float = 100.0           # ... at most this long
 
     def release_of(self, index: int) -> str:
         return self.releases[index] if len(self.releases) > 1 else self.releases[0]
@@ -106,6 +111,16 @@ def validate(opts: StackOptions) -> None:
         raise BadOption(f"--replicas must be at least 1 (got {opts.replicas})")
     if opts.persistence not in PERSISTENCE:
         raise BadOption(f"unknown --persistence {opts.persistence!r}; choose one of {', '.join(PERSISTENCE)}")
+    if opts.redis not in TOPOLOGIES:
+        raise BadOption(f"unknown --redis {opts.redis!r}; choose one of {', '.join(TOPOLOGIES)}")
+    if opts.save is not None and opts.persistence != "rdb":
+        raise BadOption(f"--save {opts.save!r} sets RDB save points; it needs --persistence rdb")
+    if opts.wait_replicas and opts.redis != "sentinel":
+        raise BadOption(f"--wait-replicas {opts.wait_replicas} needs replicas to wait for: add --redis sentinel "
+                        "(one primary, one replica); a single redis-server would fail every turn")
+    if opts.wait_replicas not in (0, 1) or opts.wait_ms <= 0:
+        raise BadOption(f"--wait-replicas must be 0 or 1 (the sentinel stack has one replica) and --wait-ms above 0 "
+                        f"(got {opts.wait_replicas}, {opts.wait_ms:g})")
     if not opts.releases or any(not r.strip() for r in opts.releases):
         raise BadOption("--releases must be a comma-separated list of non-empty release names")
     if len(opts.releases) not in (1, opts.replicas):
@@ -122,12 +137,12 @@ def validate(opts: StackOptions) -> None:
             raise StackError(f"{flag} {port}: 127.0.0.1:{port} is already in use; pick another port or omit {flag}")
 
 
-def redis_args(binary: str, port: int, directory: Path, persistence: str, maxmemory: str | None = None,
-               policy: str | None = None) -> list[str]:
+def redis_args(binary: str, port: int, directory: Path, persistence: str, save: str | None = None,
+               maxmemory: str | None = None, policy: str | None = None) -> list[str]:
     args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),
             "--protected-mode", "no", "--daemonize", "no", "--save", "", "--appendonly", "no"]
     if persistence == "rdb":
-        args[args.index("--save") + 1] = "1 1"
+        args[args.index("--save") + 1] = "1 1" if save is None else save
     elif persistence.startswith("aof"):
         args[args.index("--appendonly") + 1] = "yes"
         args += ["--appendfsync", "always" if persistence == "aof-always" else "everysec"]
@@ -150,15 +165,15 @@ def plan(opts: StackOptions, directory: Path) -> dict:
         return port
 
     redis_port, lb_port = pick(opts.redis_port), pick(opts.port)
-    store_url = f"redis://127.0.0.1:{redis_port}/0"
     sock = haproxy.socket_path(directory)
-    members = {"redis": {
-        "name": "redis", "role": "redis", "pid": None, "port": redis_port,
-        "cmd": redis_args(redis_bin, redis_port, directory / "redis", opts.persistence, opts.maxmemory,
-                          opts.maxmemory_policy), "env": {},
-        "cwd": str(directory / "redis"), "log": str(directory / "redis.log"),
-        "health": {"redis": store_url}, "persistence": opts.persistence,
-        "maxmemory": opts.maxmemory, "maxmemory_policy": opts.maxmemory_policy}}
+    if opts.redis == "sentinel":
+        members = _replicated_members(opts, directory, redis_bin, redis_port, pick)
+        store_url = sentinel.sentinel_url([m["port"] for m in members.values() if m["role"] == "sentinel"])
+    else:
+        store_url = f"redis://127.0.0.1:{redis_port}/0"
+        members = {"redis": _redis_member("redis", opts, directory, redis_bin, redis_port)}
+    wait = {"REFBOT_WAIT_REPLICAS": str(opts.wait_replicas), "REFBOT_WAIT_MS": f"{opts.wait_ms:g}"} \
+        if opts.wait_replicas else {}
     for i in range(opts.replicas):
         name, port, release = f"bot-{i + 1}", pick(None), opts.release_of(i)
         members[name] = {
@@ -167,7 +182,7 @@ def plan(opts: StackOptions, directory: Path) -> dict:
             "env": {"REFBOT_MODE": opts.mode, "REFBOT_RELEASE": release, "REFBOT_REPLICA": name,
                     "REFBOT_REDIS_URL": store_url, "REFBOT_THINK_MS": str(opts.think_ms),
                     "REFBOT_JITTER_MS": str(opts.jitter_ms), "REFBOT_FLUSH_MS": str(opts.flush_ms),
-                    "REFBOT_STATE_DIR": str(directory), "PYTHONUNBUFFERED": "1"},
+                    "REFBOT_STATE_DIR": str(directory), "PYTHONUNBUFFERED": "1", **wait},
             "cwd": str(PACKAGE_ROOT), "log": str(directory / f"{name}.log"),
             "health": {"http": f"http://127.0.0.1:{port}/healthz"},
             "release": release, "mode": opts.mode, "lb_server": f"{haproxy.BACKEND}/{name}"}
@@ -179,7 +194,35 @@ def plan(opts: StackOptions, directory: Path) -> dict:
         "health": {"tcp": ["127.0.0.1", lb_port]}, "config": str(config), "lb_retries": opts.lb_retries}
     return {"version": state.VERSION, "dir": str(directory), "url": f"http://127.0.0.1:{lb_port}",
             "store_url": store_url, "haproxy_socket": str(sock), "mode": opts.mode,
-            "persistence": opts.persistence, "started": time.time(), "members": members}
+            "persistence": opts.persistence, "redis": opts.redis, "started": time.time(), "members": members}
+
+
+def _redis_member(name: str, opts: StackOptions, directory: Path, binary: str, port: int) -> dict:
+    return {"name": name, "role": "redis", "pid": None, "port": port,
+            "cmd": redis_args(binary, port, directory / name, opts.persistence, opts.save, opts.maxmemory,
+                              opts.maxmemory_policy), "env": {},
+            "cwd": str(directory / name), "log": str(directory / f"{name}.log"),
+            "health": {"redis": f"redis://127.0.0.1:{port}/0"}, "persistence": opts.persistence,
+            "maxmemory": opts.maxmemory, "maxmemory_policy": opts.maxmemory_policy}
+
+
+def _replicated_members(opts: StackOptions, directory: Path, binary: str, primary_port: int, pick) -> dict:
+    """redis-1 (primary), redis-2 (its replica) and sentinel-1..3 (targets/sentinel.py)."""
+    members = {}
+    for name, port in (("redis-1", primary_port), ("redis-2", pick(None))):
+        m = _redis_member(name, opts, directory, binary, port)
+        # a full sync starts at once instead of waiting 5 s for more replicas to join
+        m["cmd"] += ["--repl-diskless-sync-delay", "0"]
+        members[name] = m
+    sentinel.record_roles({"members": members}, "redis-1")
+    for i in (1, 2, 3):
+        name, port = f"sentinel-{i}", pick(None)
+        config = directory / name / "sentinel.conf"
+        members[name] = {"name": name, "role": "sentinel", "pid": None, "port": port,
+                         "cmd": [binary, str(config), "--sentinel"], "env": {},
+                         "cwd": str(directory / name), "log": str(directory / f"{name}.log"),
+                         "health": {"redis": f"redis://127.0.0.1:{port}"}, "config": str(config)}
+    return members
 
 
 def live_members(st: dict) -> list[str]:
@@ -205,8 +248,17 @@ def up(opts: StackOptions, say=print) -> dict:
             haproxy.render_config(st["members"]["haproxy"]["port"], servers, Path(st["haproxy_socket"]),
                                   opts.lb_retries))
         Path(st["haproxy_socket"]).unlink(missing_ok=True)
+        for m in st["members"].values():
+            if m["role"] == "sentinel":
+                Path(m["config"]).parent.mkdir(parents=True, exist_ok=True)
+                Path(m["config"]).write_text(sentinel.sentinel_config(m["port"], Path(m["cwd"]),
+                                                                      st["members"]["redis-1"]["port"]))
         try:
-            _start(st, "redis", opts.timeout, say)
+            for name in [n for n, m in st["members"].items() if m["role"] in ("redis", "sentinel")]:
+                _start(st, name, opts.timeout, say)
+            if sentinel.replicated(st):
+                sentinel.wait_synced(st, "redis-1", opts.timeout)
+                sentinel.wait_agreed(st, "redis-1", opts.timeout)
             for name in servers:  # start replicas together: their imports overlap
                 state.start_member(st["members"][name])
                 state.save(st, directory)
@@ -249,7 +301,8 @@ def _wait_lb_sees_all(st: dict, timeout: float) -> None:
 
 def _stop_all(st: dict, sig: int = signal.SIGTERM) -> list[str]:
     """Stop members load balancer first, store last; return the names that were running."""
-    order = sorted(st.get("members", {}), key=lambda n: {"lb": 0, "bot": 1}.get(st["members"][n]["role"], 2))
+    order = sorted(st.get("members", {}),
+                   key=lambda n: {"lb": 0, "bot": 1, "sentinel": 2}.get(st["members"][n]["role"], 3))
     return [name for name in order if state.stop_member(st["members"][name], sig)]
 
 
@@ -282,15 +335,17 @@ def status(state_dir=None) -> list[dict] | None:
         rows.append({"name": name, "role": m["role"], "pid": m.get("pid"), "port": m.get("port"),
                      "alive": alive, "healthy": alive and state.check_health(m),
                      "release": m.get("release", ""), "mode": m.get("mode", ""),
-                     "lb": lb_view.get(name, "") if m["role"] == "bot" else ""})
+                     "lb": lb_view.get(name, "") if m["role"] == "bot" else "",
+                     "replication": m.get("replication", "")})
     return rows
 
 
 def format_status(rows: list[dict]) -> str:
-    header = f"{'member':<9} {'role':<6} {'pid':>8} {'port':>6} {'state':<6} {'release':<8} {'mode':<22} haproxy"
+    header = f"{'member':<10} {'role':<8} {'pid':>8} {'port':>6} {'state':<6} {'release':<8} {'mode':<22} haproxy"
     lines = [header]
     for r in rows:
-        lines.append(f"{r['name']:<9} {r['role']:<6} {r['pid'] or '-':>8} {r['port']:>6} "
+        role = r.get("replication") or r["role"]  # a replicated store's data members: primary / replica
+        lines.append(f"{r['name']:<10} {role:<8} {r['pid'] or '-':>8} {r['port']:>6} "
                      f"{'up' if r['healthy'] else 'down':<6} {r['release']:<8} {r['mode']:<22} {r['lb']}")
     return "\n".join(lines)
 

@@ -5,7 +5,7 @@
 #      step load, chaos applied and always healed, then audit + report + summary
 #   3. python -m refbot down    always, also on Ctrl-C or an error
 # Settings (environment): MODE (refbot memory mode), PLAN, STEPS, STEP_USERS, STEP_DURATION,
-# PERSISTENCE, RELEASES, LABEL, RUN_DIR. Exit code: Locust's (1 when a threshold is breached).
+# PERSISTENCE, REDIS (single | sentinel), WAIT_REPLICAS, RELEASES, LABEL, RUN_DIR. Exit code: Locust's (1 when a threshold is breached).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -16,6 +16,8 @@ STEPS="${STEPS:-4}"
 STEP_USERS="${STEP_USERS:-8}"
 STEP_DURATION="${STEP_DURATION:-30s}"
 PERSISTENCE="${PERSISTENCE:-aof-always}"
+REDIS="${REDIS:-single}"
+WAIT_REPLICAS="${WAIT_REPLICAS:-0}"
 LABEL="${LABEL:-demo-${MODE//:/-}}"
 RUN_DIR="${RUN_DIR:-results/$(date -u +%Y%m%dT%H%M%SZ)-$LABEL}"
 case "$MODE" in
@@ -31,8 +33,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "demo: interrupted"; exit 130' INT TERM
 
-echo "demo: bringing up the embedded stack (mode $MODE, persistence $PERSISTENCE, releases $RELEASES)"
-"$PY" -m refbot up --state-dir "$STATE_DIR" --mode "$MODE" --persistence "$PERSISTENCE" --releases "$RELEASES" || exit $?
+echo "demo: bringing up the embedded stack (mode $MODE, persistence $PERSISTENCE, redis $REDIS, releases $RELEASES)"
+"$PY" -m refbot up --state-dir "$STATE_DIR" --mode "$MODE" --persistence "$PERSISTENCE" --releases "$RELEASES" \
+    --redis "$REDIS" --wait-replicas "$WAIT_REPLICAS" || exit $?
 read -r URL STORE_URL < <("$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["url"], s["store_url"])' "$STATE_DIR/state.json")
 
 mkdir -p "$RUN_DIR/locust"

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- matrix:begin -->", "<!-- matrix:end -->"
 NAMES = {"probe_amnesia": "failed probes", "stored_loss": "lost turns", "crosstalk": "cross-talk",
          "reordered": "reordered", "duplicated": "duplicated", "corrupt": "corrupt entries",
-         "vanished": "vanished/expired sessions", "unanswered": "unanswered"}
+         "vanished": "vanished/expired sessions", "unanswered": "unanswered",
+         "info": "indeterminate (`info`) turns"}
 
 
 def shows(result: dict) -> str:
@@ -25,11 +26,24 @@ def shows(result: dict) -> str:
         clean = ", ".join(NAMES[m] for m in result["must_be_zero"])
         return f"clean: 0 anomalies, 0 failed probes ({result['probes']} probes, {result['ok_turns']} acknowledged turns)"
     text = ", ".join(found)
+    # a row whose point is what did NOT happen (an honest bot refusing turns) says so
+    zero = [NAMES[m] for m in result["must_be_zero"] if m in ("stored_loss", "probe_amnesia")]
+    if zero and result["must_show"] == ["info"]:
+        text += ", 0 " + " and 0 ".join(zero)
     if result.get("attributed_to"):
         text += f"; {result['attributed']} lost turns attributed to `{result['attributed_to']}`"
     for counter, growth in (result.get("telemetry_grew") or {}).items():
         text += f"; the store's {counter} +{growth} during the load"
-    return text + f" (of {result['probes']} probes, {result['ok_turns']} acknowledged turns)"
+    text += f" (of {result['probes']} probes, {result['ok_turns']} acknowledged turns)"
+    check = result.get("check") or {}
+    if check.get("name") == "since_snapshot":
+        text += (f"; all {check['acked_since_snapshot']} turns sent after the snapshot and acknowledged before the "
+                 f"crash lost, none of the {check['acked_before_snapshot']} acknowledged before it")
+    if check.get("name") == "failover":
+        text += f"; `{check['promoted']}` promoted in {check['failover_s']} s"
+    if latency := result.get("latency_quiet"):
+        text += f"; ok-turn latency before the fault p50 {latency['p50_ms']} ms, p95 {latency['p95_ms']} ms"
+    return text
 
 
 def table(results: list[dict]) -> str:

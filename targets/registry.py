@@ -261,6 +261,14 @@ def stop_member(member: dict, sig: int = signal.SIGTERM, timeout: float = 10.0) 
     return True
 
 
+def signal_member(member: dict, sig: int) -> bool:
+    """Send ``sig`` to the member's process group if it still runs as that program; whether it did."""
+    if not member_alive(member):
+        return False
+    _signal_group(member["pid"], sig)
+    return True
+
+
 def _signal_group(pid: int, sig: int) -> None:
     try:
         if os.getpgid(pid) == pid:  # started with start_new_session: its own group

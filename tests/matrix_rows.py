@@ -8,10 +8,15 @@ into the README's table, so the table shows what was measured, not what was hope
 
 Measures (read from audit/summary.json): ``probe_amnesia`` (failed answered probes, not
 excused by an indeterminate plant), ``stored_loss`` (lost ok turns), ``crosstalk``,
-``reordered``, ``duplicated``, ``corrupt``, ``vanished`` (incl. ``expired``), ``unanswered``.
+``reordered``, ``duplicated``, ``corrupt``, ``vanished`` (incl. ``expired`` and ``evicted``),
+``evicted``, ``unanswered``, ``info`` (indeterminate turns: e.g. refused by an honest bot).
+
 A row may also need store counters to grow during the load (``telemetry_grows``, read from the
-run's telemetry.jsonl), and may put memory pressure on the store beside the load (``pressure``:
-tests/support_pressure.py).
+run's telemetry.jsonl), may put memory pressure on the store beside the load (``pressure``:
+tests/support_pressure.py), may name a ``check`` (tests/test_detection_matrix.py CHECKS) that
+must hold, e.g. that the failover really happened, and may ask for ``quiet_latency``: the
+acknowledged turns' latency before the first fault, so rows that differ in one setting (WAIT)
+can be compared.
 """
 from __future__ import annotations
 
@@ -38,6 +43,8 @@ class Row:
     attributed_to: str | None = None  # fault kind the loss must be attributed to
     pressure: dict | None = None  # filler keys beside the load: support_pressure.memory_pressure's arguments
     telemetry_grows: tuple[str, ...] = ()  # store counters (Redis INFO) that must rise during the load
+    check: str | None = None      # an extra check that must hold (CHECKS in test_detection_matrix.py)
+    quiet_latency: bool = False   # record ok-turn latency before the first fault
 
     def others_zero(self) -> tuple[str, ...]:
         return self.must_be_zero
@@ -110,4 +117,27 @@ ROWS = [
         {"mode": "correct", "persistence": "none", "maxmemory": "8mb", "maxmemory_policy": "allkeys-lru", **FAST},
         must_show=("evicted",), must_be_zero=("crosstalk", "corrupt", "duplicated", "reordered"),
         pressure={"value_kb": 32, "every_ms": 20}, telemetry_grows=("evicted_keys",)),
+    Row("failover-async", "replica promoted without the primary's last writes",
+        "Redis primary + replica behind Sentinel with asynchronous replication (the default): the primary dies "
+        "while its replica lags, and Sentinel promotes the replica with what it has",
+        "the replica held 2 s behind (stopped, socket buffers full), then the primary SIGKILLed and Sentinel "
+        "failing over, under load; quiet before and after",
+        {"mode": "correct", "redis": "sentinel", **FAST},
+        must_show=("stored_loss",), must_be_zero=("crosstalk", "duplicated", "corrupt"), plan="matrix-failover",
+        seconds=30, attributed_to="redis-failover", check="failover", quiet_latency=True),
+    Row("failover-wait", "the same failover, the bot calling WAIT",
+        "the same Sentinel setup; the bot sends WAIT 1 100 after each write and answers 503 (the client "
+        "records `info`) unless the replica confirmed the write",
+        "the same lossy failover, bots started with `--wait-replicas 1 --wait-ms 100`",
+        {"mode": "correct", "redis": "sentinel", "wait_replicas": 1, "wait_ms": 100, **FAST},
+        must_show=("info",), must_be_zero=("stored_loss", "probe_amnesia", "crosstalk", "duplicated", "corrupt"),
+        plan="matrix-failover", seconds=30, check="failover", quiet_latency=True),
+    Row("rdb-snapshot", "Redis with RDB snapshots only",
+        "RDB persistence (periodic BGSAVE, no AOF) and a crash: the restart loads the last snapshot, and every "
+        "turn acknowledged since it is gone",
+        "BGSAVE at 6 s, Redis SIGKILLed at 11 s; save points off (`--save '3600 1'`) so the plan decides when "
+        "the snapshot is taken",
+        {"mode": "correct", "persistence": "rdb", "save": "3600 1", **FAST},
+        must_show=("stored_loss",), must_be_zero=("crosstalk", "duplicated", "corrupt"), plan="matrix-rdb-snapshot",
+        seconds=20, attributed_to="redis-restart", check="since_snapshot"),
 ]

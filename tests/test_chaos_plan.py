@@ -124,7 +124,8 @@ def test_missing_file_is_a_plan_error(tmp_path):
         load_plan(tmp_path / "nope.yaml")
 
 
-@pytest.mark.parametrize("name", ["gentle", "pod-restart-storm", "redis-restart", "connection-drop", "soak"])
+@pytest.mark.parametrize("name", ["gentle", "pod-restart-storm", "redis-restart", "connection-drop", "soak",
+                                  "redis-failover"])
 def test_shipped_plans_are_valid(name):
     plan = load_plan(PLANS / f"{name}.yaml")
     assert plan.schedule() and plan.horizon is not None

@@ -38,6 +38,7 @@ def measures(summary: dict) -> dict[str, int]:
         "vanished": anomalies.get("vanished", 0) + anomalies.get("expired", 0) + anomalies.get("evicted", 0),
         "evicted": anomalies.get("evicted", 0),
         "unanswered": anomalies.get("unanswered", 0),
+        "info": summary["turns"]["info"],
     }
 
 
@@ -48,6 +49,63 @@ def attributed(summary: dict, kind: str) -> int:
         if entry.get("kind") == kind:
             return entry.get("charged", 0)
     return 0
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def lost_turns(run_dir: Path, records: list[dict]) -> set[tuple[str, int]]:
+    """(session, turn) of every ok turn the store lost: a ``lost`` finding, or any ok turn of a session
+    whose key is gone (``vanished``/``expired``) — what ``stored_loss`` counts."""
+    anomalies = read_jsonl(run_dir / "audit" / "anomalies.jsonl")
+    gone = {a["session"] for a in anomalies if a["class"] in ("vanished", "expired")}
+    return ({(a["session"], a["turn"]) for a in anomalies if a["class"] == "lost"}
+            | {(r["session"], r["turn"]) for r in records if r["outcome"] == "ok" and r["session"] in gone})
+
+
+def quiet_latency(records: list[dict], timeline: list[dict]) -> dict:
+    """Latency of the turns acknowledged before the first fault: what a setting costs when all is well."""
+    first = min((r["time"] for r in timeline if r["event"] == "apply"), default=float("inf"))
+    ms = sorted(1000 * (r["received"] - r["sent"]) for r in records if r["outcome"] == "ok" and r["received"] < first)
+    at = lambda q: round(ms[min(len(ms) - 1, int(q * len(ms)))], 1) if ms else None  # noqa: E731
+    return {"turns": len(ms), "p50_ms": at(0.5), "p95_ms": at(0.95), "p99_ms": at(0.99)}
+
+
+def check_failover(records, timeline, lost) -> dict:
+    """The failover really happened: applied, a replica promoted in the primary's place, healed."""
+    applies = [r for r in timeline if r["kind"] == "redis-failover" and r["event"] == "apply"]
+    recovers = [r for r in timeline if r["kind"] == "redis-failover" and r["event"] == "recover"]
+    detail = applies[0].get("detail") or {} if applies else {}
+    return {"ok": len(applies) == 1 and applies[0]["outcome"] == "ok" and detail.get("promoted") not in
+            (None, detail.get("primary")) and len(recovers) == 1 and recovers[0]["outcome"] == "ok",
+            "primary": detail.get("primary"), "promoted": detail.get("promoted"),
+            "failover_s": detail.get("failover_s"), "healed": (recovers[0].get("detail") if recovers else None)}
+
+
+def check_since_snapshot(records, timeline, lost) -> dict:
+    """Exactly the turns acknowledged since the snapshot are lost, judged by cause rather than timing:
+    a turn acknowledged before BGSAVE began was written before the fork (kept); a turn sent after the
+    snapshot was on disk and acknowledged before the crash was written after it (lost); a turn sent
+    after Redis was back is kept. Turns overlapping the snapshot or the crash may go either way."""
+    at = {(r["kind"], r["event"]): r["time"] for r in timeline if r["outcome"] == "ok"}
+    began, saved = at[("redis-bgsave", "apply")], at[("redis-bgsave", "recover")]
+    crashed, back = at[("redis-restart", "apply")], at[("redis-restart", "recover")]
+    ok = [r for r in records if r["outcome"] == "ok"]
+    before = [r for r in ok if r["received"] < began]
+    since = [r for r in ok if r["sent"] > saved and r["received"] < crashed]
+    after = [r for r in ok if r["sent"] > back]
+    key = lambda r: (r["session"], r["turn"])  # noqa: E731
+    figures = {"acked_before_snapshot": len(before), "lost_of_those": sum(key(r) in lost for r in before),
+               "acked_since_snapshot": len(since), "kept_of_those": sum(key(r) not in lost for r in since),
+               "sent_after_restart": len(after), "lost_after_restart": sum(key(r) in lost for r in after),
+               "lost": len(lost)}
+    figures["ok"] = (min(len(before), len(since), len(after)) > 0 and figures["lost_of_those"] == 0
+                     and figures["kept_of_those"] == 0 and figures["lost_after_restart"] == 0)
+    return figures
+
+
+CHECKS = {"failover": check_failover, "since_snapshot": check_since_snapshot}
 
 
 def run_row(row: Row, tmp_path: Path) -> dict:
@@ -83,8 +141,14 @@ def run_row(row: Row, tmp_path: Path) -> dict:
         "verdict": summary["verdict"]["result"], "exit_code": run.returncode,
         "telemetry_grew": grew, "telemetry_samples": len(samples),
     }
+    timeline, records = read_jsonl(run.run_dir / "chaos.jsonl"), run.records()
+    if row.quiet_latency:
+        result["latency_quiet"] = quiet_latency(records, timeline)
+    if row.check:
+        lost = lost_turns(run.run_dir, records)
+        result["check"] = {"name": row.check, **CHECKS[row.check](records, timeline, lost)}
     result["detected"] = (all(observed[m] > 0 for m in row.must_show) and all(observed[m] == 0 for m in row.must_be_zero)
-                          and all(v > 0 for v in grew.values()))
+                          and all(v > 0 for v in grew.values()) and (not row.check or result["check"]["ok"]))
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{row.id}.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -105,6 +169,10 @@ def test_signature(row: Row, tmp_path):
                            f"({result['telemetry_samples']} telemetry samples): {result}"
     if row.attributed_to:
         assert result["attributed"] > 0, f"{row.id}: no loss attributed to {row.attributed_to}: {result}"
-    # a bug found fails the run (strict gates); a correct bot under survivable faults passes
-    expected = (0, "pass") if not row.must_show else (1, "fail")
+    if row.check:
+        assert result["check"]["ok"], f"{row.id}: check {row.check} failed: {result['check']} (see {result['run_dir']})"
+    # a bug found fails the run (strict gates); a correct bot under survivable faults passes, and so
+    # does an honest one that refused what it could not make durable (indeterminate turns are no bug)
+    found_bug = any(m != "info" for m in row.must_show)
+    expected = (1, "fail") if found_bug else (0, "pass")
     assert (result["exit_code"], result["verdict"]) == expected, f"{row.id}: {result}"

@@ -18,12 +18,13 @@ import redis
 
 from chaos import faults as F
 from chaos.backend import Backend, UnsupportedFault, refuse_own_process
+from chaos.backends import local_failover
 from chaos.faults import Fault
-from targets import file as targets_file, registry as state
+from targets import file as targets_file, registry as state, sentinel
 from targets.haproxy import runtime_command, server_sessions
 
-STARTS_AGAIN = {F.KILL, F.RESTART, F.REDIS_RESTART, F.ROLLING_RESTART}
-REDIS_KINDS = {F.REDIS_RESTART, F.REDIS_CLIENT_KILL, F.REDIS_STALL}
+STARTS_AGAIN = {F.KILL, F.RESTART, F.REDIS_RESTART, F.ROLLING_RESTART, F.REDIS_FAILOVER}
+REDIS_KINDS = {F.REDIS_RESTART, F.REDIS_CLIENT_KILL, F.REDIS_STALL, F.REDIS_FAILOVER, F.REDIS_BGSAVE}
 LB_KINDS = {F.LB_DROP, F.LB_DISABLE}
 
 
@@ -34,7 +35,7 @@ def _natural(name: str):
 class LocalBackend(Backend):
     name = "local"
     kinds = frozenset({F.KILL, F.RESTART, F.PAUSE, F.REDIS_RESTART, F.REDIS_CLIENT_KILL, F.REDIS_STALL,
-                       F.LB_DROP, F.LB_DISABLE, F.ROLLING_RESTART})
+                       F.LB_DROP, F.LB_DISABLE, F.ROLLING_RESTART, F.REDIS_FAILOVER, F.REDIS_BGSAVE})
 
     def __init__(self, state_dir: str | None = None, health_timeout: float = 60.0, targets: str | None = None):
         """``state_dir``: a stack's state directory (default $REFBOT_STATE_DIR or .stack); or
@@ -78,6 +79,12 @@ class LocalBackend(Backend):
             if fault.kind in STARTS_AGAIN and not st["members"][name].get("cmd"):
                 raise UnsupportedFault(f"{fault.kind} must start {name} again, but it has no command "
                                        f"(give 'command' in the targets file)")
+        if fault.kind == F.REDIS_FAILOVER and names:
+            replicas = [n for n in names if st["members"][n].get("replication") == "replica"]
+            if not sentinel.replicated(st) or not replicas:
+                raise UnsupportedFault(f"redis-failover needs Redis with a replica behind Sentinel (the embedded "
+                                       f"stack's `up --redis sentinel`); {fault.target!r} in {state.state_path(self.state_dir)} is "
+                                       f"{len(names)} redis-server(s) and no replica")
         if fault.kind == F.ROLLING_RESTART and names and roles != {"bot"}:
             raise UnsupportedFault(f"rolling-restart needs the bot replicas as target, {fault.target!r} is {sorted(roles)}")
 
@@ -89,7 +96,7 @@ class LocalBackend(Backend):
         pid = m.get("pid")
         alive = state.member_alive(m)
         up = _uptime(pid) if alive else None
-        extra = "".join(f" {k} {m[k]}" for k in ("release", "lb_server", "persistence") if m.get(k))
+        extra = "".join(f" {k} {m[k]}" for k in ("release", "lb_server", "persistence", "replication") if m.get(k))
         return (f"{instance} (role {m.get('role')}) pid {pid} {'running' if alive else 'NOT running'}"
                 f"{f' up {up:.1f}s' if up is not None else ''} port {m.get('port')}{extra}")
 
@@ -133,10 +140,18 @@ class LocalBackend(Backend):
             return {"server": server}
         if k == F.ROLLING_RESTART:
             return self._rolling_restart(fault, instance)
+        if k == F.REDIS_FAILOVER:
+            return local_failover.apply(self.state_dir, fault, timeout=self.health_timeout)
+        if k == F.REDIS_BGSAVE:
+            with self._redis(instance, timeout=self.health_timeout) as r:
+                return _bgsave(r, self.health_timeout)
         raise UnsupportedFault(f"local backend cannot do {k!r}")
 
-    def recover(self, fault: Fault, instance: str, undo: dict) -> None:
+    def recover(self, fault: Fault, instance: str, undo: dict) -> dict | None:
         k = fault.kind
+        if k == F.REDIS_FAILOVER or (k in (F.KILL, F.RESTART, F.REDIS_RESTART, F.PAUSE) and self._replicated_store(instance)):
+            # who is primary is Sentinel's call: a member comes back as a replica of the current primary
+            return local_failover.recover(self.state_dir, timeout=max(90.0, self.health_timeout))
         if k in (F.KILL, F.RESTART, F.REDIS_RESTART):
             self._ensure_running(instance)
         elif k == F.PAUSE:
@@ -158,9 +173,15 @@ class LocalBackend(Backend):
                 server = self._state()["members"][name].get("lb_server")
                 if server and self._state().get("haproxy_socket"):
                     self._haproxy(f"set server {server} state ready")
-        # redis-client-kill and lb-drop are instant: nothing to undo.
+        # redis-client-kill, lb-drop and redis-bgsave are instant: nothing to undo.
+        return None
 
     # ---- helpers ----------------------------------------------------------------------------
+    def _replicated_store(self, instance: str) -> bool:
+        """Whether ``instance`` is a data member or sentinel of a Sentinel-managed Redis."""
+        st = self._state()
+        return sentinel.replicated(st) and st["members"].get(instance, {}).get("role") in ("redis", "sentinel")
+
     def _running(self, st: dict, instance: str) -> dict:
         m = st["members"].get(instance)
         if m is None:
@@ -224,6 +245,23 @@ class LocalBackend(Backend):
     def _haproxy(self, command: str) -> str:
         """One HAProxy runtime API command through the stack's unix socket."""
         return runtime_command(self._state()["haproxy_socket"], command)
+
+
+def _bgsave(r: redis.Redis, timeout: float) -> dict:
+    """BGSAVE and wait until this snapshot (not an earlier one) is on disk; what a restart then loads."""
+    before = r.info("persistence")
+    started = time.monotonic()
+    r.bgsave(schedule=True)  # after a BGSAVE (or AOF rewrite) already running, if any
+    while True:
+        now = r.info("persistence")
+        if now["rdb_saves"] > before["rdb_saves"] and not now["rdb_bgsave_in_progress"]:
+            break
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"BGSAVE did not finish in {timeout:g}s ({now.get('rdb_last_bgsave_status')})")
+        time.sleep(0.01)
+    if now["rdb_last_bgsave_status"] != "ok":
+        raise RuntimeError(f"BGSAVE failed: rdb_last_bgsave_status {now['rdb_last_bgsave_status']}")
+    return {"saved_at": now["rdb_last_save_time"], "keys": r.dbsize(), "seconds": round(time.monotonic() - started, 3)}
 
 
 def _signal_group(pid: int, sig: int) -> None:

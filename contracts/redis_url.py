@@ -1,0 +1,86 @@
+"""A store URL -> a redis-py client, for plain Redis and for Redis behind Sentinel.
+
+redis-py 8's ``Redis.from_url`` knows ``redis://``, ``rediss://`` and ``unix://`` only, and
+LangChain's ``redis+sentinel://`` names a single sentinel. Production clients list every
+sentinel, so goldfish accepts:
+
+    redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db][?option=value...]
+    rediss+sentinel://...      (TLS to the Redis servers)
+
+e.g. ``redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster/0?socket_timeout=2``.
+Credentials and query options (redis-py's own URL options) go to the Redis servers; the
+sentinels are asked without credentials. The client is redis-py's ``Sentinel.master_for``, so
+it follows a failover. The bots (refbot) and the oracle's reader build their clients here; errors
+name the part that is wrong, never the whole URL (it may hold a password).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import redis
+from redis.connection import parse_url
+from redis.sentinel import Sentinel
+
+SCHEMES = ("redis+sentinel", "rediss+sentinel")
+# Sentinels answer at once; a stopped one must not hang a client (socket timeouts always set).
+SENTINEL_TIMEOUTS = {"socket_timeout": 2.0, "socket_connect_timeout": 2.0}
+SERVER_TIMEOUTS = {"socket_timeout": 10.0, "socket_connect_timeout": 5.0}
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    options: dict = field(default_factory=dict)   # redis-py connection kwargs for the servers (db, password, ...)
+
+
+def is_sentinel_url(url: str) -> bool:
+    return url.split("://", 1)[0].lower() in SCHEMES
+
+
+def parse_sentinel_url(url: str) -> SentinelURL:
+    """Split a ``redis+sentinel://`` URL; ValueError naming the part that is wrong."""
+    scheme, sep, rest = url.partition("://")
+    if scheme.lower() not in SCHEMES or not sep:
+        raise ValueError(f"not a Sentinel URL (scheme {scheme!r}): want redis+sentinel://host:port[,host:port...]/service[/db]")
+    parts = urlsplit(f"//{rest}")
+    hosts = parts.netloc.rpartition("@")[2]
+    sentinels = []
+    for item in filter(None, hosts.split(",")):
+        host, colon, port = item.rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise ValueError(f"sentinel {item!r}: want host:port")
+        sentinels.append((host.strip("[]"), int(port)))
+    if not sentinels:
+        raise ValueError("no sentinel given: want redis+sentinel://host:port[,host:port...]/service[/db]")
+    path = [p for p in parts.path.split("/") if p]
+    if not path or len(path) > 2:
+        raise ValueError(f"path {parts.path or '(none)'!r}: must be /service or /service/db (e.g. /mymaster/0)")
+    # redis-py's own parser for credentials, db and query options, on a stand-in plain URL
+    credentials = parts.netloc.rpartition("@")[0]
+    plain = f"{'rediss' if scheme.lower() == 'rediss+sentinel' else 'redis'}://" \
+            f"{credentials + '@' if credentials else ''}sentinel/{path[1] if len(path) == 2 else ''}"
+    try:
+        options = parse_url(plain + (f"?{parts.query}" if parts.query else ""))
+    except ValueError as exc:
+        raise ValueError(f"URL options: {exc}") from None
+    options.pop("host", None)
+    if options.pop("connection_class", None) is not None:
+        options["ssl"] = True
+    if len(path) == 2 and "db" not in options:
+        raise ValueError(f"path {parts.path!r}: the database after the service must be a number, got {path[1]!r}")
+    return SentinelURL(tuple(sentinels), path[0], options)
+
+
+def redis_client(url: str, **kwargs) -> redis.Redis:
+    """A client for ``url``: ``Redis.from_url`` for plain URLs, redis-py's Sentinel for Sentinel URLs.
+
+    ``kwargs`` are connection options (e.g. socket_timeout) and override the URL's; a Sentinel
+    client always has socket timeouts, to its sentinels and to its servers."""
+    if not is_sentinel_url(url):
+        return redis.Redis.from_url(url, **kwargs)
+    parsed = parse_sentinel_url(url)
+    options = {**SERVER_TIMEOUTS, **parsed.options, **kwargs}
+    sentinel = Sentinel(list(parsed.sentinels), sentinel_kwargs=dict(SENTINEL_TIMEOUTS))
+    return sentinel.master_for(parsed.service, **options)
