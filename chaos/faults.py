@@ -19,6 +19,11 @@ LB_DISABLE = "lb-disable"          # HAProxy: set server bots/bot-N state maint 
 ROLLING_RESTART = "rolling-restart"  # restart replicas one by one onto `release`, waiting healthy between
 TOXIC = "toxic"                    # Toxiproxy toxic (latency, reset_peer, timeout) for `duration`
 
+HOUR = 3600.0
+# A `redis-stall` with mode all cannot be cut short (Redis 7.0 postpones even CLIENT UNPAUSE), and one
+# with mode write outlives a dead controller: both end only when their CLIENT PAUSE does. So it is bounded.
+MAX_STALL_S = 300.0
+
 
 @dataclass(frozen=True)
 class Param:
@@ -28,6 +33,8 @@ class Param:
     required: bool = False
     choices: tuple = ()
     help: str = ""
+    low: float | None = None   # numbers: the range a value must lie in (NaN never does)
+    high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -42,12 +49,13 @@ class KindSpec:
     duration: str
     params: dict[str, Param] = field(default_factory=dict)
     help: str = ""
+    max_duration: float | None = None  # seconds, for a fault nothing can cut short
 
 
 KINDS: dict[str, KindSpec] = {s.name: s for s in [
     KindSpec(KILL, "optional", {}, "SIGKILL the instance; start it again after duration (default at once)"),
     KindSpec(RESTART, "optional", {
-        "grace": Param(float, 10.0, help="seconds to wait after SIGTERM before SIGKILL")},
+        "grace": Param(float, 10.0, help="seconds to wait after SIGTERM before SIGKILL", low=0, high=HOUR)},
         "graceful stop (SIGTERM), then start again (after duration, if given)"),
     KindSpec(PAUSE, "required", {}, "freeze the instance (SIGSTOP / docker pause) for duration"),
     KindSpec(REDIS_RESTART, "optional", {
@@ -62,21 +70,21 @@ KINDS: dict[str, KindSpec] = {s.name: s for s in [
         "mode": Param(str, "all", choices=("all", "write"),
                       help="all = every command stalls (Redis 7.0 blocks even CLIENT UNPAUSE, so it lasts exactly "
                            "duration); write = writes stall, reads go on, ended by CLIENT UNPAUSE")},
-        "CLIENT PAUSE for duration, then UNPAUSE"),
+        "CLIENT PAUSE for duration, then UNPAUSE", max_duration=MAX_STALL_S),
     KindSpec(LB_DROP, "none", {}, "HAProxy: shut down the live sessions of the server"),
     KindSpec(LB_DISABLE, "required", {}, "HAProxy: put the server in maintenance for duration, then ready"),
     KindSpec(ROLLING_RESTART, "none", {
         "release": Param(str, required=True, help="release label the replicas come back on (REFBOT_RELEASE)"),
-        "env": Param(dict, help="extra environment for the new release"),
-        "pause": Param(float, 0.0, help="seconds to wait between replicas after one is healthy")},
+        "env": Param(dict, help="extra environment for the new release (names and values are text)"),
+        "pause": Param(float, 0.0, help="seconds to wait between replicas after one is healthy", low=0, high=HOUR)},
         "restart the replicas one by one onto another release, waiting healthy between"),
     KindSpec(TOXIC, "required", {
         "toxic": Param(str, required=True, choices=("latency", "reset_peer", "timeout"), help="toxic type"),
         "stream": Param(str, "downstream", choices=("upstream", "downstream")),
-        "toxicity": Param(float, 1.0, help="probability the toxic applies to a connection"),
-        "latency": Param(int, help="latency toxic: ms"),
-        "jitter": Param(int, help="latency toxic: ms"),
-        "timeout": Param(int, help="reset_peer/timeout toxic: ms (0 = forever for timeout)")},
+        "toxicity": Param(float, 1.0, help="probability the toxic applies to a connection", low=0, high=1),
+        "latency": Param(int, help="latency toxic: ms", low=0, high=HOUR * 1000),
+        "jitter": Param(int, help="latency toxic: ms", low=0, high=HOUR * 1000),
+        "timeout": Param(int, help="reset_peer/timeout toxic: ms (0 = forever for timeout)", low=0, high=HOUR * 1000)},
         "Toxiproxy toxic on the proxy named by target, for duration"),
 ]}
 
