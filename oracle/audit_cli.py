@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from contracts import redact
 from oracle.history import JournalError
 from oracle.parallel import WorkerError
 from oracle.snapshot import SnapshotError
@@ -104,13 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         store, limits = store_options(args), gates(args)
     except OptionError as exc:
-        print(f"oracle audit: {exc}", file=sys.stderr)
+        print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
         return 2
     try:
         summary = audit_run(run, store=store, window_s=args.window, recovery_s=args.recovery,
                             gates=limits, jobs=args.jobs)
     except (JournalError, SnapshotError, StoreError, WorkerError) as exc:
-        print(f"oracle audit: {exc}", file=sys.stderr)
+        print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
         return 2
     print(render(summary, run))
     print(headline(summary["verdict"]))
