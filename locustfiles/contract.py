@@ -60,6 +60,8 @@ class ChatContract:
                 raise NoReply(f"no reply field {self.reply_field!r}")
         if not isinstance(value, str):
             raise NoReply(f"reply field {self.reply_field!r} is not text")
+        if not value.isascii():  # a JSON "\ud800" escape decodes to a lone surrogate, which no UTF-8 file can hold
+            value = value.encode("utf-8", "replace").decode("utf-8")
         return value
 
 
@@ -69,3 +71,4 @@ def set_dotted(target: dict, path: str, value) -> None:
     for part in parents:
         target = target.setdefault(part, {})
     target[last] = value
+

@@ -8,12 +8,11 @@ is still audited. Jepsen's outcomes: ``ok`` (acknowledged), ``fail`` (definitely
 """
 from __future__ import annotations
 
-import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contracts.journal import Turn, decode_chunk, decode_line
+from contracts.journal import Turn, decode_chunk, decode_line, one_per_turn
 from contracts.jsonl import read_chunks
 from contracts.runfolder import RunFolder
 
@@ -53,18 +52,7 @@ def load_journal(run_dir: str | Path) -> Journal:
         detail = f"; first problem: {problems[0]}" if problems else ""
         raise JournalError(f"{folder.journal} holds no valid journal records (in {len(shards)} shard(s)){detail}")
     for session, turns in sessions.items():
-        numbers = [t.turn for t in turns]
-        if all(map(operator.lt, numbers, numbers[1:])):
-            continue  # already in order, no turn twice (the usual case): nothing to do
-        turns.sort(key=lambda t: t.turn)
-        seen: set[int] = set()
-        unique = []
-        for t in turns:
-            if t.turn in seen:
-                problems.append(f"journal: session {session} turn {t.turn} journaled twice; kept the first")
-                continue
-            seen.add(t.turn)
-            unique.append(t)
-        sessions[session] = unique
+        sessions[session], repeated = one_per_turn(turns)  # an outcome supersedes its in-flight record
+        problems += [f"journal: session {session} turn {n} journaled twice; kept the first" for n in repeated]
     return Journal(run=run or folder.name, sessions=dict(sessions), problems=problems, shards=shards,
                    lines=sum(len(turns) for turns in sessions.values()))
