@@ -20,6 +20,7 @@ from contracts.runfolder import RunFolder
 from locustfiles.journal import Journal
 from locustfiles.runtime import Runtime
 from locustfiles.script import ScriptError
+from oracle import AuditOptionError, reach_store
 
 log = logging.getLogger("goldfish")
 
@@ -37,6 +38,17 @@ def _runtime(parsed) -> Runtime:
         raise SystemExit(endofrun.EXIT_BAD) from None
 
 
+def _reach_store(settings) -> None:
+    """Reach the store now (master / local runner): a refused store or a wrong password exits 2 before any
+    user spawns, not as a failed audit after the whole load."""
+    if settings.store is not None and not settings.no_audit:
+        try:
+            reach_store(settings.store)
+        except AuditOptionError as exc:
+            endofrun.say(f"error: {exc}")
+            raise SystemExit(endofrun.EXIT_BAD) from None
+
+
 @events.init.add_listener
 def _on_init(environment, runner, **_kw):
     if environment.parsed_options is None or not hasattr(environment.parsed_options, "chat_path"):
@@ -49,6 +61,7 @@ def _on_init(environment, runner, **_kw):
         runner.register_message(MSG_DRAIN, _on_drain)
         runner.register_message(MSG_STEP, _on_step)
         return
+    _reach_store(rt.settings)
     if isinstance(runner, LocalRunner):
         runner.register_message(MSG_STEP, _on_step)
     # master or local: pin the run folder for everyone (workers get parsed_options at spawn)
