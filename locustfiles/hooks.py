@@ -15,7 +15,7 @@ from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from locustfiles import endofrun, options, runfolder
-from locustfiles.distributed import MSG_DRAIN, MSG_STEP, MasterCollector, WorkerShipper, worker_shard_path
+from locustfiles.distributed import MSG_DRAIN, MSG_STEP, MasterCollector, MasterWatch, WorkerShipper, worker_shard_path
 from contracts.runfolder import RunFolder
 from locustfiles.journal import Journal
 from locustfiles.runtime import Runtime
@@ -60,6 +60,7 @@ def _on_init(environment, runner, **_kw):
     if isinstance(runner, WorkerRunner):
         runner.register_message(MSG_DRAIN, _on_drain)
         runner.register_message(MSG_STEP, _on_step)
+        rt.watch = MasterWatch(environment)
         return
     _reach_store(rt.settings)
     if isinstance(runner, LocalRunner):

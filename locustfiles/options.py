@@ -64,6 +64,9 @@ def add_arguments(parser) -> None:
     add("--steps", type=int, default=0, help="number of load steps", include_in_web_ui=False)
     # failed requests are judged by the errors gate (faults excuse them); an explicit value still applies
     parser.set_defaults(exit_code_on_error=0)
+    # a master sends every option (the store's password, header values) to any worker that connects: loopback
+    # unless told otherwise (docs/locust.md "Master and workers")
+    parser.set_defaults(master_bind_host="127.0.0.1")
 
 
 def parse_duration(text, name: str, limit: float = durations.DEFAULT_LIMIT) -> float:

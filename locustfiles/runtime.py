@@ -28,6 +28,7 @@ class Runtime:
     end: object = None        # endofrun.EndOfRun (master / local runner)
     collector: object = None  # distributed.MasterCollector (master)
     shipper: object = None    # distributed.WorkerShipper (worker)
+    watch: object = None      # distributed.MasterWatch (worker)
     _user_ids: itertools.count = field(default_factory=itertools.count)
 
     @classmethod
