@@ -49,6 +49,15 @@ def _reach_store(settings) -> None:
             raise SystemExit(endofrun.EXIT_BAD) from None
 
 
+def _start_run(settings, script, host) -> None:
+    """The run folder and run.json; a folder that cannot be written is bad input (exit 2), not a traceback."""
+    try:
+        runfolder.start_run(settings, script, host)
+    except OSError as exc:
+        endofrun.say(f"error: --run-dir {settings.run_dir}: cannot write the run folder: {exc.strerror or exc}")
+        raise SystemExit(endofrun.EXIT_BAD) from None
+
+
 @events.init.add_listener
 def _on_init(environment, runner, **_kw):
     if environment.parsed_options is None or not hasattr(environment.parsed_options, "chat_path"):
@@ -74,7 +83,7 @@ def _on_init(environment, runner, **_kw):
     except Exception as exc:  # noqa: BLE001 - PlanError, state errors: bad input, before any load
         endofrun.say(f"error: chaos plan {rt.settings.chaos}: {exc}")
         raise SystemExit(endofrun.EXIT_BAD) from None
-    runfolder.start_run(rt.settings, rt.script, environment.host)
+    _start_run(rt.settings, rt.script, environment.host)
     if isinstance(runner, MasterRunner):
         rt.collector = MasterCollector(environment, rt.settings.run_dir)
     endofrun.say(f"run folder {rt.settings.run_dir} (script {rt.script.name}, {rt.script.turns} turns)")

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from oracle import Gates
 
 DEFAULT_SCRIPT = str(Path(__file__).parent / "scripts" / "support.yaml")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 
 
 class OptionError(ValueError):
@@ -126,9 +127,6 @@ def _audit_option(parse, values):
         raise OptionError(str(exc)) from None
 
 
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
-
-
 def parse_header(text: str, option: str = "--header") -> tuple[str, str]:
     name, sep, value = str(text).partition(":")
     if not sep or not _TOKEN.match(name.strip()):
@@ -140,7 +138,7 @@ def parse_header(text: str, option: str = "--header") -> tuple[str, str]:
 
 def default_run_dir(label: str, now: float | None = None) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label or "dev")
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label or "dev")[:100]  # a file name holds 255 bytes
     return str(Path("results") / f"{stamp}-{safe}")
 
 

@@ -32,6 +32,17 @@ def test_an_unreachable_store_exits_2_before_any_user_spawns(tmp_path):
     assert not list((tmp_path / "run").glob("journal/*.jsonl"))
 
 
+def test_a_run_folder_that_cannot_be_written_exits_2_naming_the_option(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with chat_bot("memory") as url:
+        done = subprocess.run(locust_cmd(url, tmp_path / "file" / "run", time_s="2s"), cwd=tmp_path, text=True,
+                              capture_output=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-2000:]
+    assert f"--run-dir {tmp_path / 'file' / 'run'}: cannot write the run folder" in output
+    assert "Traceback" not in output
+
+
 def listening_addresses(port: int) -> set[str]:
     """Local addresses of TCP sockets listening on ``port`` (from /proc/net/tcp and tcp6)."""
     found = set()
