@@ -6,7 +6,6 @@ target is down (targets start/status); 2 bad plan, targets file or arguments (no
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import signal
 import sys
@@ -16,6 +15,8 @@ from pathlib import Path
 from chaos.backends import REGISTRY, make_backend
 from chaos.controller import Controller, heal_run
 from chaos.plan import PlanError, load_plan
+from contracts import codec, redact
+from contracts.runfolder import RunFolder
 from targets import file as targets_file, registry
 
 
@@ -30,8 +31,13 @@ def _backend_kwargs(args) -> dict:
     if args.targets:
         kw["targets"] = args.targets
     for item in args.backend_opt or []:
-        key, _, value = item.partition("=")
-        kw[key] = json.loads(value) if value[:1] in "[{0123456789" or value in ("true", "false") else value
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--backend-opt {redact.header_line(item)!r}: expected KEY=VALUE (e.g. namespace=chat)")
+        try:
+            kw[key.strip()] = codec.loads(value) if value[:1] in "[{0123456789" or value in ("true", "false") else value
+        except codec.DecodeError as exc:
+            raise ValueError(f"--backend-opt {key.strip()}: the value is not valid JSON ({exc})") from None
     return kw
 
 
@@ -123,6 +129,9 @@ def cmd_targets(args) -> int:
 
 
 def cmd_heal(args) -> int:
+    folder = RunFolder(args.run)
+    if not (folder.is_run() or folder.chaos.is_file() or folder.outstanding.exists()):
+        raise ValueError(f"{args.run}: not a run folder (no run.json, journal/, chaos.jsonl or chaos/outstanding.json)")
     recovered, failed = heal_run(args.run)
     print(f"chaos heal {args.run}: {recovered} recovered, {len(failed)} failed")
     for e in failed:
@@ -160,13 +169,13 @@ def main(argv=None) -> int:
     try:
         return {"run": cmd_run, "validate": cmd_validate, "heal": cmd_heal, "targets": cmd_targets}[args.cmd](args)
     except PlanError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact.text(exc)}", file=sys.stderr)
         return 2
     except registry.MemberUnhealthy as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact.text(exc)}", file=sys.stderr)
         return 1
     except (ValueError, OSError, RuntimeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact.text(exc)}", file=sys.stderr)
         return 2
 
 

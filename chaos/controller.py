@@ -279,7 +279,11 @@ def heal_run(run_dir: str | Path, backend: Backend | None = None) -> tuple[int, 
     entries = left.entries()
     if not entries:
         return 0, []
-    backend = backend or make_backend(left.backend, **left.backend_config)
+    if backend is None:
+        try:
+            backend = make_backend(left.backend, **left.backend_config)
+        except ValueError as exc:  # the file names a backend or an option this goldfish does not know
+            raise ValueError(f"{left.path}: {exc}") from None
     toxi_url = next((e.get("toxiproxy") for e in entries if e.get("toxiproxy")), None)
     plan = Plan(faults=[], path=str(run_dir))
     ctl = Controller(plan, backend, run_dir, toxiproxy=toxi_url)

@@ -21,6 +21,11 @@ TOXIC = "toxic"                    # Toxiproxy toxic (latency, reset_peer, timeo
 REDIS_FAILOVER = "redis-failover"  # Sentinel promotes the replica (graceful, or the primary killed while it lags)
 REDIS_BGSAVE = "redis-bgsave"      # BGSAVE, waited for: the RDB point a later crash falls back to
 
+HOUR = 3600.0
+# A `redis-stall` with mode all cannot be cut short (Redis 7.0 postpones even CLIENT UNPAUSE), and one
+# with mode write outlives a dead controller: both end only when their CLIENT PAUSE does. So it is bounded.
+MAX_STALL_S = 300.0
+
 
 @dataclass(frozen=True)
 class Param:
@@ -30,6 +35,8 @@ class Param:
     required: bool = False
     choices: tuple = ()
     help: str = ""
+    low: float | None = None   # numbers: the range a value must lie in (NaN never does)
+    high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -44,12 +51,13 @@ class KindSpec:
     duration: str
     params: dict[str, Param] = field(default_factory=dict)
     help: str = ""
+    max_duration: float | None = None  # seconds, for a fault nothing can cut short
 
 
 KINDS: dict[str, KindSpec] = {s.name: s for s in [
     KindSpec(KILL, "optional", {}, "SIGKILL the instance; start it again after duration (default at once)"),
     KindSpec(RESTART, "optional", {
-        "grace": Param(float, 10.0, help="seconds to wait after SIGTERM before SIGKILL")},
+        "grace": Param(float, 10.0, help="seconds to wait after SIGTERM before SIGKILL", low=0, high=HOUR)},
         "graceful stop (SIGTERM), then start again (after duration, if given)"),
     KindSpec(PAUSE, "required", {}, "freeze the instance (SIGSTOP / docker pause) for duration"),
     KindSpec(REDIS_RESTART, "optional", {
@@ -64,27 +72,28 @@ KINDS: dict[str, KindSpec] = {s.name: s for s in [
         "mode": Param(str, "all", choices=("all", "write"),
                       help="all = every command stalls (Redis 7.0 blocks even CLIENT UNPAUSE, so it lasts exactly "
                            "duration); write = writes stall, reads go on, ended by CLIENT UNPAUSE")},
-        "CLIENT PAUSE for duration, then UNPAUSE"),
+        "CLIENT PAUSE for duration, then UNPAUSE", max_duration=MAX_STALL_S),
     KindSpec(LB_DROP, "none", {}, "HAProxy: shut down the live sessions of the server"),
     KindSpec(LB_DISABLE, "required", {}, "HAProxy: put the server in maintenance for duration, then ready"),
     KindSpec(ROLLING_RESTART, "none", {
         "release": Param(str, required=True, help="release label the replicas come back on (REFBOT_RELEASE)"),
-        "env": Param(dict, help="extra environment for the new release"),
-        "pause": Param(float, 0.0, help="seconds to wait between replicas after one is healthy")},
+        "env": Param(dict, help="extra environment for the new release (names and values are text)"),
+        "pause": Param(float, 0.0, help="seconds to wait between replicas after one is healthy", low=0, high=HOUR)},
         "restart the replicas one by one onto another release, waiting healthy between"),
     KindSpec(TOXIC, "required", {
         "toxic": Param(str, required=True, choices=("latency", "reset_peer", "timeout"), help="toxic type"),
         "stream": Param(str, "downstream", choices=("upstream", "downstream")),
-        "toxicity": Param(float, 1.0, help="probability the toxic applies to a connection"),
-        "latency": Param(int, help="latency toxic: ms"),
-        "jitter": Param(int, help="latency toxic: ms"),
-        "timeout": Param(int, help="reset_peer/timeout toxic: ms (0 = forever for timeout)")},
+        "toxicity": Param(float, 1.0, help="probability the toxic applies to a connection", low=0, high=1),
+        "latency": Param(int, help="latency toxic: ms", low=0, high=HOUR * 1000),
+        "jitter": Param(int, help="latency toxic: ms", low=0, high=HOUR * 1000),
+        "timeout": Param(int, help="reset_peer/timeout toxic: ms (0 = forever for timeout)", low=0, high=HOUR * 1000)},
         "Toxiproxy toxic on the proxy named by target, for duration"),
     KindSpec(REDIS_FAILOVER, "optional", {
         "mode": Param(str, "sentinel", choices=("sentinel", "lossy"),
                       help="sentinel = SENTINEL FAILOVER (the old primary is demoted); lossy = the replica is "
                            "stopped and held behind, then the primary is SIGKILLed and Sentinel promotes the replica"),
-        "lag": Param(float, 2.0, help="lossy: seconds the replica is held behind before the primary is killed")},
+        "lag": Param(float, 2.0, help="lossy: seconds the replica is held behind before the primary is killed",
+                     low=0, high=HOUR)},
         "fail the replicated Redis over to its replica; duration: how long the old primary stays down"),
     KindSpec(REDIS_BGSAVE, "none", {},
              "BGSAVE and wait until the snapshot is on disk (an RDB restart falls back to it)"),

@@ -32,10 +32,9 @@ class Outstanding:
         """Read what a previous controller left (empty when there is no file)."""
         self = cls(run_dir)
         if self.path.exists():
-            data = codec.load_document(self.path)
-            self.backend = data.get("backend", "")
-            self.backend_config = data.get("backend_config") or {}
-            self._entries = {e["key"]: e for e in data.get("faults", [])}
+            data = codec.load_document(self.path)  # DecodeError naming the file
+            self.backend, self.backend_config, faults = _checked(data, self.path)
+            self._entries = {e["key"]: e for e in faults}
         return self
 
     def add(self, entry: dict) -> None:
@@ -76,3 +75,43 @@ class Outstanding:
             f.write(codec.dumps_document(data))
             f.flush()   # no fsync: rename is atomic against a killed process, which is the risk here
         os.replace(tmp, self.path)
+
+
+class OutstandingError(ValueError):
+    """An outstanding.json that cannot say what to heal; the message names the file and the field."""
+
+
+def _checked(data: dict, path: Path) -> tuple[str, dict, list[dict]]:
+    """(backend, its config, the fault entries) of a decoded outstanding.json, or OutstandingError.
+
+    Why: heal runs after a crash, on a file that may be cut short or edited by hand; a wrong shape
+    must say where it is wrong, not fail inside a backend."""
+    def bad(where: str, what: str):
+        raise OutstandingError(f"{path}: {where}: {what} (the file is written by chaos; see docs/chaos.md "
+                               "'Heal semantics')")
+
+    backend, config, faults = data.get("backend", ""), data.get("backend_config") or {}, data.get("faults", [])
+    if not isinstance(backend, str):
+        bad("backend", f"must be a backend name, not {type(backend).__name__}")
+    if not isinstance(config, dict):
+        bad("backend_config", f"must be an object, not {type(config).__name__}")
+    if not isinstance(faults, list):
+        bad("faults", f"must be a list, not {type(faults).__name__}")
+    for i, entry in enumerate(faults):
+        if not isinstance(entry, dict):
+            bad(f"faults[{i}]", f"must be an object, not {type(entry).__name__}")
+        for name in ("key", "instance"):
+            if not isinstance(entry.get(name), str):
+                bad(f"faults[{i}].{name}", "missing or not text")
+        fault = entry.get("fault")
+        if not isinstance(fault, dict):
+            bad(f"faults[{i}].fault", "missing or not an object")
+        for name in ("id", "kind", "target"):
+            if not isinstance(fault.get(name), str):
+                bad(f"faults[{i}].fault.{name}", "missing or not text")
+        if not isinstance(entry.get("undo") or {}, dict) or not isinstance(fault.get("params") or {}, dict):
+            bad(f"faults[{i}]", "undo and fault.params must be objects")
+        duration = fault.get("duration")
+        if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))):
+            bad(f"faults[{i}].fault.duration", "must be a number of seconds or null")
+    return backend, config, faults

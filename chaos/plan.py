@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.constructor import SafeConstructor
 
 from chaos.faults import KINDS, WHOLE_TARGET_KINDS, Fault
+from contracts import yamldoc
 from contracts.durations import parse_duration
+from contracts.yamldoc import show
 
 COMMON_KEYS = {"id", "kind", "target", "at", "every", "start", "until", "duration", "count"}
 PLAN_KEYS = {"name", "description", "faults", "max_concurrent", "max_blast", "seed", "duration", "toxiproxy"}
+MAX_OCCURRENCES = 100_000  # a day-long soak with a fault every second is 86,400
 _PCT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 
 
@@ -53,7 +55,7 @@ class Count:
         m = _PCT_RE.match(str(value)) if isinstance(value, str) else None
         if m and 0 < float(m.group(1)) <= 100:
             return cls(None, float(m.group(1)))
-        raise ValueError(f"count must be a whole number >= 1, a percentage like 50% (0-100], or 'all', got {value!r}")
+        raise ValueError(f"count must be a whole number >= 1, a percentage like 50% (0-100], or 'all', got {show(value)}")
 
     def of(self, available: int) -> int:
         """Instances hit out of ``available`` (percentages round up, so 1% of anything is one)."""
@@ -92,6 +94,16 @@ class PlanFault:
             out.append(start + k * self.every)
             k += 1
         return out
+
+    def count_times(self, horizon: float | None) -> int:
+        """How many offsets ``times`` gives, without building them (0 when it needs a horizon it lacks)."""
+        if self.at is not None:
+            return 1
+        start = self.every if self.start is None else self.start
+        end = self.until if self.until is not None else horizon
+        if end is None or not math.isfinite(end) or end - 1e-9 <= start:
+            return 0
+        return math.ceil((end - 1e-9 - start) / self.every)
 
     def occurrence(self, k: int) -> Fault:
         return Fault(f"{self.id}#{k}", self.kind, self.target, self.duration, dict(self.params))
@@ -141,32 +153,28 @@ class Plan:
 
 
 def load_plan(path: str | Path) -> Plan:
-    path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise PlanError([f"{path}: cannot read plan: {exc.strerror or exc}"]) from None
-    return parse_plan(text, str(path))
+        text, root = yamldoc.load(path, "plan")
+    except yamldoc.YamlError as exc:
+        raise PlanError([str(exc)]) from None
+    return _parse_root(root, text, str(path))
 
 
-def _value(node: yaml.Node) -> Any:
-    c = SafeConstructor()
-    return c.construct_document(node)
-
-
-def _line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
+_value = yamldoc.value
+_line = yamldoc.line
 
 
 def parse_plan(text: str, path: str = "<plan>") -> Plan:
     """Parse and validate a plan (everything that needs no backend); PlanError lists all problems."""
-    problems: list[str] = []
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        raise PlanError([f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}"]) from None
+        root = yamldoc.parse(text, path)
+    except yamldoc.YamlError as exc:
+        raise PlanError([str(exc)]) from None
+    return _parse_root(root, text, path)
+
+
+def _parse_root(root: yaml.Node | None, text: str, path: str) -> Plan:
+    problems: list[str] = []
     if root is None:
         raise PlanError([f"{path}: the plan is empty (expected a mapping with a 'faults' list)"])
     if isinstance(root, yaml.SequenceNode):   # a bare list of faults is allowed
@@ -175,10 +183,10 @@ def parse_plan(text: str, path: str = "<plan>") -> Plan:
     elif isinstance(root, yaml.MappingNode):
         top, lines = {}, {}
         for k, v in root.value:
-            key = _value(k)
+            key = k.value  # keys are scalars (contracts.yamldoc): their text
             top[key], lines[key] = v, _line(k)
             if key not in PLAN_KEYS:
-                problems.append(f"{path}:{_line(k)}: {key}: unknown plan key (known: {', '.join(sorted(PLAN_KEYS))})")
+                problems.append(f"{path}:{_line(k)}: {_name(key)}: unknown plan key (known: {', '.join(sorted(PLAN_KEYS))})")
         fault_nodes = top.get("faults")
         if fault_nodes is None:
             raise PlanError(problems + [f"{path}:{_line(root)}: faults: missing (a list of faults is required)"])
@@ -192,7 +200,12 @@ def parse_plan(text: str, path: str = "<plan>") -> Plan:
     def top_value(key, conv):
         if key in top:
             try:
-                return conv(_value(top[key]))
+                raw = _value(top[key], path)
+            except yamldoc.YamlError as exc:
+                problems.append(str(exc))
+                return None
+            try:
+                return conv(raw)
             except (ValueError, TypeError) as exc:
                 problems.append(f"{path}:{_line(top[key])}: {key}: {exc}")
         return None
@@ -200,7 +213,7 @@ def parse_plan(text: str, path: str = "<plan>") -> Plan:
     plan.name = str(top_value("name", str) or Path(path).stem)
     plan.max_concurrent = top_value("max_concurrent", _positive_int)
     plan.max_blast = top_value("max_blast", Count.parse)
-    plan.seed = top_value("seed", int) or 0
+    plan.seed = top_value("seed", _seed) or 0
     plan.duration = top_value("duration", parse_time)
     plan.toxiproxy = top_value("toxiproxy", _url)
 
@@ -222,6 +235,7 @@ def parse_plan(text: str, path: str = "<plan>") -> Plan:
             f.until = float("inf")
         if f.until is not None and plan.duration is not None and f.until > plan.duration and f.until != float("inf"):
             problems.append(f"{plan.where(f, 'until')}: until: {f.until:g}s is after the plan duration {plan.duration:g}s")
+    _check_occurrences(plan, problems)
     if problems:
         raise PlanError(problems)
     _check_concurrency(plan, problems)
@@ -230,15 +244,26 @@ def parse_plan(text: str, path: str = "<plan>") -> Plan:
     return plan
 
 
+def _name(key: str) -> str:
+    """A field name as written, unless it is too long for a message."""
+    return key if len(key) <= 40 else show(key)
+
+
 def _positive_int(v):
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"must be a whole number >= 1, got {v!r}")
+        raise ValueError(f"must be a whole number >= 1, got {show(v)}")
+    return v
+
+
+def _seed(v):
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2 ** 63:
+        raise ValueError(f"must be a whole number in [0, 2^63), got {show(v)}")
     return v
 
 
 def _url(v):
     if not isinstance(v, str) or not re.match(r"^https?://", v):
-        raise ValueError(f"must be an http(s) URL, got {v!r}")
+        raise ValueError(f"must be an http(s) URL, got {show(v)}")
     return v.rstrip("/")
 
 
@@ -249,35 +274,35 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
         return None
     fields, lines = {}, {}
     for k, v in node.value:
-        key = _value(k)
+        key = k.value  # keys are scalars (contracts.yamldoc): their text
         if key in fields:
-            problems.append(f"{path}:{_line(k)}: {key}: given twice in faults[{index}]")
+            problems.append(f"{path}:{_line(k)}: {_name(key)}: given twice in faults[{index}]")
         try:
-            fields[key] = _value(v)
-        except yaml.YAMLError as exc:
-            problems.append(f"{path}:{_line(v)}: {key}: {exc}")
+            fields[key] = _value(v, path)
+        except yamldoc.YamlError as exc:
+            problems.append(str(exc))
             continue
         lines[key] = _line(k)
     fid = str(fields.get("id", f"f{index + 1}"))
-    label = f"fault {fid}"
+    label = f"fault {fid if len(fid) <= 40 else show(fid)}"
     before = len(problems)
 
     def bad(key, msg):
-        problems.append(f"{path}:{lines.get(key, _line(node))}: {key}: {msg} ({label})")
+        problems.append(f"{path}:{lines.get(key, _line(node))}: {_name(key)}: {msg} ({label})")
 
     kind = fields.get("kind")
     spec = KINDS.get(kind) if isinstance(kind, str) else None
     if kind is None:
         bad("kind", f"missing (one of: {', '.join(sorted(KINDS))})")
     elif spec is None:
-        bad("kind", f"unknown fault kind {kind!r} (one of: {', '.join(sorted(KINDS))})")
+        bad("kind", f"unknown fault kind {show(kind)} (one of: {', '.join(sorted(KINDS))})")
     target = fields.get("target")
     if target is None:
         bad("target", "missing (a logical name: bot, redis, lb, or a member name such as bot-2)")
     elif not isinstance(target, str) or not target.strip():
-        bad("target", f"must be a non-empty name, got {target!r}")
+        bad("target", f"must be a non-empty name, got {show(target)}")
     if "id" in fields and not re.match(r"^[A-Za-z0-9_.-]+$", fid):
-        bad("id", f"must be letters, digits, '_', '.', '-' only, got {fid!r}")
+        bad("id", f"must be letters, digits, '_', '.', '-' only, got {show(fid)}")
 
     times = {}
     for key in ("at", "every", "start", "until", "duration"):
@@ -303,6 +328,9 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
             bad("duration", f"missing: a {kind} fault must say how long it lasts")
         if spec.duration == "none" and "duration" in fields:
             bad("duration", f"a {kind} fault is instant; remove 'duration'")
+        if spec.max_duration is not None and times.get("duration", 0) > spec.max_duration:
+            bad("duration", f"{times['duration']:g}s is longer than a {kind} may last ({spec.max_duration:g}s: "
+                            "nothing can end it early)")
         if "every" in times and "duration" in times and times["every"] and times["duration"] >= times["every"]:
             bad("duration", f"{times['duration']:g}s is not shorter than every {times['every']:g}s "
                             f"(occurrences would overlap)")
@@ -313,7 +341,7 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
             count = Count.parse(fields["count"])
         except ValueError as exc:
             bad("count", str(exc))
-        if kind in WHOLE_TARGET_KINDS:
+        if spec is not None and kind in WHOLE_TARGET_KINDS:
             bad("count", f"a {kind} goes through every instance of the target; remove 'count'")
 
     params = {}
@@ -326,21 +354,10 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
                 allowed = sorted(COMMON_KEYS | set(spec.params))
                 bad(key, f"unknown field for kind {kind} (allowed: {', '.join(allowed)})")
                 continue
-            if p.type is float and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-            if p.type in (int, float) and isinstance(value, str) and key in ("latency", "jitter", "timeout", "lag"):
-                try:
-                    value = int(round(parse_time(value) * 1000)) if p.type is int else parse_time(value)
-                except ValueError as exc:
-                    bad(key, str(exc))
-                    continue
-            if not isinstance(value, p.type) or isinstance(value, bool):
-                bad(key, f"must be {p.type.__name__}, got {value!r}")
-                continue
-            if p.choices and value not in p.choices:
-                bad(key, f"must be one of {', '.join(p.choices)}, got {value!r}")
-                continue
-            params[key] = value
+            try:
+                params[key] = _param(p, key, value)
+            except ValueError as exc:
+                bad(key, str(exc))
         for key, p in spec.params.items():
             if key not in params:
                 if p.required and key not in fields:
@@ -352,6 +369,38 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
     return PlanFault(id=fid, kind=kind, target=target, at=times.get("at"), every=times.get("every"),
                      start=times.get("start"), until=times.get("until"), duration=times.get("duration"),
                      count=count, params=params, lines=lines)
+
+
+def _param(p, key: str, value):
+    """A kind-specific parameter checked against its type, choices and range; ValueError saying why."""
+    if p.type in (int, float) and isinstance(value, str) and key in ("latency", "jitter", "timeout", "lag"):
+        value = int(round(parse_time(value) * 1000)) if p.type is int else parse_time(value)
+    if p.type is float and isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2 ** 53:
+        value = float(value)
+    if not isinstance(value, p.type) or isinstance(value, bool):
+        raise ValueError(f"must be {p.type.__name__}, got {show(value)}")
+    if p.choices and value not in p.choices:
+        raise ValueError(f"must be one of {', '.join(p.choices)}, got {show(value)}")
+    if p.low is not None and not p.low <= value <= p.high:  # NaN is in no range
+        raise ValueError(f"must be in [{p.low:g}, {p.high:g}], got {show(value)}")
+    if p.type is dict and not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ValueError(f"must map names to text (quote numbers), got {show(value)}")
+    return value
+
+
+def _check_occurrences(plan: Plan, problems: list[str]) -> None:
+    """Refuse a schedule of more than MAX_OCCURRENCES, counted without building it."""
+    total = 0
+    for f in plan.faults:
+        n = f.count_times(plan.duration)
+        total += n
+        if n > MAX_OCCURRENCES:
+            problems.append(f"{plan.where(f, 'every')}: every: {f.every:g}s makes {n} occurrences; a plan may have "
+                            f"at most {MAX_OCCURRENCES} (a longer period or a shorter plan) (fault {f.id})")
+            return
+    if total > MAX_OCCURRENCES:
+        problems.append(f"{plan.path}: the faults make {total} occurrences together; a plan may have at most "
+                        f"{MAX_OCCURRENCES}")
 
 
 def _check_concurrency(plan: Plan, problems: list[str]) -> None:

@@ -6,12 +6,18 @@ accepts older or hand-written lines that carry only the required ones (``session
 ``RecordError`` naming what is wrong — never anything else, whatever the bytes.
 
 Outcomes follow Jepsen: ``ok`` acknowledged, ``fail`` definitely not applied, ``info`` indeterminate.
+
+The first turn of every conversation is journaled twice: once just before it is sent, in flight
+(``outcome: info``, ``received: null``, ``error: IN_FLIGHT``: Jepsen's invocation), and once with
+its outcome. So a process killed mid-turn still leaves the session in the journal, and what the
+bot stored of that turn is an indeterminate turn of this run, not a stranger's key. Readers keep
+one record per turn with ``one_per_turn``: the outcome supersedes the in-flight record.
 """
 from __future__ import annotations
 
 import math
 import operator
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import msgspec
 
@@ -21,7 +27,11 @@ from contracts.tokens import make_token
 OUTCOMES = ("ok", "fail", "info")
 REQUIRED = ("session", "turn", "outcome", "sent")
 MAX_TURN = 999_999  # a token's turn index has at most six digits (contracts.tokens.TOKEN_RE)
+MAX_STEP = 1_000_000
 MAX_EPOCH = 1e11     # a wall time before the year 5000
+# the error text of an invocation record: "interrupted" like a turn the test's stop cut short, since alone it
+# means the process stopped with the turn in flight (no request was seen to fail: docs/oracle.md)
+IN_FLIGHT = "interrupted: in flight, no outcome recorded"
 
 
 class RecordError(ValueError):
@@ -46,17 +56,48 @@ class Turn(msgspec.Struct, gc=False):
     sent: Epoch = 0.0                 # wall time (epoch s) just before sending
     received: Optional[Epoch] = None  # when the response (or error) arrived
     outcome: Literal[OUTCOMES] = "info"
-    status: Optional[int] = None
-    reply: Any = None
-    error: Any = None
-    verdict: Any = None               # probes: pass | amnesia | null
-    crosstalk: tuple = ()             # sessions whose token or nonce the reply carried
-    step: Any = None
+    status: Optional[Annotated[int, msgspec.Meta(ge=0, lt=1000)]] = None
+    reply: Optional[str] = None
+    error: Optional[str] = None
+    verdict: Optional[str] = None     # probes: pass | amnesia | null
+    crosstalk: tuple[str, ...] = ()   # sessions whose token or nonce the reply carried
+    step: Optional[Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]] = None  # load step index
     user: Optional[str] = None
 
     @property
     def latency(self) -> float | None:
         return None if self.received is None else self.received - self.sent
+
+    @property
+    def in_flight(self) -> bool:
+        """The record written before the turn was sent (superseded by its outcome, when there is one)."""
+        return self.received is None and self.error == IN_FLIGHT
+
+
+def in_flight(turn: Turn) -> Turn:
+    """The invocation record of ``turn`` (same fields up to ``sent``), written before it is sent."""
+    return Turn(turn.run, turn.session, turn.turn, turn.kind, turn.token, turn.message, turn.fact, turn.nonce,
+                turn.sent, None, "info", None, None, IN_FLIGHT, None, (), turn.step, turn.user)
+
+
+def one_per_turn(turns: list[Turn]) -> tuple[list[Turn], list[int]]:
+    """One session's records in turn order, one per turn, and the turn numbers journaled twice.
+
+    A record with an outcome supersedes the in-flight record of the same turn (not a repeat); of
+    any other repeat the first is kept. ``turns`` already in order with no repeat is returned as is."""
+    numbers = [t.turn for t in turns]
+    if all(map(operator.lt, numbers, numbers[1:])):
+        return turns, []
+    if turns[0].in_flight and numbers[1] == numbers[0] and all(map(operator.lt, numbers[1:], numbers[2:])):
+        return turns[1:], []  # the usual shape: the first turn's invocation, then each outcome in order
+    kept: dict[int, Turn] = {}
+    repeated = []
+    for t in sorted(turns, key=lambda t: (t.turn, t.in_flight)):  # stable: the first outcome first
+        if t.turn not in kept:
+            kept[t.turn] = t
+        elif not t.in_flight:
+            repeated.append(t.turn)
+    return list(kept.values()), repeated
 
 
 _encode = msgspec.json.Encoder().encode
@@ -99,10 +140,10 @@ def from_dict(record: dict) -> Turn:
         raise RecordError(f"missing field {missing!r}")
     outcome = get("outcome")
     if outcome not in OUTCOMES:
-        raise RecordError(f"outcome {outcome!r} is not one of ok/fail/info")
+        raise RecordError(f"outcome {_short(outcome)} is not one of ok/fail/info")
     session = get("session")
     if not isinstance(session, (str, int)) or isinstance(session, bool) or not str(session):
-        raise RecordError(f"session {session!r} is not an id")
+        raise RecordError(f"session {_short(session)} is not an id")
     session = str(session)
     turn = _number(get("turn"), "turn", int)
     if not 0 <= turn <= MAX_TURN:
@@ -110,34 +151,48 @@ def from_dict(record: dict) -> Turn:
     received = get("received")
     crosstalk = get("crosstalk")
     status = get("status")
+    step = get("step")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP):
+        raise RecordError(f"step {_short(step)} is not a load step index (a whole number >= 0)")
     sent = _number(get("sent"), "sent", float)
     if not 0 <= sent <= MAX_EPOCH or (received is not None and not 0 <= _number(received, "received", float) <= MAX_EPOCH):
-        raise RecordError(f"sent {get('sent')!r} or received {received!r} is not a wall time (epoch seconds)")
+        raise RecordError(f"sent {_short(get('sent'))} or received {_short(received)} is not a wall time (epoch seconds)")
     return Turn(
         run=_text(get("run")), session=session, turn=turn, kind=_text(get("kind")) or "chatter",
         token=_text(get("token")) or make_token(session, turn), message=_text(get("message")),
         fact=_text(get("fact")), nonce=_text(get("nonce")), sent=sent,
         received=None if received is None else _number(received, "received", float), outcome=outcome,
-        status=status if isinstance(status, int) and not isinstance(status, bool) else None,
-        reply=get("reply"), error=get("error"), verdict=get("verdict"),
-        crosstalk=tuple(crosstalk) if isinstance(crosstalk, (list, tuple)) else (), step=get("step"),
-        user=_text(get("user")))
+        status=status if isinstance(status, int) and not isinstance(status, bool) and 0 <= status < 1000 else None,
+        reply=_text(get("reply")), error=_text(get("error")), verdict=_text(get("verdict")),
+        crosstalk=tuple(c for c in crosstalk if isinstance(c, str)) if isinstance(crosstalk, (list, tuple)) else (),
+        step=step, user=_text(get("user")))
 
 
 def _number(value, name: str, kind):
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise RecordError(f"{name} {value!r} is not a number")
+        raise RecordError(f"{name} {_short(value)} is not a number")
     try:
         number = float(value)
     except ValueError:
-        raise RecordError(f"{name} {value!r} is not a number") from None
+        raise RecordError(f"{name} {_short(value)} is not a number") from None
+    except OverflowError:  # an integer beyond a float
+        number = math.inf
     if not math.isfinite(number):
-        raise RecordError(f"{name} {value!r} is not a finite number")
+        raise RecordError(f"{name} {_short(value)} is not a finite number")
     if kind is int:
         if number != int(number):
-            raise RecordError(f"{name} {value!r} is not a whole number")
+            raise RecordError(f"{name} {_short(value)} is not a whole number")
         return int(number)
     return number
+
+
+def _short(value) -> str:
+    """The value for a message, cut short (a line may hold anything)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's digit limit
+        return "(a number that long)"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _text(value) -> str | None:

@@ -60,6 +60,8 @@ class ChatContract:
                 raise NoReply(f"no reply field {self.reply_field!r}")
         if not isinstance(value, str):
             raise NoReply(f"reply field {self.reply_field!r} is not text")
+        if not value.isascii():  # a JSON "\ud800" escape decodes to a lone surrogate, which no UTF-8 file can hold
+            value = value.encode("utf-8", "replace").decode("utf-8")
         return value
 
 
@@ -69,3 +71,21 @@ def set_dotted(target: dict, path: str, value) -> None:
     for part in parents:
         target = target.setdefault(part, {})
     target[last] = value
+
+
+def check_fields(message: str, session: str, reply: str) -> None:
+    """The dotted paths of the options must name distinct places: ValueError naming the options otherwise.
+
+    Why: ``--message-field x --session-field x`` silently drops the session id (every probe then
+    looks forgotten), and ``a`` with ``a.b`` cannot both be set (a turn would fail on every send)."""
+    paths = {"--message-field": message, "--session-field": session, "--reply-field": reply}
+    for option, path in paths.items():
+        if path and any(not part for part in str(path).split(".")):
+            raise ValueError(f"{option}: {path!r} has an empty part (write a.b, not a..b, .a or a.)")
+    if not (message and session):
+        return
+    a, b = str(message).split("."), str(session).split(".")
+    if a[:len(b)] == b or b[:len(a)] == a:
+        what = "are the same field" if a == b else "overlap (one lies inside the other)"
+        raise ValueError(f"--message-field {message!r} and --session-field {session!r} {what}: "
+                         "the message and the session id need two places in the request body")

@@ -36,7 +36,7 @@ from locust.exception import CatchResponseError
 
 from locustfiles.contract import ChatContract
 from contracts.codec import dumps
-from contracts.journal import Turn
+from contracts.journal import Turn, in_flight
 from locustfiles.judge import crosstalk, recall
 from locustfiles.outcome import judge_response
 from locustfiles.script import MAX_BURST
@@ -187,6 +187,9 @@ class ChatUser(FastHttpUser):
         wire = self.wire()
         payload, headers = wire.request(session, message)
         sent = time()
+        if turn == 0 and rt.journal is not None:  # the session is journaled before its first turn leaves
+            rt.journal.record(in_flight(Turn(rt.settings.run_id, session, 0, kind, token, message, fact, nonce, sent,
+                                             step=rt.step, user=self.user_id)))
         start = perf_counter()
         try:
             resp, status, content, error = self.send(wire, payload, headers)

@@ -35,6 +35,7 @@ MSG_DRAIN = "goldfish_drain"
 MSG_STEP = "goldfish_step"
 BATCH_INTERVAL = 0.5
 DRAIN_TIMEOUT = 15.0
+MASTER_GONE_S = 10.0  # a worker quits after this long without a heartbeat from its master (Locust's own: 60 s)
 
 
 def worker_shard_path(run_dir: str | Path, worker_id: str) -> Path:
@@ -78,6 +79,30 @@ class WorkerShipper:
 
     def close(self) -> None:
         self.greenlet.kill(block=False)
+
+
+class MasterWatch:
+    """On a worker: stop when the master is gone (killed, its host down), within MASTER_GONE_S.
+
+    Why: Locust's own worker waits 60 s without the master's heartbeat (answered every second)
+    before it quits, sending load all the while that no master will audit. The clock starts at the
+    first heartbeat, so a worker may still be started before its master."""
+
+    def __init__(self, environment, timeout: float = MASTER_GONE_S):
+        self.environment, self.timeout = environment, timeout
+        self.last: float | None = None
+        environment.events.heartbeat_received.add_listener(self.on_heartbeat)
+        self.greenlet = gevent.spawn(self._watch)
+
+    def on_heartbeat(self, **_kw) -> None:
+        self.last = time.monotonic()
+
+    def _watch(self) -> None:
+        while self.last is None or time.monotonic() - self.last < self.timeout:
+            gevent.sleep(min(1.0, self.timeout / 4))
+        log.error("no heartbeat from the master for %.0fs: it is gone; stopping this worker (its journal shard "
+                  "stays in workers/)", self.timeout)
+        self.environment.runner.quit()
 
 
 @dataclass

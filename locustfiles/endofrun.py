@@ -33,7 +33,7 @@ from pathlib import Path
 import gevent
 from gevent.event import Event
 
-from contracts import codec
+from contracts import codec, redact
 from locustfiles import runfolder
 
 log = logging.getLogger("goldfish")
@@ -44,7 +44,7 @@ LOAD, HEAL, SETTLE, AUDIT, REPORT, DONE = "load", "heal", "settle", "audit", "re
 
 
 def say(text: str) -> None:
-    print(f"goldfish: {text}", file=sys.stderr, flush=True)
+    print(f"goldfish: {redact.text(text)}", file=sys.stderr, flush=True)
 
 
 def load_chaos(settings, run_dir: str | Path):

@@ -15,11 +15,12 @@ from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from locustfiles import endofrun, options, runfolder, telemetry
-from locustfiles.distributed import MSG_DRAIN, MSG_STEP, MasterCollector, WorkerShipper, worker_shard_path
+from locustfiles.distributed import MSG_DRAIN, MSG_STEP, MasterCollector, MasterWatch, WorkerShipper, worker_shard_path
 from contracts.runfolder import RunFolder
 from locustfiles.journal import Journal
 from locustfiles.runtime import Runtime
 from locustfiles.script import ScriptError
+from oracle import AuditOptionError, reach_store
 
 log = logging.getLogger("goldfish")
 
@@ -37,6 +38,26 @@ def _runtime(parsed) -> Runtime:
         raise SystemExit(endofrun.EXIT_BAD) from None
 
 
+def _reach_store(settings) -> None:
+    """Reach the store now (master / local runner): a refused store or a wrong password exits 2 before any
+    user spawns, not as a failed audit after the whole load."""
+    if settings.store is not None and not settings.no_audit:
+        try:
+            reach_store(settings.store)
+        except AuditOptionError as exc:
+            endofrun.say(f"error: {exc}")
+            raise SystemExit(endofrun.EXIT_BAD) from None
+
+
+def _start_run(settings, script, host) -> None:
+    """The run folder and run.json; a folder that cannot be written is bad input (exit 2), not a traceback."""
+    try:
+        runfolder.start_run(settings, script, host)
+    except OSError as exc:
+        endofrun.say(f"error: --run-dir {settings.run_dir}: cannot write the run folder: {exc.strerror or exc}")
+        raise SystemExit(endofrun.EXIT_BAD) from None
+
+
 @events.init.add_listener
 def _on_init(environment, runner, **_kw):
     if environment.parsed_options is None or not hasattr(environment.parsed_options, "chat_path"):
@@ -48,7 +69,9 @@ def _on_init(environment, runner, **_kw):
     if isinstance(runner, WorkerRunner):
         runner.register_message(MSG_DRAIN, _on_drain)
         runner.register_message(MSG_STEP, _on_step)
+        rt.watch = MasterWatch(environment)
         return
+    _reach_store(rt.settings)
     if isinstance(runner, LocalRunner):
         runner.register_message(MSG_STEP, _on_step)
     # master or local: pin the run folder for everyone (workers get parsed_options at spawn)
@@ -60,7 +83,7 @@ def _on_init(environment, runner, **_kw):
     except Exception as exc:  # noqa: BLE001 - PlanError, state errors: bad input, before any load
         endofrun.say(f"error: chaos plan {rt.settings.chaos}: {exc}")
         raise SystemExit(endofrun.EXIT_BAD) from None
-    runfolder.start_run(rt.settings, rt.script, environment.host)
+    _start_run(rt.settings, rt.script, environment.host)
     if isinstance(runner, MasterRunner):
         rt.collector = MasterCollector(environment, rt.settings.run_dir)
     endofrun.say(f"run folder {rt.settings.run_dir} (script {rt.script.name}, {rt.script.turns} turns)")

@@ -14,13 +14,15 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 from pathlib import Path
 
-from contracts import durations
+from contracts import durations, redact
+from locustfiles.contract import check_fields
 from oracle import AuditOptionError, StoreOptions, add_gate_options, add_store_options, gates, store_options
 
 if TYPE_CHECKING:
     from oracle import Gates
 
 DEFAULT_SCRIPT = str(Path(__file__).parent / "scripts" / "support.yaml")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 
 
 class OptionError(ValueError):
@@ -69,14 +71,45 @@ def add_arguments(parser) -> None:
         help="sample the store's INFO and the Locust processes' RSS this often into telemetry.jsonl (0: off)")
     # failed requests are judged by the errors gate (faults excuse them); an explicit value still applies
     parser.set_defaults(exit_code_on_error=0)
+    # a master sends every option (the store's password, header values) to any worker that connects: loopback
+    # unless told otherwise (docs/locust.md "Master and workers")
+    parser.set_defaults(master_bind_host="127.0.0.1")
 
 
-def parse_duration(text, name: str) -> float:
+def parse_duration(text, name: str, limit: float = durations.DEFAULT_LIMIT) -> float:
     """``2``, ``2s``, ``500ms``, ``1m30s`` -> seconds (the one grammar: contracts.durations)."""
     try:
-        return durations.parse_duration(text, f"--{name}")
+        return durations.parse_duration(text, f"--{name}", limit)
     except durations.DurationError as exc:
         raise OptionError(str(exc)) from None
+
+
+def check_request(get) -> None:
+    """What every turn sends must be sendable: field paths that do not collide, a clean path and headers."""
+    try:
+        check_fields(message=get("message_field"), session="" if get("session_header") else get("session_field"),
+                     reply=get("reply_field"))
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
+    path = str(get("chat_path", "/chat"))
+    if any(c.isspace() or not c.isprintable() for c in path):
+        raise OptionError(f"--chat-path: {path!r} must not hold spaces or control characters (percent-encode them)")
+    if get("session_header") and not _TOKEN.match(str(get("session_header"))):
+        raise OptionError(f"--session-header: {get('session_header')!r} is not a header name (letters, digits and -)")
+
+
+def _bounded(value, name: str, high: int) -> int:
+    number = int(value or 0)
+    if not 0 <= number <= high:
+        raise OptionError(f"--{name}: {number} is not in [0, {high}]")
+    return number
+
+
+def _step_duration(value, steps: int) -> float:
+    seconds = parse_duration(value, "step-duration")
+    if steps and seconds < 1:
+        raise OptionError(f"--step-duration: {value!r} is shorter than a second (Locust changes the load once a second)")
+    return seconds
 
 
 def parse_think(text: str, name: str = "--think") -> tuple[float, float]:
@@ -100,16 +133,18 @@ def _audit_option(parse, values):
         raise OptionError(str(exc)) from None
 
 
-def parse_header(text: str) -> tuple[str, str]:
+def parse_header(text: str, option: str = "--header") -> tuple[str, str]:
     name, sep, value = str(text).partition(":")
-    if not sep or not name.strip() or " " in name.strip():
-        raise OptionError(f"--header: {text!r} is not 'Name: value'")
+    if not sep or not _TOKEN.match(name.strip()):
+        raise OptionError(f"{option}: {redact.header_line(text)!r} is not 'Name: value' (a name of letters, digits and -)")
+    if any(not c.isprintable() and c != "\t" for c in value):
+        raise OptionError(f"{option}: the value of {name.strip()!r} holds a control character (a line break?)")
     return name.strip(), value.strip()
 
 
 def default_run_dir(label: str, now: float | None = None) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label or "dev")
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label or "dev")[:100]  # a file name holds 255 bytes
     return str(Path("results") / f"{stamp}-{safe}")
 
 
@@ -161,10 +196,11 @@ class Settings:
             raise OptionError("--reply-field must not be empty")
         if not get("session_field") and not get("session_header"):
             raise OptionError("the session id must go somewhere: set --session-field or --session-header")
-        timeout = float(get("timeout", 30.0))
+        check_request(get)
+        timeout = parse_duration(get("timeout", 30.0), "timeout", limit=durations.DAY)
         if timeout <= 0:
             raise OptionError(f"--timeout: {timeout} must be > 0")
-        step_users, steps = int(get("step_users", 0) or 0), int(get("steps", 0) or 0)
+        step_users, steps = _bounded(get("step_users"), "step-users", 100_000), _bounded(get("steps"), "steps", 1000)
         if (step_users > 0) != (steps > 0):
             raise OptionError("--step-users and --steps go together (both > 0 to enable the step shape)")
         label = str(get("label") or "dev")
@@ -188,23 +224,18 @@ class Settings:
             chaos_backend=str(get("chaos_backend") or "local"),
             stack_state=str(get("stack_state") or ".stack/state.json"),
             step_users=step_users,
-            step_duration=parse_duration(get("step_duration", "30s"), "step-duration"),
+            step_duration=_step_duration(get("step_duration", "30s"), steps),
             steps=steps,
             telemetry_interval=parse_duration(get("telemetry_interval", "5s"), "telemetry-interval"),
             audit_every=parse_duration(get("audit_every", "0"), "audit-every"),
         )
 
     def public(self) -> dict:
-        """The options for run.json, with header values masked (they often hold credentials)."""
+        """The options for run.json, with header values and credentials in URLs masked (contracts.redact)."""
         d = {k: v for k, v in self.__dict__.items() if k != "extra"}
         d["gates"] = self.gates.spec
-        d["headers"] = {k: "***" for k in self.headers}
+        d["headers"] = redact.headers(self.headers)
         d["think"] = list(self.think)
-        d["store"] = None if self.store is None else {**self.store.__dict__, "url": mask_url(self.store.url or ""),
-                                                      "on_batch": None}
+        d["store"] = None if self.store is None else {**self.store.__dict__, "url": redact.url(self.store.url),
+                                                      "http_url": redact.url(self.store.http_url), "on_batch": None}
         return d
-
-
-def mask_url(url: str) -> str:
-    """``redis://:secret@host`` -> ``redis://:***@host``."""
-    return re.sub(r"(://[^:@/]*:)[^@/]*@", r"\1***@", url or "")

@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from contracts import codec
+from contracts import codec, redact
 from contracts.runfolder import RunFolder
 
 
@@ -30,7 +30,7 @@ def write_json_atomic(path: Path, data: dict) -> None:
     """Write through a temporary file of its own (a signal handler may write while a phase does)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(codec.dumps_document(data))
+        out.write(codec.dumps_document(redact.deep(data)))  # the target, options and plan may hold credentials
     os.replace(tmp, path)
 
 

@@ -29,6 +29,7 @@ class Runtime:
     collector: object = None  # distributed.MasterCollector (master)
     shipper: object = None    # distributed.WorkerShipper (worker)
     telemetry: object = None  # telemetry.Sampler (master / local runner, during the load)
+    watch: object = None      # distributed.MasterWatch (worker)
     _user_ids: itertools.count = field(default_factory=itertools.count)
 
     @classmethod

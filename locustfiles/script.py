@@ -23,12 +23,16 @@ from pathlib import Path
 
 import yaml
 
+from contracts import yamldoc
+from contracts.journal import MAX_TURN
 from contracts.tokens import NONCE_RE, TOKEN_RE
+from contracts.yamldoc import show
 
 FACT_RE = re.compile(r"^[a-z]+( [a-z]+)*$")
 LOOKS_LIKE_GRAMMAR = re.compile(r"\bMy [a-z ]+ is |\bWhat is my\b")
 KINDS = ("plant", "probe", "chatter", "burst", "think")
 MAX_BURST = 20
+MAX_TURNS = MAX_TURN + 1  # turn indices 0..MAX_TURN (contracts.journal)
 DEFAULT_CHATTER = (
     "Hi, I need some help with my account.",
     "Thanks, that is useful.",
@@ -65,21 +69,22 @@ class Script:
 
 
 def load_script(path: str | Path) -> Script:
-    path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScriptError(f"{path}: cannot read the script: {exc.strerror or exc}") from None
-    return parse_script(text, str(path))
+        text, root = yamldoc.load(path, "the script")
+    except yamldoc.YamlError as exc:
+        raise ScriptError(str(exc)) from None
+    return _parse_root(root, text, str(path))
 
 
 def parse_script(text: str, path: str = "<script>") -> Script:
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        raise ScriptError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        root = yamldoc.parse(text, path)
+    except yamldoc.YamlError as exc:
+        raise ScriptError(str(exc)) from None
+    return _parse_root(root, text, path)
+
+
+def _parse_root(root: yaml.Node | None, text: str, path: str) -> Script:
 
     def bad(node, field_name: str, msg: str):
         line = node.start_mark.line + 1 if node is not None else 1
@@ -90,7 +95,7 @@ def parse_script(text: str, path: str = "<script>") -> Script:
     top = {k.value: v for k, v in root.value}
     for key_node, _ in root.value:
         if key_node.value not in {"name", "description", "chatter", "repeat", "steps"}:
-            bad(key_node, key_node.value, "unknown key (known: name, description, chatter, repeat, steps)")
+            bad(key_node, key_node.value if len(key_node.value) <= 40 else show(key_node.value), "unknown key (known: name, description, chatter, repeat, steps)")
     name = _scalar(top.get("name")) or Path(path).stem
 
     chatter = DEFAULT_CHATTER
@@ -114,20 +119,20 @@ def parse_script(text: str, path: str = "<script>") -> Script:
         if isinstance(node, yaml.ScalarNode):
             kind, value = node.value, None
             if kind != "chatter":
-                bad(node, field_name, f"{kind!r} needs a value (only `chatter` may stand alone)")
+                bad(node, field_name, f"{show(kind)} needs a value (only `chatter` may stand alone)")
         elif isinstance(node, yaml.MappingNode) and len(node.value) == 1:
             kind, value = node.value[0][0].value, node.value[0][1]
         else:
             bad(node, field_name, f"a step is one of {', '.join(KINDS)} with its value, e.g. `- plant: order number`")
         if kind not in KINDS:
-            bad(node, field_name, f"unknown step {kind!r} (known: {', '.join(KINDS)})")
+            bad(node, field_name, f"unknown step {show(kind)} (known: {', '.join(KINDS)})")
         field_name = f"{field_name}.{kind}"
         if kind in ("plant", "probe"):
             fact = _scalar(value)
             if not fact or not FACT_RE.match(fact):
-                bad(value or node, field_name, f"fact {fact!r} must be lower-case words, e.g. `order number`")
+                bad(value or node, field_name, f"fact {show(fact)} must be lower-case words, e.g. `order number`")
             if kind == "probe" and fact not in planted:
-                bad(value, field_name, f"probes {fact!r} before any step plants it")
+                bad(value, field_name, f"probes {show(fact)} before any step plants it")
             planted.add(fact)
             steps.append(Step(kind, fact=fact))
         elif kind == "chatter":
@@ -147,7 +152,11 @@ def parse_script(text: str, path: str = "<script>") -> Script:
             try:
                 steps.append(Step("think", think=parse_think(_scalar(value) or "")))
             except OptionError:
-                bad(value, field_name, f"{_scalar(value)!r} is not seconds or a range like 0.2-1.0")
+                bad(value, field_name, f"{show(_scalar(value))} is not seconds or a range like 0.2-1.0")
+    turns = sum(s.turns for s in steps if s.kind != "think") * repeat
+    if turns > MAX_TURNS:
+        bad(top.get("repeat") or steps_node, "repeat" if repeat > 1 else "steps",
+            f"{turns} turns per conversation is more than a token can number ({MAX_TURNS})")
     sha = hashlib.sha256(text.encode()).hexdigest()
     return Script(name=name, path=path, sha=sha, steps=tuple(steps) * repeat, chatter=chatter)
 
@@ -161,7 +170,7 @@ def _int(node, field_name, bad, low: int, high: int) -> int:
     try:
         value = int(raw)
     except (TypeError, ValueError):
-        bad(node, field_name, f"{raw!r} is not a whole number")
+        bad(node, field_name, f"{show(raw)} is not a whole number")
     if not low <= value <= high:
         bad(node, field_name, f"{value} is out of range [{low}, {high}]")
     return value
@@ -172,5 +181,5 @@ def _check_text(node, field_name, bad) -> str:
     if not text:
         bad(node, field_name, "must be a non-empty line of text")
     if LOOKS_LIKE_GRAMMAR.search(text) or TOKEN_RE.search(text) or NONCE_RE.search(text):
-        bad(node, field_name, f"{text!r} looks like a plant, probe, token or nonce; filler must not")
+        bad(node, field_name, f"{show(text)} looks like a plant, probe, token or nonce; filler must not")
     return text

@@ -8,6 +8,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     render_report(run_dir) -> Path         report.html and its charts
     add_store_options / add_gate_options   the audit's options, for any parser (Locust's too)
     store_options(values) / gates(values)  those options parsed
+    reach_store(options)                   reach the store they name now (before a run's load)
     headline, rule_line                    the verdict in words
     AuditOptionError, JournalError, TemplateMismatch, StoreOptions, Gates
     FOLLOW_ENV                             how `python -m oracle follow` (the rolling audit) gets its store
@@ -22,6 +23,7 @@ _WHERE = {
     "add_store_options": ("oracle.options", "add_store_options"),
     "add_gate_options": ("oracle.options", "add_gate_options"),
     "store_options": ("oracle.options", "store_options"), "gates": ("oracle.options", "gates"),
+    "reach_store": ("oracle.options", "reach_store"),
     "AuditOptionError": ("oracle.options", "OptionError"),
     "headline": ("oracle.verdict", "headline"), "rule_line": ("oracle.verdict", "rule_line"),
     "JournalError": ("oracle.history", "JournalError"), "TemplateMismatch": ("oracle.keys", "TemplateMismatch"),

@@ -60,6 +60,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     folder = RunFolder(run_dir)
     clock = time.perf_counter()
     journal = Journal.open(folder.path)
+    journal.require_records()  # before the store or its snapshot: without a journal there is nothing to judge
     problems: list[str] = []
     faults, steps = load_faults(folder.path, problems), load_steps(folder.path, problems)
     live = store is not None
@@ -238,24 +239,35 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
     margins = intervals(load_faults(folder.path), float("inf"), recovery_s)
     counts = Counter()
     leaked: set = set()
+    in_flight: dict = {}  # (session, turn) -> a first turn's in-flight record, until its outcome comes
+
+    def count(turns: list) -> None:
+        if not turns:
+            return
+        sent = np.array([t.sent for t in turns])
+        done = np.array([t.received if t.received is not None else t.sent for t in turns])
+        quiet = ~overlapping(sent, done, margins)
+        for t, calm in zip(turns, quiet.tolist()):
+            ok = t.outcome == "ok"
+            error = not ok and not (isinstance(t.error, str) and t.error.startswith("interrupted"))
+            answered = ok and t.kind == "probe" and t.verdict in ("pass", "amnesia")
+            counts.update({"total": 1, "ok": ok, "fail": t.outcome == "fail", "info": t.outcome == "info",
+                           "errors": error, "probes_answered": answered,
+                           "probes_failed": answered and t.verdict == "amnesia",
+                           "crosstalk_replies": bool(t.crosstalk), "errors_quiet": error and calm, "quiet": calm,
+                           "sessions": t.turn == 0, "leaked": bool(t.crosstalk) and t.session not in leaked})
+            if t.crosstalk:
+                leaked.add(t.session)
+
     for shard in journal.shards:
         for _, turns in read_chunks(shard, decode_chunk, decode_line, problems=[]):
-            if not turns:
-                continue
-            sent = np.array([t.sent for t in turns])
-            done = np.array([t.received if t.received is not None else t.sent for t in turns])
-            quiet = ~overlapping(sent, done, margins)
-            for t, calm in zip(turns, quiet.tolist()):
-                ok = t.outcome == "ok"
-                error = not ok and not (isinstance(t.error, str) and t.error.startswith("interrupted"))
-                answered = ok and t.kind == "probe" and t.verdict in ("pass", "amnesia")
-                counts.update({"total": 1, "ok": ok, "fail": t.outcome == "fail", "info": t.outcome == "info",
-                               "errors": error, "probes_answered": answered,
-                               "probes_failed": answered and t.verdict == "amnesia",
-                               "crosstalk_replies": bool(t.crosstalk), "errors_quiet": error and calm, "quiet": calm,
-                               "sessions": t.turn == 0, "leaked": bool(t.crosstalk) and t.session not in leaked})
-                if t.crosstalk:
-                    leaked.add(t.session)
+            for t in turns:
+                if t.in_flight:
+                    in_flight[(t.session, t.turn)] = t
+                else:
+                    in_flight.pop((t.session, t.turn), None)
+            count([t for t in turns if not t.in_flight])
+    count(list(in_flight.values()))  # a process stopped with these turns in flight: indeterminate
     if not counts["total"]:
         from oracle.history import JournalError
         raise JournalError(f"{folder.journal} holds no valid journal records")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from oracle.explain import journal_copy_line
+from contracts import redact
 from oracle.history import JournalError
 from oracle.snapshot import SnapshotError
 from oracle.options import OptionError, add_gate_options, add_store_options, gates, store_options
@@ -106,13 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         store, limits = store_options(args), gates(args)
     except OptionError as exc:
-        print(f"oracle audit: {exc}", file=sys.stderr)
+        print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
         return 2
     try:
         summary = audit_run(run, store=store, window_s=args.window, recovery_s=args.recovery,
                             gates=limits, jobs=args.jobs)
     except (JournalError, SnapshotError, StoreError, WorkerError) as exc:
-        print(f"oracle audit: {exc}", file=sys.stderr)
+        print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
         return 2
     print(render(summary, run))
     print(headline(summary["verdict"]))

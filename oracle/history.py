@@ -17,7 +17,7 @@ from typing import Iterator, Optional
 
 import msgspec
 
-from contracts.journal import RecordError, Turn, decode_chunk, decode_line
+from contracts.journal import RecordError, Turn, decode_chunk, decode_line, one_per_turn
 from contracts.jsonl import line_chunks, problem, torn
 from contracts.runfolder import RunFolder
 
@@ -82,6 +82,22 @@ class Journal:
             raise JournalError(f"{folder.path} has no journal: expected {folder.journal}/*.jsonl "
                                "(is this a run folder?)")
         return cls(folder, [(0, text) for text in problems], shards=shards, copies=copies)
+
+    def require_records(self) -> None:
+        """JournalError unless some line of the journal is a turn (read until the first one)."""
+        first = None
+        for shard in self.shards:
+            for before, lines, last in line_chunks(shard):
+                for i, raw in enumerate(lines):
+                    if not raw.strip() or torn(raw, last and i == len(lines) - 1):
+                        continue
+                    try:
+                        decode_line(raw)
+                        return
+                    except RecordError as exc:
+                        first = first or problem(str(shard), before + i + 1, exc, raw)
+        raise JournalError(f"{self.folder.journal} holds no valid journal records"
+                           + (f"; first problem: {first}" if first else ""))
 
     def completed(self, partitions: set[int] | None = None) -> Iterator[tuple[int, SessionLines]]:
         """(partition, session) for every journaled session of ``partitions`` (all: None), once, as
@@ -263,14 +279,10 @@ def decode_turns(entry: SessionLines) -> tuple[list[Turn], list[str]]:
                 turns.append(decode_line(raw))
             except RecordError as exc:
                 problems.append(problem(entry.shard, number, exc, raw))
-    turns.sort(key=lambda t: t.turn)
-    unique = []
-    for t in turns:
-        if unique and unique[-1].turn == t.turn:
-            problems.append(f"journal: session {entry.session} turn {t.turn} journaled twice; kept the first")
-            continue
-        unique.append(t)
-    return unique, problems
+    turns.sort(key=lambda t: t.turn)  # stable: a turn's records stay in journal order
+    turns, repeated = one_per_turn(turns)  # an outcome supersedes its in-flight record
+    problems += [f"journal: session {entry.session} turn {n} journaled twice; kept the first" for n in repeated]
+    return turns, problems
 
 
 def read_journal(run_dir: str | Path) -> tuple[dict[str, list[Turn]], list[str]]:

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from contracts import codec
-from contracts.journal import Turn, decode_chunk
+from contracts.journal import Turn, decode_chunk, one_per_turn
 from contracts.runfolder import RunFolder
 from oracle.attribution import first_fault_after, overlapping
 from oracle.checkers import check_session
@@ -124,6 +124,9 @@ class Judging:
     def close(self) -> None:
         try:
             self.flush()
+            for part in self.parts.values():  # the rest of a re-audit's snapshot must be readable too
+                if part.stored is not None:
+                    part.stored.finish()
         finally:
             for part in self.parts.values():
                 part.close()
@@ -184,11 +187,12 @@ class _Partition:
         at = 0
         for e in entries:
             if decoded is not None:
-                turns, problems = decoded[at:at + len(e.lines)], []
+                turns = decoded[at:at + len(e.lines)]
                 at += len(e.lines)
-                turns.sort(key=lambda t: t.turn)
-                if any(a.turn == b.turn for a, b in zip(turns, turns[1:])):
-                    turns, problems = decode_turns(e)
+                turns.sort(key=lambda t: t.turn)  # stable: a turn's records stay in journal order
+                turns, repeated = one_per_turn(turns)  # an outcome supersedes its in-flight record
+                problems = [f"journal: session {e.session} turn {n} journaled twice; kept the first"
+                            for n in repeated]
             else:
                 turns, problems = decode_turns(e)
             self.result.problems += problems
@@ -355,3 +359,8 @@ class _Lockstep:
             if not need:
                 break
         return [self.ahead.pop(s) for s in sessions if s in self.ahead]
+
+    def finish(self) -> None:
+        """Read the lines no journaled session asked for: a damaged line is an error wherever it is."""
+        for _ in self.lines_of:
+            pass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from contracts import redact
 from oracle.store import StoreOptions
 
 _D = StoreOptions()
@@ -91,7 +92,92 @@ def store_options(values) -> StoreOptions | None:
         options.validate()
     except StoreError as exc:
         raise OptionError(str(exc)) from None
+    _check_store(options)
     return options
+
+
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")  # contracts/redis_url.py
+
+
+def _check_store(options: StoreOptions) -> None:
+    """What can be known about the store without reaching it; OptionError naming the option.
+
+    Why: these used to surface only at the end of a run, after the whole load, as a failed audit."""
+    from urllib.parse import urlsplit
+
+    from redis.connection import parse_url
+
+    from contracts.redis_url import is_sentinel_url, parse_sentinel_url
+
+    if options.url:
+        scheme = options.url.partition("://")[0].lower()
+        if scheme not in REDIS_SCHEMES:
+            hint = " (an HTTP history endpoint goes in --http-url)" if scheme in ("http", "https") else ""
+            raise OptionError(f"--store-url {redact.url(options.url)!r}: not a Redis URL: the scheme must be one of "
+                              f"{', '.join(s + '://' for s in REDIS_SCHEMES)}{hint}")
+        try:
+            parse_sentinel_url(options.url) if is_sentinel_url(options.url) else parse_url(options.url)
+        except ValueError as exc:
+            raise OptionError(f"--store-url {redact.url(options.url)!r}: {redact.text(exc)}") from None
+    if options.http_url:
+        try:
+            parts = urlsplit(options.http_url)
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError as exc:
+            raise OptionError(f"--http-url {redact.url(options.http_url)!r}: {exc}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise OptionError(f"--http-url {redact.url(options.http_url)!r}: not an http(s)://host/... URL")
+    for option, path in (("--role-field", options.role_field), ("--content-field", options.content_field),
+                         ("--http-messages-field", options.http_messages_field)):
+        if path and any(not part for part in path.split(".")):
+            raise OptionError(f"--{option.lstrip('-')}: {path!r} has an empty part (write a.b, not a..b, .a or a.)")
+    both = set(options.user_roles) & set(options.assistant_roles)
+    if both:
+        raise OptionError(f"--user-role and --assistant-role both name {', '.join(sorted(both))}: a stored entry "
+                          "is the user's or the assistant's, not both")
+    if options.batch > 100_000:
+        raise OptionError(f"--batch: {options.batch} is more than 100000 sessions per round trip")
+
+
+def reach_store(options: StoreOptions | None, timeout: float = 3.0) -> None:
+    """Reach the store the options name, now (Redis: PING; HTTP: a connection; a reader function: its
+    import); OptionError naming the option, credentials masked, when it cannot be reached.
+
+    Why: a refused store or a wrong password would otherwise be found after the whole load."""
+    if options is None:
+        return
+    if options.reader:
+        from oracle.function_reader import load_function
+        from oracle.store import StoreError
+
+        try:
+            load_function(options.reader)
+        except StoreError as exc:
+            raise OptionError(str(exc)) from None
+    elif options.http_url:
+        import socket
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(options.http_url)
+        try:
+            socket.create_connection((parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)),
+                                     timeout).close()
+        except OSError as exc:
+            raise OptionError(f"--http-url {redact.url(options.http_url)!r}: cannot connect: {exc}") from None
+    else:
+        import redis
+
+        from contracts.redis_url import redis_client
+
+        try:
+            client = redis_client(options.url, socket_timeout=timeout, socket_connect_timeout=timeout)
+            try:
+                client.ping()
+            finally:
+                client.close()
+        except (redis.RedisError, OSError, ValueError) as exc:
+            raise OptionError(f"--store-url {redact.url(options.url)!r}: cannot reach the store: "
+                              f"{redact.text(exc) or type(exc).__name__}") from None
 
 
 def gates(values):

@@ -6,14 +6,15 @@ Optional pieces (no chaos, no steps, an empty window table) load as empty frames
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 from scipy.stats import binomtest
 
-from contracts.jsonl import read_jsonl
+from contracts import codec, redact
+from contracts.jsonl import read_jsonl, record
+from contracts.timeline import chaos_event, load_step
 from contracts.runfolder import RunFolder
 
 RATE_METRICS = ("probe_amnesia", "stored_loss", "session_amnesia", "crosstalk")
@@ -118,6 +119,8 @@ def load_run(path: str | Path) -> RunData:
                          f"`python -m oracle audit {path}` first, or pass --audit")
     warnings: list[str] = []
     run = _read_json(folder.run_json, warnings, default={}) if folder.run_json.is_file() else {}
+    run = redact.deep(run) if isinstance(run, dict) else {}  # also a run.json written before redaction was
+    run.update(start=_time(run.get("start")), end=_time(run.get("end")))
     if not run:
         warnings.append(f"{path / 'run.json'}: missing or empty; label and options unknown")
     summary = _read_json(summary_file, warnings, default=None)
@@ -127,8 +130,8 @@ def load_run(path: str | Path) -> RunData:
     windows["faults"] = [str(v) if pd.notna(v) else "" for v in windows["faults"]]
     sessions = _read_csv(folder.sessions_csv, ["session"], warnings)
     anomalies = _read_jsonl(folder.anomalies, warnings)
-    steps = pd.DataFrame(_read_jsonl(folder.steps, warnings), columns=["step", "users", "start", "end"])
-    faults = fault_intervals(_read_jsonl(folder.chaos, warnings), run.get("end"), windows, warnings)
+    steps = pd.DataFrame(_read_jsonl(folder.steps, warnings, load_step), columns=["step", "users", "start", "end"])
+    faults = fault_intervals(_read_jsonl(folder.chaos, warnings, chaos_event), run.get("end"), windows, warnings)
     return RunData(path, run, summary, windows, sessions, anomalies, steps, faults, warnings)
 
 
@@ -172,15 +175,21 @@ def _interval(apply: dict, end: float, open_ended: bool) -> dict:
 
 def _read_json(file: Path, warnings: list[str], default):
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
+        return codec.loads(file.read_bytes())  # DecodeError (a ValueError) whatever the bytes
     except (OSError, ValueError) as exc:
         warnings.append(f"{file}: unreadable ({exc})")
         return default
 
 
-def _read_jsonl(file: Path, warnings: list[str]) -> list[dict]:
+def _read_jsonl(file: Path, warnings: list[str], decode=record) -> list[dict]:
     """The records of a JSON Lines file (contracts.jsonl: a torn last line skipped, others reported)."""
-    return list(read_jsonl(file, problems=warnings)) if file.is_file() else []
+    return list(read_jsonl(file, decode, problems=warnings)) if file.is_file() else []
+
+
+def _time(value) -> float | None:
+    """run.json's ``end`` when it is a finite epoch (a hand-edited run.json may hold anything)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e12
+    return float(value) if ok else None
 
 
 def _read_csv(file: Path, columns: list[str], warnings: list[str]) -> pd.DataFrame:

@@ -206,8 +206,12 @@ def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
                 continue
             try:
                 yield _decode_head(raw).session, raw
-            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-                raise SnapshotError(f"{path}:{before + i + 1}: unreadable snapshot line ({exc})") from None
+            except msgspec.ValidationError as exc:
+                raise SnapshotError(f"{path}:{before + i + 1}: not a snapshot line: {exc}") from None
+            except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+                raise SnapshotError(f"{path}:{before + i + 1}: not JSON ({exc})") from None
+            except RecursionError:
+                raise SnapshotError(f"{path}:{before + i + 1}: not JSON: nested too deeply") from None
 
 
 class _Head(msgspec.Struct):

@@ -6,9 +6,10 @@ str) so the snapshot can replay them later and decoding problems become findings
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Protocol
+
+from contracts import redact
 
 
 class StoreError(Exception):
@@ -57,7 +58,7 @@ class StoreOptions:
 
     def where(self) -> str:
         """The store's address with any password masked, for messages and meta.json."""
-        return mask_url(self.http_url or self.url or self.reader or "")
+        return redact.url(self.http_url or self.url or self.reader or "")
 
     def validate(self) -> None:
         if self.direction not in ("lpush", "rpush"):
@@ -70,11 +71,6 @@ class StoreOptions:
             raise StoreError(f"--http-url {self.http_url!r} must contain {{session}}")
         if not (self.url or self.http_url or self.reader):
             raise StoreError("no store given: pass --store-url, --http-url or --reader")
-
-
-def mask_url(url: str) -> str:
-    """redis://user:secret@host -> redis://user:***@host."""
-    return re.sub(r"(//[^/:@]*:)[^@/]*@", r"\1***@", url)
 
 
 class Reader(Protocol):

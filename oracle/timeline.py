@@ -11,6 +11,7 @@ from pathlib import Path
 
 from contracts.jsonl import read_jsonl
 from contracts.runfolder import RunFolder
+from contracts.timeline import chaos_event, load_step
 
 
 @dataclass(frozen=True)
@@ -29,15 +30,15 @@ class Fault:
         return self.touched != 0
 
 
-def _records(path: Path, problems: list[str]):
-    return read_jsonl(path, problems=problems) if path.exists() else ()
+def _records(path: Path, problems: list[str], decode):
+    return read_jsonl(path, decode, problems=problems) if path.exists() else ()
 
 
 def load_faults(run_dir: Path, problems: list[str] | None = None) -> list[Fault]:
     problems = problems if problems is not None else []
     applies: dict[tuple, dict] = {}
     ends: dict[tuple, float] = {}
-    for r in _records(RunFolder(run_dir).chaos, problems):
+    for r in _records(RunFolder(run_dir).chaos, problems, chaos_event):
         key = (r.get("fault"), r.get("instance"))
         if r.get("event") == "apply" and r.get("outcome", "ok") == "ok" and r.get("time") is not None:
             applies.setdefault(key, r)
@@ -57,7 +58,7 @@ def _touched(detail) -> int | None:
 def load_steps(run_dir: Path, problems: list[str] | None = None) -> list[dict]:
     problems = problems if problems is not None else []
     steps: dict[int, dict] = {}
-    for r in _records(RunFolder(run_dir).steps, problems):
+    for r in _records(RunFolder(run_dir).steps, problems, load_step):
         if r.get("step") is None:
             continue
         steps.setdefault(int(r["step"]), {}).update({k: v for k, v in r.items() if v is not None})

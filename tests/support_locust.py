@@ -166,10 +166,33 @@ class LocustRun:
         return self.count("POST", "chat ") - self.count("POST", "chat ", failures=True)
 
     def records(self) -> list[dict]:
+        """The journal's turns, one record per turn (contracts.journal.one_per_turn: an outcome supersedes the
+        first turn's in-flight record)."""
+        return [turn_dict(t) for t in self.turns()]
+
+    def turns(self) -> list:
+        from contracts.journal import decode_line, one_per_turn
+        from contracts.jsonl import read_jsonl
+        from contracts.runfolder import RunFolder
+
+        sessions: dict[str, list] = {}
+        for shard in RunFolder(self.run_dir).shards():
+            for t in read_jsonl(shard, decode_line):
+                sessions.setdefault(t.session, []).append(t)
+        return [t for turns in sessions.values() for t in one_per_turn(turns)[0]]
+
+    def raw_records(self) -> list[dict]:
+        """Every line of the journal as written, in-flight records included."""
         from contracts.jsonl import read_jsonl
         from contracts.runfolder import RunFolder
 
         return [r for shard in RunFolder(self.run_dir).shards() for r in read_jsonl(shard)]
+
+
+def turn_dict(turn) -> dict:
+    import msgspec
+
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in msgspec.structs.asdict(turn).items()}
 
 
 def locust_cmd(host: str, run_dir: Path, *extra, users: int = 10, rate: int = 10, time_s: str = "4s") -> list[str]:

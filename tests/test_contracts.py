@@ -111,3 +111,52 @@ def test_run_folder_paths(tmp_path):
     assert folder.is_run() and [p.name for p in folder.shards()] == ["a.jsonl", "b.jsonl"]
     assert folder.outstanding == tmp_path / "run-1" / "chaos" / "outstanding.json"
     assert folder.worker_shard("w1") == tmp_path / "run-1" / "workers" / "w1.jsonl"
+
+
+REDACTED = [  # (as given, as written or printed)
+    ("redis://:secret@redis.staging:6379/0", "redis://:***@redis.staging:6379/0"),
+    ("redis://user:secret@h/0", "redis://user:***@h/0"),
+    ("redis://:p@ss@word@h:6379/0", "redis://:***@h:6379/0"),            # a password holding '@'
+    ("redis://:pa/ss@h:6379/0", "redis://***@h:6379/0"),                 # ... a raw '/' (ends the authority)
+    ("redis://:pa?ss@h:6379/0", "redis://***@h:6379/0"),                 # ... a raw '?'
+    ("redis://:pa#ss@h:6379/0", "redis://***@h:6379/0"),                 # ... a raw '#'
+    ("redis://:12/34@h/0", "redis://***@h/0"),                           # ... digits that look like a port
+    ("redis://h:6379/0?password=secret&db=1", "redis://h:6379/0?password=***&db=1"),
+    ("rediss://h:6380/0?ssl_cert_reqs=none&Password=x", "rediss://h:6380/0?ssl_cert_reqs=none&Password=***"),
+    ("http://alice:secret@bot.example.com/chat", "http://alice:***@bot.example.com/chat"),   # --host
+    ("https://token@bot.example.com/", "https://***@bot.example.com/"),
+    ("http://bot/sessions/{session}/history?api_key=k&v=2", "http://bot/sessions/{session}/history?api_key=***&v=2"),
+    ("http://bot/h#access_token=t&x=1", "http://bot/h#access_token=***&x=1"),
+    ("redis+sentinel://:pw@s1:26379,s2:26379/mymaster/0", "redis+sentinel://:***@s1:26379,s2:26379/mymaster/0"),
+    ("redis+sentinel://s1:26379/m/0?sentinel_password=pw", "redis+sentinel://s1:26379/m/0?sentinel_password=***"),
+    ("redis://:pw@[::1]:6379/0", "redis://:***@[::1]:6379/0"),
+    ("http://[fe80::1%25eth0]:8080/chat", "http://[fe80::1%25eth0]:8080/chat"),
+    ("http://[::1:80/", "http://*** (not a valid URL)"),
+    ("unix:///run/redis.sock?db=0&password=pw", "unix:///run/redis.sock?db=0&password=***"),
+    ("unix://:pw@/run/redis.sock", "unix://:***@/run/redis.sock"),
+    ("REDIS://:pw@H/0", "REDIS://:***@H/0"),
+    ("redis://h:6379/0", "redis://h:6379/0"),
+    ("http://h/users/@me", "http://h/users/@me"),
+    ("mymodule:read_histories", "mymodule:read_histories"),
+    ("", ""),
+]
+
+
+@pytest.mark.parametrize("given, shown", REDACTED, ids=[g or "empty" for g, _ in REDACTED])
+def test_one_redaction_for_every_url_shape(given, shown):
+    from contracts import redact
+
+    assert redact.url(given) == shown
+    assert redact.text(f"cannot reach {given} (refused)") == f"cannot reach {shown} (refused)"
+
+
+def test_redaction_of_headers_documents_and_error_lines():
+    from contracts import redact
+
+    assert redact.headers({"Authorization": "Bearer x", "X-Tenant": "t"}) == {"Authorization": "***", "X-Tenant": "***"}
+    assert redact.header_line("Auth orization: Bearer x") == "Auth orization: ***"
+    doc = {"target": "http://u:pw@h/", "options": {"store": {"url": "redis://:pw@h/0", "batch": 5}}, "n": [1, "x"]}
+    assert redact.deep(doc) == {"target": "http://u:***@h/", "options": {"store": {"url": "redis://:***@h/0",
+                                                                                  "batch": 5}}, "n": [1, "x"]}
+    assert redact.text("Error 111 connecting to redis://:pw@h:1/0. Refused.") == \
+        "Error 111 connecting to redis://:***@h:1/0. Refused."

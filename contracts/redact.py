@@ -1,0 +1,91 @@
+"""Redaction: the one way goldfish hides secrets in everything it writes or prints.
+
+URLs are parsed (``urllib.parse``), never matched with a regular expression: the userinfo
+(``user:password@``, whatever the password holds, ``@`` included) becomes ``user:***@``, and the
+value of every query or fragment parameter whose name looks like a credential (``password``,
+``token``, ``secret``, ``api_key``, ``sig``...) becomes ``***``. Everything else is kept as
+written, so the redacted URL still says where. A URL that does not parse keeps only its scheme.
+Header values are all hidden: a header is added to carry a credential more often than not.
+``text`` redacts every URL inside free text (error lines).
+"""
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote, urlsplit
+
+MASK = "***"
+_SECRET_NAME = re.compile(r"pass|pwd|secret|token|auth|key|sig|credential", re.I)
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")  # to the next space: a quote may be in a password
+
+
+def url(value: str | None) -> str:
+    """``value`` with its credentials masked (None and '' give '')."""
+    if not value:
+        return ""
+    text = str(value)
+    if "://" not in text:
+        return text  # a module:function, a file path: nothing to hide
+    head, _, after = text.partition("://")
+    try:
+        netloc = urlsplit(text).netloc
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        netloc = None
+    if netloc is None or not after.startswith(netloc):
+        return f"{head}://{MASK} (not a valid URL)"
+    rest = after[len(netloc):]
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        netloc = (f"{userinfo.split(':', 1)[0]}:{MASK}" if ":" in userinfo else MASK) + "@" + hosts
+    elif "@" in rest and not _is_host(netloc):
+        # a password with a raw '/', '?' or '#' ends the authority early: hide up to the last '@'
+        return f"{head}://{MASK}@{text.rsplit('@', 1)[1]}"
+    before_fragment, hash_, fragment = rest.partition("#")
+    path, mark, query = before_fragment.partition("?")
+    return f"{head}://{netloc}{path}{mark}{_params(query)}{hash_}{_params(fragment)}"
+
+
+def headers(values: dict[str, str] | None) -> dict[str, str]:
+    """Header names kept, every value masked."""
+    return {name: MASK for name in (values or {})}
+
+
+def header_line(line: str) -> str:
+    """``Name: value`` -> ``Name: ***`` (for messages about a header option)."""
+    name, sep, _ = str(line).partition(":")
+    return f"{name}{sep} {MASK}" if sep else str(line)
+
+
+def text(value: str) -> str:
+    """Free text (an error line) with every URL in it redacted."""
+    return _URL_IN_TEXT.sub(lambda m: url(m.group(0)), str(value))
+
+
+def deep(value):
+    """A JSON value (run.json, a summary) with every URL in its strings redacted."""
+    if isinstance(value, str):
+        return text(value) if "://" in value else value
+    if isinstance(value, dict):
+        return {k: deep(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [deep(v) for v in value]
+    return value
+
+
+def _params(query: str) -> str:
+    """``a=1&password=x`` -> ``a=1&password=***``; everything else byte for byte."""
+    if not query or "=" not in query:
+        return query
+    out = []
+    for pair in query.split("&"):
+        name, sep, _ = pair.partition("=")
+        out.append(f"{name}={MASK}" if sep and _SECRET_NAME.search(unquote(name)) else pair)
+    return "&".join(out)
+
+
+def _is_host(netloc: str) -> bool:
+    """A plain ``host[:port]`` list (several for sentinel URLs), with no userinfo in it."""
+    for part in netloc.split(","):
+        host, colon, port = part.rpartition(":") if ":" in part and not part.endswith("]") else (part, "", "")
+        if not host or (colon and not port.isdigit()):
+            return False
+    return True
