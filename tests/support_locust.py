@@ -12,7 +12,9 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
                message at input.text, reply at data.answer.text, needs `Authorization: Bearer t0k`
 
 Run one: ``python tests/support_locust.py --port P --mode memory [--log FILE] [--delay S]``.
-With ``--log`` every received user message is appended (one line each) before answering.
+With ``--log`` every received user message is appended (one line each) before answering. Every answer
+carries ``X-Turn-Token``: the token of the message it answers (a stand-in for a replica header whose
+right value per turn is known, to check ``--replica-header`` tags each journal record with its own turn's).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ LOCUST = str(Path(sys.executable).parent / "locust")
 CHATFILE = str(REPO / "locustfiles" / "chat.py")
 PLANT_RE = re.compile(r"\bMy ([a-z][a-z ]*?) is (\S+)\.")
 PROBE_RE = re.compile(r"\bWhat is my ([a-z][a-z ]*?)\?")
+TOKEN_RE = re.compile(r"\[(gf[0-9a-f]+t\d+)\]")
 
 
 # ---- the test bots (run in a subprocess) -------------------------------------------------------
@@ -44,8 +47,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
     counter = itertools.count()
     log = open(log_path, "a", buffering=1) if log_path else None
 
-    def respond(start, status: str, body: bytes, ctype: str = "application/json"):
-        start(status, [("Content-Type", ctype), ("Content-Length", str(len(body)))])
+    def respond(start, status: str, body: bytes, ctype: str = "application/json", extra=()):
+        start(status, [("Content-Type", ctype), ("Content-Length", str(len(body))), *extra])
         return [body]
 
     def answer(facts: dict, message: str) -> str:
@@ -67,6 +70,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
         else:
             body = json.loads(raw)
             session, message = body["session_id"], body["message"]
+        token = TOKEN_RE.match(message)
+        extra = [("X-Turn-Token", token[1])] if token else []
         if log:
             log.write(message + "\n")
         if mode == "slow":
@@ -74,9 +79,9 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
         if mode == "flaky":
             kind = next(counter) % 3
             if kind == 1:
-                return respond(start, "200 OK", b"hello, not json", "text/plain")
+                return respond(start, "200 OK", b"hello, not json", "text/plain", extra)
             if kind == 2:
-                return respond(start, "200 OK", b'{"answer": "the reply is under another name"}')
+                return respond(start, "200 OK", b'{"answer": "the reply is under another name"}', extra=extra)
         if mode == "forget":
             text = answer({}, message)
         elif mode == "leaky":
@@ -84,8 +89,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
         else:
             text = answer(memory.setdefault(session, {}), message)
         if mode == "contract2":
-            return respond(start, "200 OK", json.dumps({"data": {"answer": {"text": text}}}).encode())
-        return respond(start, "200 OK", json.dumps({"reply": text}).encode())
+            return respond(start, "200 OK", json.dumps({"data": {"answer": {"text": text}}}).encode(), extra=extra)
+        return respond(start, "200 OK", json.dumps({"reply": text}).encode(), extra=extra)
 
     return app
 
