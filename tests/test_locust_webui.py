@@ -93,7 +93,8 @@ def test_two_runs_in_one_ui_session_make_two_complete_run_folders(tmp_path, refb
             assert rows[("probes", "answered")]["value"] == sum(r["verdict"] is not None for r in journal)
             assert rows[("verdict", "result")]["value"] == "PASS"
             if n == 0:  # the tab after the stop: the verdict, its rules and the report
-                shot = screenshot(f"{ui.url}/?tab=goldfish", tmp_path / "goldfish-tab-after.png", profile)
+                shot = screenshot(f"{ui.url}/?tab=goldfish", tmp_path / "goldfish-tab-after.png", profile,
+                                  size="1400,2200")
                 page = dom(f"{ui.url}/?tab=goldfish", profile)
                 assert "probe_amnesia" in page and "report.html" in page and "healed" in page, page[-3000:]
             report = ui.get(status["runs"][-1]["report"])
