@@ -29,8 +29,11 @@ def master_journal_equals_worker_shards(run_dir):
 def test_processes_2_gives_one_complete_journal_in_the_run_folder(tmp_path):
     """Also with the step shape: the master's steps reach the workers' journal records; and the master's
     --replica-header reaches the workers (each turn tagged with its own response's header)."""
+    port = free_port()  # loopback and a free port: Locust's default binds tcp://*:5557, shared by every run here
     with chat_bot("memory") as url:
-        run = run_locust(url, tmp_path / "run", "--processes", "2", "--step-users", "4", "--steps", "2",
+        run = run_locust(url, tmp_path / "run", "--processes", "2", "--master-bind-host", "127.0.0.1",
+                         "--master-bind-port", port, "--master-host", "127.0.0.1", "--master-port", port,
+                         "--step-users", "4", "--steps", "2",
                          "--step-duration", "3s", "--replica-header", "X-Turn-Token", users=8, time_s="60s")
     assert run.returncode == 0, run.output
     master_journal_equals_worker_shards(run.run_dir)
