@@ -49,7 +49,8 @@ def _on_init(environment, runner, web_ui=None, **_kw):
     parsed = environment.parsed_options
     if parsed is None or not hasattr(parsed, "chat_path"):
         return  # an Environment built by hand (tests, library use) without our options
-    if not isinstance(runner, WorkerRunner) and (getattr(parsed, "tags", None) or getattr(parsed, "exclude_tags", None)):
+    tags = getattr(parsed, "tags", None) or getattr(parsed, "exclude_tags", None)
+    if tags and not isinstance(runner, WorkerRunner):
         endofrun.say(f"error: {NO_TAGS}")
         raise SystemExit(endofrun.EXIT_BAD)
     rt = environment.goldfish = _runtime(parsed)

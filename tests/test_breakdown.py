@@ -45,7 +45,8 @@ def window_journal(run_dir, k: int = 3, sessions: int = 160, replicas: bool = Fa
 
 
 def table(data, key):
-    return {row["group"]: (row["count"], row["total"]) for row in next(t for t in data["tables"] if t["key"] == key)["rows"]}
+    rows = next(t for t in data["tables"] if t["key"] == key)["rows"]
+    return {row["group"]: (row["count"], row["total"]) for row in rows}
 
 
 def test_a_context_window_of_k_turns_is_a_cliff_at_k(tmp_path):
@@ -67,7 +68,8 @@ def test_memory_kept_per_process_fails_exactly_when_the_probe_lands_on_another_r
     (tmp_path / "journal" / "local-1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     data = breakdown.compute(tmp_path)
     match = table(data, "replica_match")
-    assert match["the replica that took the plant"][0] == 0 and match["another replica"][0] == match["another replica"][1] > 0
+    assert match["the replica that took the plant"][0] == 0
+    assert match["another replica"][0] == match["another replica"][1] > 0
     assert data["cliff"] is None  # distance explains nothing here
     assert set(table(data, "replica")) == {"bot-1", "bot-2"}
 

@@ -79,7 +79,8 @@ def test_two_runs_in_one_ui_session_make_two_complete_run_folders(tmp_path, refb
             if n == 0:  # the tab while the fault is in force
                 shot = screenshot(f"{ui.url}/?tab=goldfish", tmp_path / "goldfish-tab-during.png", profile)
                 rows = tab_rows(ui.status())
-                assert rows[("chaos", "k#0")]["value"] == "kill on bot-2" and "applied +" in rows[("chaos", "k#0")]["detail"]
+                fault = rows[("chaos", "k#0")]
+                assert fault["value"] == "kill on bot-2" and "applied +" in fault["detail"], fault
                 assert rows[("verdict", "when the test stops")] and rows[("run", "folder")]["value"] == run_dir.name
             ui.wait(lambda s: s["counts"]["turns"] >= 150 and '"recover"' in timeline.read_text(), timeout=90,
                     what="turns on both sides of the fault")
