@@ -31,6 +31,7 @@ MAX_STEP = 1_000_000
 MAX_EPOCH = 1e11     # a wall time before the year 5000
 # the error text of an invocation record: "interrupted" like a turn the test's stop cut short, since alone it
 # means the process stopped with the turn in flight (no request was seen to fail: docs/oracle.md)
+INTERRUPTED_PREFIX = "interrupted"  # the error text of every turn cut short (locustfiles/conversation.py)
 IN_FLIGHT = "interrupted: in flight, no outcome recorded"
 
 
@@ -63,10 +64,16 @@ class Turn(msgspec.Struct, gc=False):
     crosstalk: tuple[str, ...] = ()   # sessions whose token or nonce the reply carried
     step: Optional[Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]] = None  # load step index
     user: Optional[str] = None
+    replica: Optional[str] = None     # the replica that answered (--replica-header), when the bot says
 
     @property
     def latency(self) -> float | None:
         return None if self.received is None else self.received - self.sent
+
+    @property
+    def interrupted(self) -> bool:
+        """Cut short by the test's stop or the process's end: no request was seen to fail (no error)."""
+        return isinstance(self.error, str) and self.error.startswith(INTERRUPTED_PREFIX)
 
     @property
     def in_flight(self) -> bool:
@@ -165,7 +172,7 @@ def from_dict(record: dict) -> Turn:
         status=status if isinstance(status, int) and not isinstance(status, bool) and 0 <= status < 1000 else None,
         reply=_text(get("reply")), error=_text(get("error")), verdict=_text(get("verdict")),
         crosstalk=tuple(c for c in crosstalk if isinstance(c, str)) if isinstance(crosstalk, (list, tuple)) else (),
-        step=step, user=_text(get("user")))
+        step=step, user=_text(get("user")), replica=_text(get("replica")))
 
 
 def _number(value, name: str, kind):

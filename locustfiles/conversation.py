@@ -1,10 +1,10 @@
 """ChatUser: one whole scripted conversation per task iteration, every turn journaled and judged.
 
 Each turn is a normal Locust request named ``chat <kind>`` (a handful of rows, never one per
-session) that succeeds only when the outcome is ``ok``. Probes also fire ``RECALL`` (name: the
-fact) and replies that carry another session's token or nonce fire ``CROSSTALK`` (name:
-``reply``); both with low-cardinality error texts, so Locust's tables stay small. The source
-session of a cross-talk is in the journal record and in the event's ``context``.
+session) that succeeds only when the outcome is ``ok``; it is the only request event a turn fires, so
+Locust's totals count real HTTP turns. Whether a probe recalled its fact and whether a reply carried
+another session's token or nonce (and whose) are judged here and written to the journal record, which
+the web UI's goldfish tab counts live (locustfiles/live.py) and the oracle audits.
 
 Outcomes follow Jepsen: ``ok`` 2xx with a reply; ``fail`` the request never left (connection
 refused, name not resolved); ``info`` anything after which the bot may or may not have stored
@@ -50,18 +50,6 @@ REQUEST_NAMES = {kind: f"chat {kind}" for kind in ("plant", "probe", "chatter", 
 # against Locust itself by tests/test_locust_wire.py).
 LOCUST_JSON_HEADERS = (("Accept-Encoding", "gzip, deflate, br"), ("Content-Type", "application/json"),
                        ("Accept", "application/json"))
-
-
-class Amnesia(Exception):
-    """A probe's reply does not hold the planted nonce."""
-
-
-class CrossTalk(Exception):
-    """A reply carries another session's token or nonce (source sessions: journal / context)."""
-
-
-AMNESIA = Amnesia("amnesia")
-CROSSTALK = CrossTalk("reply carries another session's token or nonce (source session in the journal)")
 
 
 def locust_headers(headers: dict | None, auth_header: str | None) -> dict:
@@ -284,7 +272,8 @@ class ChatUser(FastHttpUser):
         ``facts[fact]`` is (acceptable nonces, maybe absent). An ``ok`` plant is certain; an
         ``info`` plant may or may not be stored, so a probe then accepts the old value or the
         new one, and when no plant of the fact is certain, "I don't know" is no evidence of
-        amnesia either: the verdict stays null (indeterminate) and no RECALL event fires."""
+        amnesia either: the verdict stays null (indeterminate). The judgements go to the journal record
+        (and from it to the web UI's goldfish tab), never into Locust's request totals."""
         rt = self.rt
         verdict, sources = None, []
         if kind == "plant" and outcome != "fail":
@@ -299,15 +288,8 @@ class ChatUser(FastHttpUser):
                 passed = any(recall(reply, n) for n in nonces)  # nonces ends with the latest plant
                 if passed or not maybe_absent:
                     verdict = "pass" if passed else "amnesia"
-                    self.environment.events.request.fire(
-                        request_type="RECALL", name=fact, response_time=response_ms, response_length=len(reply),
-                        exception=None if passed else AMNESIA, context={"session": session})
             sources = crosstalk(reply, session, rt.plants)
             if sources:
-                self.environment.events.request.fire(
-                    request_type="CROSSTALK", name="reply", response_time=response_ms,
-                    response_length=len(reply), exception=CROSSTALK,
-                    context={"session": session, "sources": sources})
                 if rt.crosstalk_logged < CROSSTALK_LOG_LIMIT:
                     rt.crosstalk_logged += 1
                     log.warning("cross-talk: session %s turn %s got a reply carrying %s", session, turn,

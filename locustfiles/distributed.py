@@ -3,7 +3,8 @@
 Each worker writes its own local shard (``<run>/workers/<worker-id>.jsonl``, flushed per record)
 and ships the same lines to the master in batches every ``BATCH_INTERVAL`` seconds and at
 test_stop/quitting, with Locust's custom messages. The master appends them to
-``<run>/journal/<worker-id>.jsonl``.
+``<run>/journal/<worker-id>.jsonl``. Each test has its own run folder: workers take it from the master's
+options at each start, and the master files a batch only under the run it names.
 
 Completeness at the end of a run: when the master stops, it asks every worker that has not yet
 sent its final batch to stop its users and flush (``goldfish_drain``) and waits for the final
@@ -48,6 +49,7 @@ class WorkerShipper:
     def __init__(self, runner, shard: Path, interval: float = BATCH_INTERVAL):
         self.runner = runner
         self.shard = str(Path(shard).resolve())
+        self.run = Path(shard).parent.parent.name  # <run>/workers/<worker-id>.jsonl
         self.pending: list[bytes] = []
         self.sent = 0
         self.seq = 0
@@ -65,7 +67,7 @@ class WorkerShipper:
         if not self.pending and not final:
             return
         lines, self.pending = self.pending, []
-        data = {"worker": self.runner.client_id, "host": socket.gethostname(), "shard": self.shard,
+        data = {"worker": self.runner.client_id, "run": self.run, "host": socket.gethostname(), "shard": self.shard,
                 "seq": self.seq, "count": len(lines), "total": self.sent + len(lines),
                 "lines": b"".join(lines), "final": final}
         try:
@@ -107,46 +109,65 @@ class MasterWatch:
 
 @dataclass
 class WorkerJournal:
-    file: JournalFile
+    path: Path
     received: int = 0
     final: bool = False
     shard: str | None = None
+    _file: JournalFile | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._file is None:  # opened on the first line: a worker that journaled nothing leaves no file
+            self._file = JournalFile(self.path)
+        self._file.write(data)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
 
 
 class MasterCollector:
-    """On the master: writes each worker's batches to journal/<worker-id>.jsonl."""
+    """On the master: writes each worker's batches to <run>/journal/<worker-id>.jsonl, one run at a time."""
 
-    def __init__(self, environment, run_dir: str | Path):
+    def __init__(self, environment):
         self.environment = environment
-        self.run_dir = Path(run_dir)
+        self.run_dir: Path | None = None
         self.workers: dict[str, WorkerJournal] = {}
         environment.runner.register_message(MSG_BATCH, self.on_batch)
         environment.events.worker_connect.add_listener(self.on_connect)
 
-    def _worker(self, worker_id: str) -> WorkerJournal:
-        if worker_id not in self.workers:
-            self.workers[worker_id] = WorkerJournal(JournalFile(RunFolder(self.run_dir).journal_shard(worker_id)))
-        return self.workers[worker_id]
+    def start_test(self, run_dir: str | Path) -> None:
+        """A new test: its workers' journals go into its own run folder. Every worker connected now takes
+        part (so one SIGKILLed before its first batch is still recovered from its local shard at the end)."""
+        self.close()
+        self.run_dir, self.workers = Path(run_dir), {}
+        for client in self.environment.runner.clients.all:
+            self._worker(client.id)
 
     def on_connect(self, client_id: str, **_kw) -> None:
-        self._worker(client_id)
+        if self.run_dir is not None:
+            self._worker(client_id)
+
+    def _worker(self, worker_id: str) -> WorkerJournal:
+        if worker_id not in self.workers:
+            self.workers[worker_id] = WorkerJournal(RunFolder(self.run_dir).journal_shard(worker_id))
+        return self.workers[worker_id]
 
     def on_batch(self, environment, msg, **_kw) -> None:
         data = msg.data
+        if self.run_dir is None or data.get("run", self.run_dir.name) != self.run_dir.name:
+            log.warning("journal batch of %s for run %s arrived outside it: dropped here (the lines are in the "
+                        "worker's own shard %s)", data["worker"], data.get("run"), data.get("shard"))
+            return
         w = self._worker(data["worker"])
         w.shard = data.get("shard")
         if data["total"] - data["count"] != w.received:
             log.warning("journal batch from %s starts at line %d, expected %d",
                         data["worker"], data["total"] - data["count"], w.received)
         if data["count"]:
-            w.file.write(data["lines"])
+            w.write(data["lines"])
             w.received += data["count"]
         if data["final"]:
             w.final = True
-
-    def start_test(self) -> None:
-        for w in self.workers.values():
-            w.final = False
 
     def drain(self, timeout: float = DRAIN_TIMEOUT) -> None:
         """Ask live workers without a final batch to stop and flush; wait for them (bounded)."""
@@ -175,7 +196,7 @@ class MasterCollector:
             lines = complete_lines(path.read_bytes())
             extra = lines[w.received:]
             if extra:
-                w.file.write(b"".join(extra))
+                w.write(b"".join(extra))
                 w.received += len(extra)
                 recovered += len(extra)
                 log.warning("recovered %d journal lines of worker %s from its local shard %s",
@@ -184,4 +205,4 @@ class MasterCollector:
 
     def close(self) -> None:
         for w in self.workers.values():
-            w.file.close()
+            w.close()

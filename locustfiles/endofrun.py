@@ -1,27 +1,33 @@
-"""The seam between the load and the rest: chaos at the start; heal, settle, audit, report and the
-verdict's exit code at the end.
+"""The seam between the load and the rest, once per test: at each test start a new run folder, the chaos plan
+armed from its beginning and a fresh journal; at each test stop heal, settle, audit, report and the verdict.
+One process may hold several tests (the web UI's start, stop, start again): each gets its own run folder.
 
 Runs on the master or the local runner only (never on workers). Chaos and the oracle are imported
 lazily, inside the calls, so a run without ``--chaos`` never needs chaos. Nothing here can lose
 the journal: it is on disk already, and an audit that fails or is interrupted says how to finish it.
 
-Phases: ``load`` -> ``heal`` (chaos recovers everything; at test_stop or at the end) -> ``settle``
--> ``audit`` -> ``report`` -> ``done``; the phase in progress is written to run.json, so even a
-SIGKILLed run says where it stopped. Signals (docs/locust.md "Stopping a run"):
-- the first Ctrl-C or SIGTERM during the load stops it as Locust does, and the run is audited;
-- any signal during the heal waits until every fault is recovered (a recovery is never cut short);
-- a signal during settle, audit or report stops there: run.json records ``interrupted`` (signal,
-  phase, the command that finishes the job) and the exit code is 130 (SIGINT) or 143 (SIGTERM),
-  never 0.
+Phases of a run: ``load`` -> ``heal`` (chaos recovers everything) -> ``settle`` -> ``audit`` -> ``report``
+-> ``done``, all at its stop; the phase in progress is written to its run.json, so even a SIGKILLed run
+says where it stopped. Signals (docs/locust.md "Stopping a run"):
+- a Ctrl-C or SIGTERM during the load, or with no test running, is Locust's own: the load stops, the test
+  is healed, audited and judged as at any stop, and Locust quits;
+- any signal during a heal waits until every fault is recovered (a recovery is never cut short); if it
+  was the first (a web-UI stop was healing), the test is then finished and Locust quits;
+- a signal during settle, audit or report, or a second one while stopping, stops there: run.json records
+  ``interrupted`` (signal, phase, the command that finishes the job) and the exit code is 130 (SIGINT)
+  or 143 (SIGTERM), never 0.
 
-Exit codes (one table for goldfish, docs/locust.md "Exit codes"): 0 every gate held; 1 a gate
-failed; 2 bad input (options, plan, script, an unreachable target, a key template that matches
-nothing); 3 the audit or report failed; 130/143 interrupted. Locust's own exit code (another
-listener's ``process_exit_code``, ``--exit-code-on-error``) is combined, never masked: goldfish's
-code when it is not 0, else Locust's.
+Exit codes of one run (one table for goldfish, docs/locust.md "Exit codes"): 0 every gate held; 1 a gate
+failed; 2 bad input (options, plan, script, an unreachable target, a key template that matches nothing);
+3 the audit or report failed; 130/143 interrupted. Locust's own exit code (another listener's
+``process_exit_code``, ``--exit-code-on-error``) is combined, never masked: goldfish's code when it is not
+0, else Locust's. The process's exit code over its runs: 130/143 when a signal stopped a run after its
+load; else the first run's non-zero code, in start order (a failed run is never masked by a later pass);
+else Locust's own at quitting; 0 when no test ran.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -31,16 +37,19 @@ import time
 from pathlib import Path
 
 import gevent
+from gevent import GreenletExit
 from gevent.event import Event
 
 from contracts import codec, redact
-from locustfiles import runfolder
+from locustfiles import locust_output, runfolder
+from locustfiles.options import default_run_dir
 
 log = logging.getLogger("goldfish")
 
 EXIT_OK, EXIT_GATE, EXIT_BAD, EXIT_AUDIT = 0, 1, 2, 3
 EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
-LOAD, HEAL, SETTLE, AUDIT, REPORT, DONE = "load", "heal", "settle", "audit", "report", "done"
+IDLE, LOAD, HEAL, SETTLE, AUDIT, REPORT, DONE = "idle", "load", "heal", "settle", "audit", "report", "done"
+FINISHING = (SETTLE, AUDIT, REPORT)
 
 
 def say(text: str) -> None:
@@ -62,6 +71,15 @@ def load_chaos(settings, run_dir: str | Path):
     return controller
 
 
+def check_chaos(settings) -> None:
+    """Validate the plan against its backend without touching any run folder (a scratch one)."""
+    import tempfile
+
+    if settings.chaos:
+        with tempfile.TemporaryDirectory(prefix="goldfish-plan-") as scratch:
+            load_chaos(settings, scratch)
+
+
 def locust_exit_code(environment) -> tuple[int, str]:
     """What Locust itself would exit with (locust/main.py ``shutdown``) before goldfish's verdict, and why."""
     from locust import log as locust_log
@@ -81,24 +99,101 @@ def combine(goldfish: int, locust: int) -> int:
     return goldfish if goldfish != EXIT_OK else locust
 
 
-class EndOfRun:
-    def __init__(self, settings):
+def start_follower(s) -> subprocess.Popen | None:
+    """``--audit-every``: the rolling audit of this run in its own process (oracle/follow.py), never in this
+    one's event loop. It needs a Redis store (the final audit re-checks its sessions by key digests)."""
+    if s.audit_every <= 0 or s.store is None or s.no_audit:
+        return None
+    if s.store.name() != "redis":
+        say("--audit-every needs a Redis store (--store-url): no rolling audit")
+        return None
+    from oracle import FOLLOW_ENV
+
+    env = {**os.environ, FOLLOW_ENV: codec.dumps({k: v for k, v in s.store.__dict__.items()
+                                                  if k != "on_batch"}).decode()}
+    with open(Path(s.run_dir) / "follow.log", "ab") as log_file:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "oracle", "follow", str(s.run_dir), "--every", str(s.audit_every),
+             "--settle", str(s.settle)], env=env, stdout=log_file, stderr=log_file, start_new_session=True)
+    say(f"rolling audit: every {s.audit_every:g}s (pid {follower.pid}, progress in "
+        f"{Path(s.run_dir) / 'audit' / 'rolling' / 'progress.json'})")
+    return follower
+
+
+def stop_follower(run, timeout: float = 120.0) -> None:
+    """Let the rolling audit finish the batch in hand and stop (bounded), before the final audit."""
+    follower, run.follower = run.follower, None
+    if follower is None:
+        return
+    if follower.poll() is None:
+        follower.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while follower.poll() is None and time.monotonic() < deadline:
+        gevent.sleep(0.1)
+    if follower.poll() is None:
+        follower.kill()
+        say("rolling audit did not stop in time: killed; the final audit judges what it had not")
+
+
+class Stopped(Exception):
+    """A signal interrupted this run after its load (recorded in run.json); its remaining phases are skipped."""
+
+
+class Run:
+    """One test: its settings (its own run folder), its chaos controller, the phase it is in, its verdict."""
+
+    def __init__(self, settings, controller=None, bad: str | None = None):
         self.settings = settings
-        self.controller = None
-        self.chaos_started = False
-        self.chaos_stopped = False
+        self.controller = controller
+        self.bad = bad  # bad input found at its start (the load is stopped at once)
         self.phase = LOAD
+        self.started, self.ended = time.time(), None
+        self.verdict: dict | None = None  # the verdict (result, gates, rules, ...) once judged
+        self.code: int | None = None      # goldfish's exit code
+        self.final: int | None = None     # combined with Locust's own for this run
+        self.interrupted: str | None = None  # the signal that stopped it after its load
+        self.report: Path | None = None
+        self.follower: subprocess.Popen | None = None  # the rolling audit (--audit-every)
+
+    @property
+    def run_dir(self) -> str:
+        return self.settings.run_dir
+
+    @property
+    def result(self) -> str | None:
+        return self.verdict["result"] if self.verdict else None
+
+
+class EndOfRun:
+    """The master's (or local runner's) runs, one per test, and what a signal means at each moment."""
+
+    def __init__(self, settings, run_dir_option: str = ""):
+        self.settings = settings  # the options the next test starts with (the web UI may edit them)
+        self.run_dir_option = run_dir_option  # --run-dir as given: the first test's folder
+        self.runs: list[Run] = []
         self.quitting = False   # Locust's shutdown has begun
-        self.heal_done = False  # chaos is healed (or there was none) at the end of the run
-        self.verdict: str | None = None  # "pass" / "fail" once judged
-        self.code: int | None = None  # goldfish's, once finished (or interrupted)
-        self.final: int | None = None  # combined with Locust's (locustfiles/hooks.py)
-        self.pending: tuple[str, str] | None = None  # (signal, phase) that arrived before the heal was done
+        self.stopping = False   # a signal asked Locust to stop the load
+        self.pending: tuple[str, str] | None = None  # (signal, phase): stop there once the heal is done
+        self.quit_after: str | None = None  # a first signal during a heal: finish the run, then quit
+        self.code: int | None = None  # 130/143 once a signal stopped a run after its load
+        self.final_code: int | None = None  # the process's, once Locust quits
         self.heal_event = Event()  # clear while a heal runs
         self.heal_event.set()
+        self.idle = Event()  # clear from a test's start until its stop has finished
+        self.idle.set()
         self.main = gevent.get_hub().parent  # the greenlet Locust's Ctrl-C lands in
         self._previous_sigint = None
-        self.follower: subprocess.Popen | None = None  # the rolling audit (--audit-every)
+        self.told = False  # the closing summary lines were printed
+        self.after_heal = lambda: None  # hooks.py: what ends with the heal (the store telemetry)
+
+    @property
+    def run(self) -> Run | None:
+        return self.runs[-1] if self.runs else None
+
+    @property
+    def phase(self) -> str:
+        run = self.run
+        return IDLE if run is None or run.phase == DONE else run.phase
 
     # ---- signals ----------------------------------------------------------------------------
     def guard_signals(self) -> None:
@@ -109,34 +204,52 @@ class EndOfRun:
         except ValueError:  # not the main thread (a library user): leave signals alone
             self._previous_sigint = None
 
+    def release_signals(self) -> None:
+        if self._previous_sigint is not None:
+            signal.signal(signal.SIGINT, self._previous_sigint)
+            self._previous_sigint = None
+
     def _on_sigint(self, _signum, _frame) -> None:
         self.on_signal("SIGINT")
 
     def on_signal(self, name: str) -> None:
-        """A signal: stop the load (as Locust would), wait for the heal, or stop the audit here."""
-        if self.phase == HEAL or (self.quitting and not self.heal_done):
-            if not self.pending:
-                self.pending = (name, self.phase if self.phase != LOAD else HEAL)
-                say(f"{name}: waiting until every chaos fault is recovered (a recovery is never cut short)")
-        elif self.quitting or self.phase in (SETTLE, AUDIT, REPORT):
+        """A signal: stop the load (as Locust would), wait for the heal, or stop the run here."""
+        phase = self.phase
+        if phase == HEAL or ((self.quitting or self.stopping) and phase == LOAD):
+            if self.pending:
+                return
+            if self.quitting or self.stopping or self.quit_after or phase == LOAD:
+                self.pending = (name, HEAL)  # a second signal: stop once the heal is done
+            else:
+                self.quit_after = name  # the first, during a web-UI stop's heal: finish the test, then quit
+            say(f"{name}: waiting until every chaos fault is recovered (a recovery is never cut short)")
+        elif phase in FINISHING:
             self._throw(SystemExit(self.interrupt(name)))
-        elif self.phase == LOAD:
-            self._throw(KeyboardInterrupt())  # Locust's own Ctrl-C: stop the load, then finish
+        elif not self.quitting:
+            self.stopping = phase == LOAD
+            self._throw(KeyboardInterrupt())  # Locust's own Ctrl-C: stop the load, finish the run, quit
 
     def _throw(self, exc: BaseException) -> None:
         if gevent.getcurrent() is self.main:
             raise exc
         gevent.get_hub().loop.run_callback(self.main.throw, exc)
 
+    def _stop_here(self, code: int) -> None:
+        """End the process with ``code`` from whichever greenlet finishes the run (a web-UI stop's, a
+        signal's, the run-time limit's, or Locust's main one)."""
+        self._throw(SystemExit(code))
+        raise GreenletExit()
+
     def interrupt(self, name: str, phase: str | None = None) -> int:
-        """Record that ``name`` stopped the run in ``phase`` (default: the current one); the exit code."""
-        if self.phase == DONE and self.code is not None:
+        """Record that ``name`` stopped the current run in ``phase`` (default: its current one); the exit code."""
+        if self.code is not None:
             return self.code
-        if self.code is None or self.code < 128:
-            s = self.settings
-            phase = phase or self.phase
+        self.code = EXIT_SIGNAL.get(name, 143)
+        run = self.run
+        if run is not None and run.phase != DONE:
+            run.interrupted = name
+            s, phase = run.settings, phase or run.phase
             resume = f"python -m oracle audit {s.run_dir}" + (" --store-url URL" if s.store else "")
-            self.code = EXIT_SIGNAL.get(name, 143)
             runfolder.end_run(s.run_dir, exit_code=self.code, phase=phase, interrupted={
                 "signal": name, "phase": phase, "time": time.time(),
                 "finish_with": f"{resume} (it reads the store again: run it while the store still holds this run)"})
@@ -144,114 +257,175 @@ class EndOfRun:
                 f"finish the audit with `{resume}`")
         return self.code
 
-    def again(self) -> int:
+    # ---- a test starts ----------------------------------------------------------------------
+    def next_run_dir(self, settings) -> str:
+        """The first test's folder is --run-dir as given; a later one gets <run-dir>-2, -3...; without
+        --run-dir each test gets results/<UTC time of its start>-<label>. Never a folder an earlier test of
+        this process used, nor (after the first) one that exists."""
+        if self.run_dir_option and not self.runs:
+            return self.run_dir_option
+        base = self.run_dir_option or default_run_dir(settings.label)
+        used = {run.run_dir for run in self.runs}
+        candidate, n = base, 1
+        while candidate in used or Path(candidate).exists():
+            n += 1
+            candidate = f"{base}-{n}"
+        return candidate
+
+    def begin_run(self, settings, script, target: str | None) -> Run:
+        """At test_start: wait for the previous test's stop to finish, then open this test's run folder
+        and arm its chaos plan from the beginning. Returns the run (its settings name its folder)."""
+        self.idle.wait()
+        settings = dataclasses.replace(settings, run_dir=self.next_run_dir(settings))
+        self.settings = settings
+        controller, bad = None, None
+        try:
+            runfolder.start_run(settings, script, target)
+            runfolder.update_run(settings.run_dir, phase=LOAD)
+        except OSError as exc:  # a full disk, a folder removed since init: this test cannot be recorded
+            bad = f"--run-dir {settings.run_dir}: cannot write the run folder: {exc.strerror or exc}"
+            say(f"error: {bad}; this test is stopped at once")
+        if settings.chaos and not bad:
+            try:
+                controller = load_chaos(settings, settings.run_dir)
+            except Exception as exc:  # noqa: BLE001 - the backend changed since the plan was checked
+                bad = f"chaos plan {settings.chaos}: {exc}"
+                say(f"error: {bad}; this test is stopped at once, with no fault applied")
+        run = Run(settings, controller, bad)
+        self.runs.append(run)
+        self.idle.clear()
+        if controller is not None:
+            controller.start()
+            say(f"chaos: armed {settings.chaos} on backend {settings.chaos_backend} from its beginning")
+        if not bad:
+            run.follower = start_follower(settings)
+        say(f"run folder {settings.run_dir} (script {script.name}, {script.turns} turns)")
+        return run
+
+    # ---- a test stops -----------------------------------------------------------------------
+    def end_run(self, environment) -> int | None:
+        """At test_stop: heal, write Locust's files, settle, audit, report, the verdict. Returns the run's
+        code combined with Locust's own (None when no run was under load)."""
+        run = self.run
+        if run is None or run.phase != LOAD:
+            return None
+        try:
+            self.heal(run)
+            self.after_heal()
+            self._enter(run, SETTLE)  # from here a signal stops the run where it is (no gap after the heal)
+            if self.pending:  # a signal came while stopping: now stop here
+                name, phase = self.pending
+                self._stop_here(self.interrupt(name, phase))
+            locust_output.write(environment, run.run_dir)
+            try:
+                run.code = self._finish(run)
+            except Stopped:
+                return self.code
+            locust_code, why = locust_exit_code(environment)
+            run.final = combine(run.code, locust_code)
+            if run.final != run.code:
+                say(f"exit code {run.final}: Locust's own ({why})")
+            run.phase, run.ended = DONE, time.time()
+            runfolder.end_run(run.run_dir, exit_code=run.final, phase=DONE, verdict=run.result)
+            return run.final
+        finally:
+            stop_follower(run)
+            self.idle.set()
+            if self.quit_after and not self.quitting:
+                name, self.quit_after = self.quit_after, None
+                self._throw(KeyboardInterrupt())  # the signal that came during the heal: quit as Locust would
+
+    def heal(self, run: Run) -> None:
+        """Heal everything; signals that arrive meanwhile wait for it (``on_signal``)."""
+        run.phase = HEAL
+        runfolder.update_run(run.run_dir, phase=HEAL)
+        if run.controller is None:
+            return
+        self.heal_event.clear()
+        try:
+            left = run.controller.stop(via="test_stop")
+        finally:
+            self.heal_event.set()
+        if left:
+            say(f"chaos: {len(left)} fault(s) NOT healed — run `python -m chaos heal {run.run_dir}`")
+        else:
+            say("chaos: stopped, everything healed")
+
+    # ---- Locust quits -----------------------------------------------------------------------
+    def quit(self, environment) -> int:
+        """At Locust's quitting (the first time): a test still under load is stopped (and so finished);
+        one finishing in another greenlet is waited for (during its heal) or stopped here (after it).
+        Returns the process's exit code."""
+        if self.quitting:
+            return self.again(environment)
+        self.quitting = True
+        run, runner = self.run, environment.runner
+        if run is not None and run.phase == LOAD:
+            if runner.state not in ("stopped", "ready"):  # Ctrl-C / SIGTERM while running: stop users first
+                runner.stop()  # fires test_stop: the run is finished there
+            if run.phase == LOAD:
+                self.end_run(environment)
+            self.idle.wait()  # finished here, or by a stop already under way in another greenlet
+        elif run is not None and run.phase == HEAL:  # a web-UI stop is healing: let it finish the test
+            self.idle.wait()
+        elif run is not None and run.phase in FINISHING:  # a signal after the load: stop here
+            self.interrupt("SIGTERM")
+        self.release_signals()
+        return self.exit_code(environment)
+
+    def again(self, environment) -> int:
         """Locust's shutdown called a second time: by a second SIGTERM while finishing (wait for the heal,
         then stop there: 143), or by Locust itself once everything is done (the final code)."""
         self.heal_event.wait()
-        if self.phase == DONE:
-            return self.final if self.final is not None else self.code
-        return self.interrupt("SIGTERM")
+        if self.phase != IDLE:
+            return self.interrupt("SIGTERM")
+        return self.exit_code(environment)
 
-    # ---- chaos ------------------------------------------------------------------------------
-    def prepare_chaos(self) -> None:
-        """At init: load and validate the plan so a bad plan stops the run before any load."""
-        if self.settings.chaos:
-            self.controller = load_chaos(self.settings, self.settings.run_dir)
+    def exit_code(self, environment) -> int:
+        """130/143 after a signal stopped a run; else the first failed run's code; else Locust's own.
+        Worked out (and said) once: Locust may call its shutdown twice."""
+        if self.code is not None:
+            return self.code
+        if self.final_code is None:
+            failed = next((run for run in self.runs if run.final), None)
+            if failed is not None:
+                self.final_code = failed.final
+                if len(self.runs) > 1:
+                    say(f"exit code {failed.final}: run {failed.run_dir} ({failed.result or 'no verdict'}), the "
+                        f"first of {len(self.runs)} runs that did not pass")
+            else:
+                self.final_code, why = locust_exit_code(environment)
+                if self.final_code:
+                    say(f"exit code {self.final_code}: Locust's own ({why})")
+        return self.final_code
 
-    def start_chaos(self) -> None:
-        if self.controller is not None and not self.chaos_started:
-            self.chaos_started = True
-            self.controller.start()
-            say(f"chaos: started {self.settings.chaos} on backend {self.settings.chaos_backend}")
+    def summary_lines(self) -> list[str]:
+        """One line per run, for the end of the output (below Locust's final table); once."""
+        if self.told:
+            return []
+        self.told, lines = True, []
+        for run in self.runs:
+            verdict = (run.result or ("interrupted" if run.interrupted else "no verdict")).upper()
+            where = f"report {run.report}" if run.report else "no report.html (no audit: --store-url)"
+            lines.append(f"{run.run_dir}: {verdict}, exit code {run.final if run.final is not None else self.code}"
+                         f" — {where}")
+        return lines
 
-    def stop_chaos(self) -> None:
-        """Heal everything; signals that arrive meanwhile wait for it (``on_signal``)."""
-        if self.controller is None or not self.chaos_started or self.chaos_stopped:
-            return
-        self.chaos_stopped = True
-        before, self.phase = self.phase, HEAL
-        self.heal_event.clear()
-        try:
-            left = self.controller.stop(via="test_stop")
-        finally:
-            self.phase = before
-            self.heal_event.set()
-        if left:
-            say(f"chaos: {len(left)} fault(s) NOT healed — run `python -m chaos heal {self.settings.run_dir}`")
-        else:
-            say("chaos: stopped, everything healed")
-        if self.pending and not self.quitting:  # a Ctrl-C during a heal at test_stop: stop as Locust would
-            name, self.pending = self.pending[0], None
-            self.on_signal(name)
+    # ---- the end of one run -----------------------------------------------------------------
+    def _enter(self, run: Run, phase: str) -> None:
+        if run.interrupted:
+            raise Stopped()
+        run.phase = phase
+        runfolder.update_run(run.run_dir, phase=phase)
 
-    # ---- the rolling audit ------------------------------------------------------------------
-    def start_follower(self) -> None:
-        """``--audit-every``: the rolling audit in its own process (oracle/follow.py), never in this one's
-        event loop. It needs a Redis store (the final audit re-checks its sessions by key digests)."""
-        s = self.settings
-        if s.audit_every <= 0 or self.follower is not None or s.store is None or s.no_audit:
-            return
-        if s.store.name() != "redis":
-            say("--audit-every needs a Redis store (--store-url): no rolling audit")
-            return
-        from oracle import FOLLOW_ENV
-
-        log_file = open(Path(s.run_dir) / "follow.log", "ab")
-        env = {**os.environ, FOLLOW_ENV: codec.dumps({k: v for k, v in s.store.__dict__.items()
-                                                      if k != "on_batch"}).decode()}
-        self.follower = subprocess.Popen(
-            [sys.executable, "-m", "oracle", "follow", str(s.run_dir), "--every", str(s.audit_every),
-             "--settle", str(s.settle)], env=env, stdout=log_file, stderr=log_file, start_new_session=True)
-        say(f"rolling audit: every {s.audit_every:g}s (pid {self.follower.pid}, progress in "
-            f"{Path(s.run_dir) / 'audit' / 'rolling' / 'progress.json'})")
-
-    def stop_follower(self, timeout: float = 120.0) -> None:
-        """Let the rolling audit finish the batch in hand and stop (bounded), before the final audit."""
-        if self.follower is None:
-            return
-        follower, self.follower = self.follower, None
-        if follower.poll() is None:
-            follower.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while follower.poll() is None and time.monotonic() < deadline:
-            gevent.sleep(0.1)
-        if follower.poll() is None:
-            follower.kill()
-            say("rolling audit did not stop in time: killed; the final audit judges what it had not")
-
-    # ---- the end ----------------------------------------------------------------------------
-    def begin(self) -> bool:
-        """Locust is quitting (at its shutdown): True the first time, False when it calls again."""
-        if self.quitting:
-            return False
-        self.quitting = True
-        return True
-
-    def finish(self) -> int:
-        """Heal, settle, audit (when a store is given), report; returns goldfish's exit code."""
-        self.heal_event.wait()  # a heal that test_stop started ends first
-        self.stop_chaos()
-        self.heal_done = True
-        self.heal_event.set()
-        if self.pending:  # a signal came while healing: now stop here
-            name, phase = self.pending
-            raise SystemExit(self.interrupt(name, phase))
-        self.code = self._finish()
-        self._enter(DONE)
-        if self._previous_sigint is not None:
-            signal.signal(signal.SIGINT, self._previous_sigint)
-        return self.code
-
-    def _enter(self, phase: str) -> None:
-        self.phase = phase
-        if phase != DONE:
-            runfolder.update_run(self.settings.run_dir, phase=phase)
-
-    def _finish(self) -> int:
-        s = self.settings
+    def _finish(self, run: Run) -> int:
+        s = run.settings
         from oracle import JournalError, headline, journal_verdict
 
-        self._enter(SETTLE)  # the store settles while the journal is read
+        # the store settles (phase settle since the heal) while the journal is read
+        if run.bad:
+            say(f"error: {run.bad}")
+            return EXIT_BAD
         started = time.monotonic()
         try:
             online = journal_verdict(s.run_dir, s.gates)
@@ -267,32 +441,44 @@ class EndOfRun:
             return EXIT_BAD
         if s.store is None or s.no_audit:
             self._say_verdict(online["verdict"], "online, from the journal: the store was not audited")
-            self.verdict = online["verdict"]["result"]
-            return EXIT_GATE if self.verdict == "fail" else EXIT_OK
+            run.verdict = online["verdict"]
+            return EXIT_GATE if run.result == "fail" else EXIT_OK
         gevent.sleep(max(0.0, s.settle - (time.monotonic() - started)))
-        self.stop_follower()
-        self._enter(AUDIT)
-        code, summary = self.audit()
+        stop_follower(run)
+        self._enter(run, AUDIT)
+        code, summary = self.audit(s)
         if summary is None:
             return code
-        self._enter(REPORT)
+        self._enter(run, REPORT)
+        self._breakdown(run)
         try:
             from oracle import render_report
 
-            say(f"report: {render_report(s.run_dir)}")
+            run.report = render_report(s.run_dir)
+            say(f"report: {run.report}")
         except Exception as exc:  # noqa: BLE001
             log.exception("report failed")
             say(f"report FAILED: {type(exc).__name__}: {exc} (re-run `python -m oracle report {s.run_dir}`)")
             code = EXIT_AUDIT
         self._say_verdict(summary["verdict"], f"gates {summary['verdict']['gates']}")
-        self.verdict = summary["verdict"]["result"]
+        run.verdict = summary["verdict"]
         say(headline(summary["verdict"]))
-        if code == EXIT_OK and summary["verdict"]["result"] == "fail":
+        if code == EXIT_OK and run.result == "fail":
             code = EXIT_GATE
         return code
 
-    def audit(self) -> tuple[int, dict | None]:
-        s = self.settings
+    @staticmethod
+    def _breakdown(run: Run) -> None:
+        """Failed probes by fact, distance, replica and turn kind (oracle/breakdown.py); a convenience."""
+        try:
+            from oracle.breakdown import write
+
+            write(run.run_dir)
+        except Exception:  # noqa: BLE001 - the verdict does not depend on it
+            log.exception("the amnesia breakdown failed")
+
+    @staticmethod
+    def audit(s) -> tuple[int, dict | None]:
         from oracle import TemplateMismatch, audit_run
 
         try:

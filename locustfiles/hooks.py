@@ -1,28 +1,36 @@
 """Locust event wiring: which node does what, when. The work itself lives in sibling modules.
 
 - every node: parse and check the options and the script at init (bad input exits 2 before load);
-- local runner: writes ``journal/local-<pid>.jsonl``;
-- worker: writes ``workers/<worker-id>.jsonl`` and ships batches to the master (distributed.py);
-- master / local runner: run folder and run.json, chaos start at test_start, the journal drain
-  at test_stop, and the end-of-run seam (endofrun.py) once, at quitting.
+- local runner: writes ``<run>/journal/local-<pid>.jsonl``;
+- worker: writes ``<run>/workers/<worker-id>.jsonl`` and ships batches to the master (distributed.py), the
+  run folder taken from the master's options at each test start;
+- master / local runner: at each test_start a new run folder, run.json and chaos armed (endofrun.py); at
+  each test_stop the journal drain, then heal, audit, report and the verdict; at quitting the exit code
+  over every run; the goldfish tab in the web UI (webui.py).
 """
 from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
+import gevent
 from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from locustfiles import endofrun, options, runfolder, telemetry
-from locustfiles.distributed import MSG_DRAIN, MSG_STEP, MasterCollector, MasterWatch, WorkerShipper, worker_shard_path
 from contracts.runfolder import RunFolder
+from locustfiles import endofrun, live, options, telemetry
+from locustfiles.distributed import MSG_DRAIN, MSG_STEP, MasterCollector, MasterWatch, WorkerShipper, worker_shard_path
 from locustfiles.journal import Journal
+from locustfiles.judge import PlantRegistry
+from locustfiles.replica import ReplicaTag
 from locustfiles.runtime import Runtime
 from locustfiles.script import ScriptError
 from oracle import AuditOptionError, reach_store
 
 log = logging.getLogger("goldfish")
+NO_TAGS = ("-T/--tags and -E/--exclude-tags choose Locust tasks, but a goldfish user has one task (a whole "
+           "conversation); choose the steps it takes with --script (docs/locust.md \"Conversation scripts\")")
 
 
 @events.init_command_line_parser.add_listener
@@ -49,44 +57,66 @@ def _reach_store(settings) -> None:
             raise SystemExit(endofrun.EXIT_BAD) from None
 
 
-def _start_run(settings, script, host) -> None:
-    """The run folder and run.json; a folder that cannot be written is bad input (exit 2), not a traceback."""
-    try:
-        runfolder.start_run(settings, script, host)
-    except OSError as exc:
-        endofrun.say(f"error: --run-dir {settings.run_dir}: cannot write the run folder: {exc.strerror or exc}")
-        raise SystemExit(endofrun.EXIT_BAD) from None
+def _check_run_dir(settings) -> None:
+    """A run folder that cannot be created is bad input (exit 2) before any load, not a traceback at the
+    first test's start: the nearest existing folder above it must be a writable directory."""
+    where = Path(settings.run_dir).absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir() or not os.access(where, os.W_OK | os.X_OK):
+        why = "not a directory" if not where.is_dir() else "permission denied"
+        endofrun.say(f"error: --run-dir {settings.run_dir}: cannot write the run folder: {where} is {why}")
+        raise SystemExit(endofrun.EXIT_BAD)
 
 
 @events.init.add_listener
-def _on_init(environment, runner, **_kw):
-    if environment.parsed_options is None or not hasattr(environment.parsed_options, "chat_path"):
+def _on_init(environment, runner, web_ui=None, **_kw):
+    parsed = environment.parsed_options
+    if parsed is None or not hasattr(parsed, "chat_path"):
         return  # an Environment built by hand (tests, library use) without our options
-    rt = environment.goldfish = _runtime(environment.parsed_options)
+    tags = getattr(parsed, "tags", None) or getattr(parsed, "exclude_tags", None)
+    if tags and not isinstance(runner, WorkerRunner):
+        endofrun.say(f"error: {NO_TAGS}")
+        raise SystemExit(endofrun.EXIT_BAD)
+    rt = environment.goldfish = _runtime(parsed)
     rt.runner_kind = type(runner).__name__
     if not rt.settings.steps_enabled:
         environment.shape_class = None  # the step shape is opt-in
+    rt.replicas = ReplicaTag(rt.settings.replica_header)  # the header may change per test (form, master's options)
+    environment.events.request.add_listener(rt.replicas.on_request)
     if isinstance(runner, WorkerRunner):
         runner.register_message(MSG_DRAIN, _on_drain)
         runner.register_message(MSG_STEP, _on_step)
         rt.watch = MasterWatch(environment)
+        environment.events.report_to_master.add_listener(
+            lambda client_id, data, **_: live.report_to_master(rt.journal and rt.journal.tally, data))
         return
     _reach_store(rt.settings)
     if isinstance(runner, LocalRunner):
         runner.register_message(MSG_STEP, _on_step)
-    # master or local: pin the run folder for everyone (workers get parsed_options at spawn)
-    environment.parsed_options.run_dir = rt.settings.run_dir
-    rt.end = endofrun.EndOfRun(rt.settings)
-    rt.end.guard_signals()
     try:
-        rt.end.prepare_chaos()
-    except Exception as exc:  # noqa: BLE001 - PlanError, state errors: bad input, before any load
+        endofrun.check_chaos(rt.settings)  # bad input stops here, before any load (and leaves no folder)
+    except Exception as exc:  # noqa: BLE001 - PlanError, state errors
         endofrun.say(f"error: chaos plan {rt.settings.chaos}: {exc}")
         raise SystemExit(endofrun.EXIT_BAD) from None
-    _start_run(rt.settings, rt.script, environment.host)
+    _check_run_dir(rt.settings)
+    rt.end = endofrun.EndOfRun(rt.settings, run_dir_option=str(parsed.run_dir or ""))
+    rt.end.guard_signals()
+    rt.end.after_heal = lambda: telemetry.stop(environment)  # the store's recovery is on the timeline too
+    rt.live = live.Live()
+
+    def tell(**_kw):  # after Locust's final table (the quit event): where each run's verdict and report are
+        for line in rt.end.summary_lines():
+            endofrun.say(line)
+
+    environment.events.quit.add_listener(tell)
     if isinstance(runner, MasterRunner):
-        rt.collector = MasterCollector(environment, rt.settings.run_dir)
-    endofrun.say(f"run folder {rt.settings.run_dir} (script {rt.script.name}, {rt.script.turns} turns)")
+        rt.collector = MasterCollector(environment)
+        environment.events.worker_report.add_listener(rt.live.on_worker_report)
+    if web_ui is not None:
+        from locustfiles import webui
+
+        webui.install(environment, rt)
 
 
 @events.test_start.add_listener
@@ -96,36 +126,51 @@ def _on_test_start(environment, **_kw):
         return
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
-        # the master's options arrived with the spawn message: use its run folder, script, contract
+        # the master's options arrived with the spawn message: its run folder, script, contract
         fresh = _runtime(environment.parsed_options)
-        rt.settings, rt.script, rt.contract = fresh.settings, fresh.script, fresh.contract
+        _fresh_test(rt, fresh.settings, fresh.script, fresh.contract)
         path = worker_shard_path(rt.settings.run_dir, runner.client_id)
-        if rt.journal is None or rt.journal.path != path:
-            rt.shipper = WorkerShipper(runner, path)
-            rt.journal = Journal(path, forward=rt.shipper.add)
+        if rt.shipper is not None:
+            rt.shipper.close()
+        rt.shipper = WorkerShipper(runner, path)
+        _open_journal(rt, Journal(path, forward=rt.shipper.add))
         return
-    _refresh_from_web_ui(environment, rt)
-    if rt.journal is None and isinstance(runner, LocalRunner):
-        rt.journal = Journal(RunFolder(rt.settings.run_dir).journal_shard(f"local-{os.getpid()}"))
+    settings, script, contract = _settings_for_this_test(environment, rt)
+    run = rt.end.begin_run(settings, script, environment.host)
+    _fresh_test(rt, run.settings, script, contract)
+    environment.parsed_options.run_dir = run.run_dir  # workers take their run folder from the spawn message
     if isinstance(runner, MasterRunner):
-        rt.collector.start_test()
-    rt.end.start_chaos()
-    rt.end.start_follower()
+        rt.collector.start_test(run.run_dir)
+        rt.live.start(run.settings.run_id)
+    else:
+        _open_journal(rt, Journal(RunFolder(run.run_dir).journal_shard(f"local-{os.getpid()}")))
+        rt.live.start(run.settings.run_id, rt.journal.tally)
     telemetry.start(environment)
+    if run.bad:
+        gevent.spawn(runner.stop)
 
 
-def _refresh_from_web_ui(environment, rt) -> None:
-    """The web UI may have edited options (think, label, contract...) before this start."""
+def _settings_for_this_test(environment, rt):
+    """The options as they are now (the web UI may have edited them since the last test)."""
     try:
         fresh = Runtime.from_settings(options.Settings.from_options(environment.parsed_options))
-    except (options.OptionError, ScriptError) as exc:
+        return fresh.settings, fresh.script, fresh.contract
+    except (options.OptionError, ScriptError) as exc:  # webui.py refuses such a start; this is a safety net
         log.error("goldfish: keeping the previous settings: %s", exc)
-        return
-    if fresh.settings == rt.settings:
-        return
-    rt.settings, rt.script, rt.contract = fresh.settings, fresh.script, fresh.contract
-    rt.end.settings = fresh.settings
-    runfolder.start_run(rt.settings, rt.script, environment.host)
+        return rt.end.settings, rt.script, rt.contract
+
+
+def _fresh_test(rt, settings, script, contract) -> None:
+    rt.settings, rt.script, rt.contract = settings, script, contract
+    rt.plants = PlantRegistry(rt.plants.capacity)  # nonces of an earlier test are not this one's
+    rt.replicas.header = settings.replica_header
+    rt.crosstalk_logged = 0  # (rt.step stays: the step shape's first tick sets it just before the test starts)
+
+
+def _open_journal(rt, journal: Journal) -> None:
+    if rt.journal is not None:
+        rt.journal.close()
+    rt.journal = live.TalliedJournal(journal, live.Tally(rt.settings.run_id), rt.replicas)
 
 
 @events.test_stop.add_listener
@@ -134,16 +179,22 @@ def _on_test_stop(environment, **_kw):
     if rt is None:
         return
     if isinstance(environment.runner, WorkerRunner):
-        if getattr(rt, "shipper", None):
+        # the users are stopped: send the last stats, then the final journal batch (same channel, in order),
+        # so once the master has the final batch its request totals are complete too
+        environment.runner._send_stats()  # private, but it is what the worker's own "quit" handler calls
+        if rt.shipper is not None:
             rt.shipper.flush(final=True)
         return
+    if rt.end.phase != endofrun.LOAD:
+        return  # no test of ours is under load (a stop before any start, or a second stop)
     if isinstance(environment.runner, MasterRunner):
         rt.collector.drain()
+        rt.collector.recover_local_shards()
     shape = environment.shape_class
     if shape is not None and hasattr(shape, "finish"):
         shape.finish()
-    rt.end.stop_chaos()
-    telemetry.stop(environment)  # after the heal: the store's recovery is on the timeline too
+    rt.end.end_run(environment)
+    telemetry.stop(environment)  # (stopped after the heal already, unless there was no run under load)
 
 
 @events.quitting.add_listener
@@ -151,25 +202,12 @@ def _on_quitting(environment, **_kw):
     rt = getattr(environment, "goldfish", None)
     if rt is None:
         return
-    runner = environment.runner
-    if isinstance(runner, WorkerRunner):
-        if getattr(rt, "shipper", None):
+    if isinstance(environment.runner, WorkerRunner):
+        if rt.shipper is not None:
             rt.shipper.flush(final=True)
             rt.shipper.close()
         return
-    if not rt.end.begin():  # Locust's shutdown again: a second SIGTERM (record it, exit) or the final call
-        environment.process_exit_code = rt.end.again()
-        return
-    if runner.state not in ("stopped", "ready"):  # Ctrl-C / SIGTERM while running: stop users first
-        runner.stop()
-    if isinstance(runner, MasterRunner):
-        rt.collector.recover_local_shards()
-    locust_code, why = endofrun.locust_exit_code(environment)  # Locust's own, before ours is set
-    code = rt.end.final = endofrun.combine(rt.end.finish(), locust_code)
-    if code != rt.end.code:
-        endofrun.say(f"exit code {code}: Locust's own ({why})")
-    runfolder.end_run(rt.settings.run_dir, exit_code=code, phase=endofrun.DONE, verdict=rt.end.verdict)
-    environment.process_exit_code = code
+    environment.process_exit_code = rt.end.quit(environment)
 
 
 def _on_drain(environment, msg, **_kw):
@@ -178,7 +216,7 @@ def _on_drain(environment, msg, **_kw):
     environment.runner.stop()
     environment.runner._send_stats()  # private (Locust has no public call): the pinned range; see docs/locust.md
     rt = environment.goldfish
-    if getattr(rt, "shipper", None):
+    if rt.shipper is not None:
         rt.shipper.flush(final=True)
 
 

@@ -29,46 +29,76 @@ class OptionError(ValueError):
     """An option value that cannot work; the message names the option."""
 
 
+# --help groups, in the order they are listed (goldfish's options come after Locust's own)
+GROUPS = {
+    "run": ("goldfish: the run", "what each test runs and where its run folder goes"),
+    "contract": ("goldfish: the chat API contract", "how a turn is sent and where the reply is (no Python needed)"),
+    "store": ("goldfish: store and audit", "the store read back and audited when each test stops"),
+    "chaos": ("goldfish: chaos", "faults armed at each test start and healed at each test stop"),
+    "gates": ("goldfish: gates", "the verdict's rules (docs/oracle.md \"The verdict\")"),
+    "shape": ("goldfish: load shape", "the opt-in step-load shape (fixed when Locust starts)"),
+}
+
+
 def add_arguments(parser) -> None:
-    """Register every goldfish option on Locust's parser (called from init_command_line_parser)."""
-    # not an argument group: Locust's web-UI flags (include_in_web_ui, is_secret) live on the parser's own
-    # add_argument. Options fixed at init (run folder, chaos, step shape) stay out of the web UI.
-    add = parser.add_argument
-    add("--run-dir", default="", help="run folder (default results/<UTC timestamp>-<label>)", include_in_web_ui=False)
-    add("--label", default="dev", help="release label recorded in run.json, e.g. v1.4.2")
-    add("--script", default="", help="conversation script YAML (default locustfiles/scripts/support.yaml)")
-    add("--think", default="0", help="seconds between turns: 0.5 or a range 0.2-1.0")
-    # the chat API contract
-    add("--chat-path", default="/chat", help="path of the chat endpoint")
-    add("--message-field", default="message", help="dotted JSON path of the user message in the request")
-    add("--session-field", default="session_id",
-        help="dotted JSON path of the session id in the request body (empty: not in the body)")
-    add("--session-header", default="", help="send the session id in this header instead of the body")
-    add("--header", action="append", default=[], include_in_web_ui=False,
-        help="extra request header 'Name: value' (repeatable; a list in a config file)")
-    add("--reply-field", default="reply", help="dotted JSON path of the reply text in the response")
-    add("--timeout", type=float, default=30.0, help="seconds before a turn is given up (journaled info)")
+    """Register every goldfish option on Locust's parser (called from init_command_line_parser), in argument
+    groups for --help. Locust's web-UI flags (include_in_web_ui, is_secret) are attributes of the argparse
+    Action, which LocustArgumentParser.add_argument sets and ui_extra_args_dict reads from ``parser._actions``;
+    a group's add_argument is argparse's own, so ``add`` sets them on the action it returns.
+
+    The web UI form lists the options in the order they are added here (webui.py keeps Flask from sorting
+    them): what to run, the chaos plan, the gates, the store, the contract. Options fixed for the process
+    (run folder, headers, the step shape) and the --max-* shorthands of --gate stay out of the form."""
+    groups = {key: parser.add_argument_group(title, description) for key, (title, description) in GROUPS.items()}
+
+    def add(group: str, *names, ui: bool = True, secret: bool = False, **kw):
+        action = groups[group].add_argument(*names, **kw)
+        action.include_in_web_ui, action.is_secret, action.is_required, action.is_multiple = ui, secret, False, False
+        return action
+
+    def adder(group: str):
+        """``add`` for the oracle's shared option lists (their Locust flags spelt as Locust spells them)."""
+        return lambda *names, include_in_web_ui=True, is_secret=False, **kw: add(
+            group, *names, ui=include_in_web_ui, secret=is_secret, **kw)
+
+    add("run", "--label", default="dev", help="release label recorded in run.json, e.g. v1.4.2")
+    add("run", "--script", default="", help="conversation script YAML (default locustfiles/scripts/support.yaml)")
+    add("run", "--think", default="0", help="seconds between turns: 0.5 or a range 0.2-1.0")
+    add("chaos", "--chaos", default="", help="chaos plan YAML, armed from its beginning at each test start")
+    add("chaos", "--chaos-backend", default="local", help="chaos backend: local, docker, kubernetes")
+    add("chaos", "--stack-state", default=".stack/state.json",
+        help="stack state file of the local backend, or a targets file (.yaml) naming your own processes")
+    # the verdict's gates, the same as `python -m oracle audit`'s (oracle/options.py). The errors gate judges
+    # failed requests (allowed only while a chaos fault is in force), so goldfish sets Locust's
+    # --exit-code-on-error default to 0: give it to fail on any failed request as plain Locust does
+    add_gate_options(adder("gates"), locust=True)
     # store and audit: the same options as `python -m oracle audit` (defined once, in oracle/options.py)
-    add_store_options(parser, locust=True)
-    add("--no-audit", action="store_true", default=False, help="skip the end-of-run audit")
-    add("--settle", default="2s", help="wait after healing before the audit reads the store")
-    add("--audit-every", default="0",
+    add_store_options(adder("store"), locust=True)
+    add("store", "--settle", default="2s", help="wait after healing before the audit reads the store")
+    add("store", "--no-audit", action="store_true", default=False, help="skip the audit even with --store-url")
+    add("store", "--audit-every", default="0",
         help="rolling audit: every this long during the run, judge the conversations that completed more than "
              "--settle ago (a Redis store only; the final audit then re-checks them cheaply). 0: off")
-    # the verdict's gates; the errors gate judges failed requests (allowed only while a chaos fault is in
-    # force), so goldfish sets Locust's --exit-code-on-error default to 0: give it to fail on any failed request
-    add_gate_options(parser, locust=True)
-    # chaos
-    add("--chaos", default="", help="chaos plan YAML (faults start at test start, heal at the end)", include_in_web_ui=False)
-    add("--chaos-backend", default="local", help="chaos backend: local, docker, kubernetes", include_in_web_ui=False)
-    add("--stack-state", default=".stack/state.json", help="stack state file for the local chaos backend", include_in_web_ui=False)
-    # step-load shape (opt-in)
-    add("--step-users", type=int, default=0, help="users added per load step (enables the step shape)", include_in_web_ui=False)
-    add("--step-duration", default="30s", help="duration of each load step", include_in_web_ui=False)
-    add("--steps", type=int, default=0, help="number of load steps", include_in_web_ui=False)
-    # telemetry (locustfiles/telemetry.py)
-    add("--telemetry-interval", default="5s",
+    add("store", "--telemetry-interval", default="5s",
         help="sample the store's INFO and the Locust processes' RSS this often into telemetry.jsonl (0: off)")
+    add("contract", "--chat-path", default="/chat", help="path of the chat endpoint")
+    add("contract", "--message-field", default="message", help="dotted JSON path of the user message in the request")
+    add("contract", "--session-field", default="session_id",
+        help="dotted JSON path of the session id in the request body (empty: not in the body)")
+    add("contract", "--session-header", default="", help="send the session id in this header instead of the body")
+    add("contract", "--reply-field", default="reply", help="dotted JSON path of the reply text in the response")
+    add("contract", "--replica-header", default="",
+        help="response header naming the replica that answered (e.g. X-Refbot-Replica): journaled per turn, "
+             "and failed probes are broken down by it")
+    add("contract", "--timeout", type=float, default=30.0, help="seconds before a turn is given up (journaled info)")
+    add("contract", "--header", action="append", default=[], ui=False,
+        help="extra request header 'Name: value' (repeatable; a list in a config file)")
+    add("run", "--run-dir", default="", ui=False,
+        help="the first test's run folder (default results/<UTC time>-<label>); later tests in the same "
+             "process get <run-dir>-2, -3, ...")
+    add("shape", "--step-users", type=int, default=0, ui=False, help="users added per load step (enables the step shape)")
+    add("shape", "--steps", type=int, default=0, ui=False, help="number of load steps")
+    add("shape", "--step-duration", default="30s", ui=False, help="duration of each load step")
     # failed requests are judged by the errors gate (faults excuse them); an explicit value still applies
     parser.set_defaults(exit_code_on_error=0)
     # a master sends every option (the store's password, header values) to any worker that connects: loopback
@@ -162,6 +192,7 @@ class Settings:
     session_header: str
     headers: dict[str, str]
     reply_field: str
+    replica_header: str
     timeout: float
     store: StoreOptions | None
     no_audit: bool
@@ -215,6 +246,7 @@ class Settings:
             session_header=str(get("session_header") or ""),
             headers=dict(parse_header(h) for h in (get("header") or [])),
             reply_field=str(get("reply_field")),
+            replica_header=str(get("replica_header") or "").strip(),
             timeout=timeout,
             store=_audit_option(store_options, o),
             no_audit=bool(get("no_audit", False)),

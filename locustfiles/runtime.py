@@ -21,7 +21,7 @@ class Runtime:
     script: Script
     contract: ChatContract
     plants: PlantRegistry = field(default_factory=PlantRegistry)
-    journal: Journal | None = None
+    journal: Journal | None = None  # a live.TalliedJournal around it while a test runs
     step: int | None = None  # current load step (step shape), broadcast by the master
     crosstalk_logged: int = 0
     runner_kind: str = ""
@@ -30,6 +30,8 @@ class Runtime:
     shipper: object = None    # distributed.WorkerShipper (worker)
     telemetry: object = None  # telemetry.Sampler (master / local runner, during the load)
     watch: object = None      # distributed.MasterWatch (worker)
+    live: object = None       # live.Live: the current test's counts for the web UI (master / local runner)
+    replicas: object = None   # replica.ReplicaTag with --replica-header
     _user_ids: itertools.count = field(default_factory=itertools.count)
 
     @classmethod

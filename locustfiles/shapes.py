@@ -5,6 +5,10 @@ Locust uses any shape class it finds in the locustfile, so this one is always *d
 init hook (locustfiles/hooks.py) sets ``environment.shape_class = None`` unless the step
 options are given, and the plain ``-u/-r/-t`` run happens. Each finished step is appended to
 ``steps.jsonl``; the master broadcasts the step index to workers for the journal's ``step``.
+
+A step is a load level, not a ramp: each step's new users arrive within a second (spawn rate at least
+``--step-users`` per second; a higher ``-r`` still applies). With Locust's headless default of 1 user/s a
+step of +8 users spent 8 of its seconds ramping.
 """
 from __future__ import annotations
 
@@ -40,8 +44,8 @@ class StepLoadShape(LoadTestShape):
             self.current = (step, users, time.time())
         env.goldfish.step = step
         self.runner.send_message(MSG_STEP, {"step": step})
-        spawn_rate = (env.parsed_options.spawn_rate if env.parsed_options is not None else None) or s.step_users
-        return users, spawn_rate
+        asked = (env.parsed_options.spawn_rate if env.parsed_options is not None else None) or 0
+        return users, max(float(asked), float(s.step_users))
 
     def finish(self) -> None:
         """Write the open step's boundaries (at a step change, at the end, or at test_stop)."""

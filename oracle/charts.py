@@ -7,6 +7,7 @@ that colour is the same in every chart and every run (see ``fault_color``), so a
 from __future__ import annotations
 
 import zlib
+from itertools import groupby
 from pathlib import Path
 
 import matplotlib
@@ -189,19 +190,60 @@ def timeline(data: RunData, out: Path) -> Path:
         return _save(fig, out)
 
 
+MIN_PROBES, MIN_ACKED = 20, 200  # what one pooled point of the amnesia-vs-throughput chart rests on at least
+
+
+def pool_windows(windows: pd.DataFrame, total: str, minimum: int) -> pd.DataFrame:
+    """Consecutive windows under the same faults and in the same load step, merged until each merged point
+    has at least ``minimum`` of ``total`` (the last few of a run of windows join the point before them).
+    A single 5 s window holds a handful of probes, so its interval spans most of the axis; pooled, a point
+    says something. A run of windows that never reaches ``minimum`` (a short fault) stays one point."""
+    columns = ["start", "end", "step", "faults", "acked", "probes", "probes_failed", "lost", "seconds", "windows"]
+    if windows.empty:
+        return pd.DataFrame(columns=[*columns, "throughput"])
+    rows = [{"start": r.start, "end": r.end, "step": None if pd.isna(r.step) else r.step, "faults": str(r.faults or ""),
+             "acked": r.acked, "probes": r.probes, "probes_failed": r.probes_failed, "lost": r.lost,
+             "seconds": float(r.end - r.start), "windows": 1}
+            for r in windows.sort_values("start").itertuples(index=False)]
+    points: list[dict] = []
+    for _key, run in groupby(rows, key=lambda r: (r["step"], r["faults"])):
+        pooled, current = [], None
+        for row in run:
+            if current is None:
+                current = {**row, "acked": 0, "probes": 0, "probes_failed": 0, "lost": 0, "seconds": 0.0, "windows": 0}
+            _merge(current, row)
+            if current[total] >= minimum:
+                pooled.append(current)
+                current = None
+        if current is not None:  # the remainder joins the run's last point, or is the run's only one
+            _merge(pooled[-1], current) if pooled else pooled.append(current)
+        points += pooled
+    frame = pd.DataFrame(points, columns=columns)
+    frame["throughput"] = frame["acked"] / frame["seconds"].where(frame["seconds"] > 0)
+    return frame
+
+
+def _merge(into: dict, more: dict) -> None:
+    into["end"] = more["end"]
+    for column in ("acked", "probes", "probes_failed", "lost", "seconds", "windows"):
+        into[column] += 0 if pd.isna(more[column]) else more[column]
+
+
 def amnesia_vs_throughput(data: RunData, out: Path) -> Path:
-    """One point per window (small) and per load step (large), with Wilson intervals, coloured by fault."""
+    """Pooled windows (small points) and load steps (large diamonds), coloured by fault; intervals where they
+    bound something (every step; a pooled point with events)."""
     w = data.windows
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
         kinds_seen: dict[str, str] = {}
-        for ax, (count, total, title, events) in zip(axes, (
-                ("probes_failed", "probes", "Probe amnesia rate", "failed probes"),
-                ("lost", "acked", "Stored loss rate", "lost turns"))):
+        for ax, (count, total, title, events, minimum) in zip(axes, (
+                ("probes_failed", "probes", "Probe amnesia rate", "failed probes", MIN_PROBES),
+                ("lost", "acked", "Stored loss rate", "lost turns", MIN_ACKED))):
             ax.set_title(f"{title} against throughput", pad=6)
             ax.set_xlabel("throughput (acked turns/s)")
             ax.set_ylabel("rate (%) with 95% Wilson interval")
-            measured = w[w[total].fillna(0) > 0] if not w.empty else w
+            points = pool_windows(w, total, minimum)
+            measured = points[points[total].fillna(0) > 0]
             if measured.empty:
                 _empty(ax, f"nothing measured (no {total})")
                 continue
@@ -211,28 +253,37 @@ def amnesia_vs_throughput(data: RunData, out: Path) -> Path:
             for f in faults:
                 if f:
                     kinds_seen[f[0]] = fault_color(f[0])
-            ax.errorbar(measured["throughput"], r, yerr=[lo, hi], fmt="none", ecolor="#e3e7ec", lw=0.8, zorder=1)
-            top = np.nanmax(r) if np.isfinite(r).any() else 0.0
-            seen_any = top > 0
-            ax.scatter(measured["throughput"], r, c=colors, s=22, zorder=2, edgecolors="white", linewidths=0.4)
+            seen = measured[count].fillna(0).to_numpy(float) > 0
+            if seen.any():
+                ax.errorbar(measured["throughput"][seen], r[seen], yerr=[lo[seen], hi[seen]], fmt="none",
+                            ecolor="#cbd2d9", lw=0.9, capsize=2, zorder=1)
+            small = (measured[total] < minimum).to_numpy()
+            ax.scatter(measured["throughput"][~small], r[~small], c=[c for c, s in zip(colors, small) if not s],
+                       s=26, zorder=2, edgecolors="white", linewidths=0.4)
+            if small.any():  # a short fault's few windows: shown, hollow, as too small to read alone
+                ax.scatter(measured["throughput"][small], r[small], s=26, zorder=2, facecolors="none",
+                           edgecolors=[c for c, s in zip(colors, small) if s], linewidths=1.2)
+            top = float(np.nanmax(np.where(seen, r + hi, r))) if np.isfinite(r).any() else 0.0
+            seen_any = bool(seen.any())
             steps = by_step(w, data.steps)
             steps = steps[steps[total] > 0]
             if not steps.empty:
                 sr, slo, shi = _rates(steps, count, total)
                 ax.errorbar(steps["throughput"], sr, yerr=[slo, shi], fmt="D-", color=INK, ms=8, lw=1.2,
                             capsize=4, zorder=3, mfc="white", mew=1.8, label="per load step")
-                top = max(top, np.nanmax(sr + shi))
+                top = max(top, float(np.nanmax(sr + shi)))
                 seen_any = seen_any or bool(np.nanmax(sr) > 0)
                 for (_, s), y in zip(steps.iterrows(), sr):
                     text = f"step {int(s['step'])}" if pd.isna(s.get("users")) else f"{int(s['users'])} users"
                     ax.annotate(text, (s["throughput"], y), xytext=(6, 6),
                                 textcoords="offset points", fontsize=8, color=INK)
-            ax.set_ylim(0, max(top * 1.15, 1.0))
+            ymax = max(top * 1.15, 1.0)
+            ax.set_ylim(-0.03 * ymax, ymax)  # points at zero sit just above the axis, not on it
             if not seen_any:
                 ax.text(0.5, 0.6, f"no {events} in any window", ha="center", transform=ax.transAxes,
                         color=QUIET, fontsize=11, bbox={"facecolor": "white", "edgecolor": "none"})
-        handles = [Patch(color=QUIET, label="quiet window")]
-        handles += [Patch(color=c, label=f"window during {k}") for k, c in kinds_seen.items()]
+        handles = [Patch(color=QUIET, label="quiet windows")]
+        handles += [Patch(color=c, label=f"windows during {k}") for k, c in kinds_seen.items()]
         if not by_step(w, data.steps).empty:
             handles.append(plt.Line2D([], [], marker="D", color=INK, mfc="white", ls="-", label="load step"))
         fig.tight_layout()

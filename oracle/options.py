@@ -43,9 +43,9 @@ GATES = [
                        help="the verdict's gates: strict (nothing allowed), lenient, off, a YAML gates file, and/or "
                             "name=limit items, comma-separated, later ones win, e.g. 'strict,probe_amnesia=1%%,errors=5' "
                             "(docs/oracle.md \"The verdict\")")),
-    (("--max-probe-amnesia",), dict(default="", help="same as --gate probe_amnesia=RATE (0..1)")),
-    (("--max-stored-loss",), dict(default="", help="same as --gate stored_loss=RATE (0..1)")),
-    (("--max-crosstalk",), dict(default="", help="same as --gate crosstalk=N (sessions with cross-talk)")),
+    (("--max-probe-amnesia",), dict(default="", include_in_web_ui=False, help="same as --gate probe_amnesia=RATE (0..1)")),
+    (("--max-stored-loss",), dict(default="", include_in_web_ui=False, help="same as --gate stored_loss=RATE (0..1)")),
+    (("--max-crosstalk",), dict(default="", include_in_web_ui=False, help="same as --gate crosstalk=N (sessions with cross-talk)")),
 ]
 LOCUST_ONLY = ("include_in_web_ui", "is_secret")
 
@@ -55,6 +55,8 @@ class OptionError(ValueError):
 
 
 def add_store_options(parser, locust: bool = False) -> None:
+    """On an argparse parser (or group), or with ``locust``: on Locust's, or any ``add(*flags, **kwargs)``
+    callable that takes Locust's web-UI flags."""
     _add(parser, STORE, locust)
 
 
@@ -63,8 +65,9 @@ def add_gate_options(parser, locust: bool = False) -> None:
 
 
 def _add(parser, options, locust: bool) -> None:
+    add = parser if callable(parser) else parser.add_argument
     for flags, kwargs in options:
-        parser.add_argument(*flags, **(kwargs if locust else {k: v for k, v in kwargs.items() if k not in LOCUST_ONLY}))
+        add(*flags, **(kwargs if locust else {k: v for k, v in kwargs.items() if k not in LOCUST_ONLY}))
 
 
 def store_options(values) -> StoreOptions | None:

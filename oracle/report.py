@@ -17,7 +17,7 @@ from pathlib import Path
 import jinja2
 
 from contracts.runfolder import RunFolder
-from oracle import charts, telemetry
+from oracle import breakdown, charts, telemetry
 from oracle.report_data import RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run, rate
 from oracle.report_format import interval, ms, number, pct, verdict
 from oracle.explain import journal_copy_line
@@ -30,10 +30,13 @@ CHARTS = {
                  "its kind's colour across every panel, with one lane per kind on top; dashed lines are load-step "
                  "boundaries."),
     "amnesia_vs_throughput": ("Amnesia against throughput", charts.amnesia_vs_throughput,
-                              "One small point per window, one large diamond per load step, each with its 95% Wilson "
-                              "interval. Grey windows were quiet; coloured ones had a fault active. A rate that rises "
-                              "with throughput in quiet windows is a load bug; one that rises only in coloured "
-                              "windows is a fault bug."),
+                              f"Small points: consecutive windows under the same faults and load step, pooled until "
+                              f"each rests on at least {charts.MIN_PROBES} answered probes (left) or "
+                              f"{charts.MIN_ACKED} acknowledged turns (right); large diamonds: load steps. Whiskers "
+                              "(95% Wilson intervals) are drawn where there is something to bound: on every step, and "
+                              "on pooled points that saw events. Grey points were quiet; coloured ones had a fault "
+                              "active. A rate that rises with throughput in quiet windows is a load bug; one that "
+                              "rises only in coloured windows is a fault bug."),
     "attribution": ("Attribution by fault kind", charts.attribution,
                     "Rates during each kind of fault (including the recovery margin the audit adds) against the "
                     "quiet baseline (dashed line and grey band). Overlapping intervals mean no evidence of a "
@@ -82,6 +85,16 @@ def headline_rows(summary: dict) -> list[dict]:
     return rows
 
 
+LOCUST_FILES = (("report.html", "Locust's report"), ("requests.csv", "requests.csv"),
+                ("failures.csv", "failures.csv"), ("exceptions.csv", "exceptions.csv"))
+
+
+def locust_files(run_dir: Path) -> list[dict]:
+    """Locust's own files of this run (``locust/``, written at the test's stop), as relative links."""
+    return [{"href": f"locust/{name}", "title": title} for name, title in LOCUST_FILES
+            if (run_dir / "locust" / name).is_file()]
+
+
 def render(run_dir: str | Path) -> Path:
     """Write ``charts/*.png`` and ``report.html`` into the run folder; return the HTML's path."""
     data = load_run(run_dir)
@@ -122,6 +135,7 @@ def context(data: RunData) -> dict:
                                 length=data.faults["end"] - data.faults["start"])
     steps = data.steps.assign(start_s=data.steps["start"] - data.t0, end_s=data.steps["end"] - data.t0)
     return {
+        "locust_files": locust_files(data.path), "breakdown": breakdown.load(data.path),
         "run": data.run, "label": data.label, "run_id": data.run.get("run") or data.path.name, "summary": s,
         "level": level, "headline": headline, "detail": detail, "headline_rows": headline_rows(s),
         "turns": turn_counts(s), "latency": s.get("latency") or {}, "throughput": s.get("throughput"),

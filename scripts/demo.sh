@@ -38,14 +38,14 @@ echo "demo: bringing up the embedded stack (mode $MODE, persistence $PERSISTENCE
     --redis "$REDIS" --wait-replicas "$WAIT_REPLICAS" || exit $?
 read -r URL STORE_URL < <("$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["url"], s["store_url"])' "$STATE_DIR/state.json")
 
-mkdir -p "$RUN_DIR/locust"
 echo "demo: $STEPS load steps of +$STEP_USERS users x $STEP_DURATION against $URL, chaos plan $PLAN"
+# each step's users arrive within a second (the shape's spawn rate is at least --step-users per second);
+# Locust's own report and CSVs go to $RUN_DIR/locust/ at the stop, linked from report.html
 "$VENV/bin/locust" -f locustfiles/chat.py --headless --only-summary \
     --host "$URL" --run-dir "$RUN_DIR" --label "$LABEL" \
     --step-users "$STEP_USERS" --steps "$STEPS" --step-duration "$STEP_DURATION" \
     --chaos "$PLAN" --chaos-backend local --stack-state "$STATE_DIR/state.json" \
-    --store-url "$STORE_URL" --think 0.1-0.4 \
-    --csv "$RUN_DIR/locust/stats" --html "$RUN_DIR/locust/locust.html"
+    --store-url "$STORE_URL" --think 0.1-0.4 --replica-header X-Refbot-Replica
 status=$?
 echo
 if [ -f "$RUN_DIR/audit/summary.json" ]; then

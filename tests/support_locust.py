@@ -15,7 +15,9 @@ Every mode serves what it stored at ``GET /history/<session>``: ``{"messages": [
 "content": ...}, {"role": "assistant", ...}]}`` (a layout other than LangChain's, for audit tests).
 
 Run one: ``python tests/support_locust.py --port P --mode memory [--log FILE] [--delay S]``.
-With ``--log`` every received user message is appended (one line each) before answering.
+With ``--log`` every received user message is appended (one line each) before answering. Every answer
+carries ``X-Turn-Token``: the token of the message it answers (a stand-in for a replica header whose
+right value per turn is known, to check ``--replica-header`` tags each journal record with its own turn's).
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ LOCUST = str(Path(sys.executable).parent / "locust")
 CHATFILE = str(REPO / "locustfiles" / "chat.py")
 PLANT_RE = re.compile(r"\bMy ([a-z][a-z ]*?) is (\S+)\.")
 PROBE_RE = re.compile(r"\bWhat is my ([a-z][a-z ]*?)\?")
+TOKEN_RE = re.compile(r"\[(gf[0-9a-f]+t\d+)\]")
 
 
 # ---- the test bots (run in a subprocess) -------------------------------------------------------
@@ -48,8 +51,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
     counter = itertools.count()
     log = open(log_path, "a", buffering=1) if log_path else None
 
-    def respond(start, status: str, body: bytes, ctype: str = "application/json"):
-        start(status, [("Content-Type", ctype), ("Content-Length", str(len(body)))])
+    def respond(start, status: str, body: bytes, ctype: str = "application/json", extra=()):
+        start(status, [("Content-Type", ctype), ("Content-Length", str(len(body))), *extra])
         return [body]
 
     def answer(facts: dict, message: str) -> str:
@@ -75,6 +78,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
         else:
             body = json.loads(raw)
             session, message = body["session_id"], body["message"]
+        token = TOKEN_RE.match(message)
+        extra = [("X-Turn-Token", token[1])] if token else []
         if log:
             log.write(message + "\n")
         if mode == "slow":
@@ -82,9 +87,9 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
         if mode == "flaky":
             kind = next(counter) % 3
             if kind == 1:
-                return respond(start, "200 OK", b"hello, not json", "text/plain")
+                return respond(start, "200 OK", b"hello, not json", "text/plain", extra)
             if kind == 2:
-                return respond(start, "200 OK", b'{"answer": "the reply is under another name"}')
+                return respond(start, "200 OK", b'{"answer": "the reply is under another name"}', extra=extra)
         if mode == "forget":
             text = answer({}, message)
         elif mode == "leaky":
@@ -94,8 +99,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
         histories.setdefault(session, []).extend([{"role": "user", "content": message},
                                                   {"role": "assistant", "content": text}])
         if mode == "contract2":
-            return respond(start, "200 OK", json.dumps({"data": {"answer": {"text": text}}}).encode())
-        return respond(start, "200 OK", json.dumps({"reply": text}).encode())
+            return respond(start, "200 OK", json.dumps({"data": {"answer": {"text": text}}}).encode(), extra=extra)
+        return respond(start, "200 OK", json.dumps({"reply": text}).encode(), extra=extra)
 
     return app
 
@@ -166,20 +171,10 @@ class LocustRun:
         return self.count("POST", "chat ") - self.count("POST", "chat ", failures=True)
 
     def records(self) -> list[dict]:
-        """The journal's turns, one record per turn (contracts.journal.one_per_turn: an outcome supersedes the
-        first turn's in-flight record)."""
-        return [turn_dict(t) for t in self.turns()]
+        return journal_records(self.run_dir)
 
     def turns(self) -> list:
-        from contracts.journal import decode_line, one_per_turn
-        from contracts.jsonl import read_jsonl
-        from contracts.runfolder import RunFolder
-
-        sessions: dict[str, list] = {}
-        for shard in RunFolder(self.run_dir).shards():
-            for t in read_jsonl(shard, decode_line):
-                sessions.setdefault(t.session, []).append(t)
-        return [t for turns in sessions.values() for t in one_per_turn(turns)[0]]
+        return journal_turns(self.run_dir)
 
     def raw_records(self) -> list[dict]:
         """Every line of the journal as written, in-flight records included."""
@@ -187,6 +182,24 @@ class LocustRun:
         from contracts.runfolder import RunFolder
 
         return [r for shard in RunFolder(self.run_dir).shards() for r in read_jsonl(shard)]
+
+
+def journal_records(run_dir) -> list[dict]:
+    """The journal's turns, one record per turn (contracts.journal.one_per_turn: an outcome supersedes the
+    first turn's in-flight record)."""
+    return [turn_dict(t) for t in journal_turns(run_dir)]
+
+
+def journal_turns(run_dir) -> list:
+    from contracts.journal import decode_line, one_per_turn
+    from contracts.jsonl import read_jsonl
+    from contracts.runfolder import RunFolder
+
+    sessions: dict[str, list] = {}
+    for shard in RunFolder(run_dir).shards():
+        for t in read_jsonl(shard, decode_line):
+            sessions.setdefault(t.session, []).append(t)
+    return [t for turns in sessions.values() for t in one_per_turn(sorted(turns, key=lambda t: t.turn))[0]]
 
 
 def turn_dict(turn) -> dict:

@@ -27,16 +27,20 @@ def master_journal_equals_worker_shards(run_dir):
 
 @pytest.mark.slow
 def test_processes_2_gives_one_complete_journal_in_the_run_folder(tmp_path):
-    """Also with the step shape: the master's steps reach the workers' journal records."""
-    port = free_port()  # not Locust's default 5557: another run on this machine would swap workers with this one
+    """Also with the step shape: the master's steps reach the workers' journal records; and the master's
+    --replica-header reaches the workers (each turn tagged with its own response's header)."""
+    port = free_port()  # loopback and a free port: Locust's default binds tcp://*:5557, shared by every run here
     with chat_bot("memory") as url:
-        run = run_locust(url, tmp_path / "run", "--processes", "2", "--master-bind-port", port, "--master-port", port,
-                         "--step-users", "4", "--steps", "2", "--step-duration", "3s", users=8, time_s="60s")
+        run = run_locust(url, tmp_path / "run", "--processes", "2", "--master-bind-host", "127.0.0.1",
+                         "--master-bind-port", port, "--master-host", "127.0.0.1", "--master-port", port,
+                         "--step-users", "4", "--steps", "2",
+                         "--step-duration", "3s", "--replica-header", "X-Turn-Token", users=8, time_s="60s")
     assert run.returncode == 0, run.output
     master_journal_equals_worker_shards(run.run_dir)
     records = run.records()
     assert_journal_matches_locust(run, records)
-    assert run.count("RECALL", failures=True) == 0
+    assert {r["verdict"] for r in records if r["kind"] == "probe" and r["outcome"] == "ok"} == {"pass"}
+    assert all(r["replica"] == r["token"] for r in records if r["status"])
     steps = (run.run_dir / "steps.jsonl").read_text().splitlines()
     assert len(steps) == 2
     assert {r["step"] for r in records} <= {None, 0, 1} and {0, 1} <= {r["step"] for r in records}
@@ -125,3 +129,39 @@ def test_sigkilled_worker_loses_only_its_in_flight_turns(tmp_path):
     assert {r["token"] for r in records if r["outcome"] == "ok"} <= received
     lost = received - journaled
     assert len(lost) <= (users // 2) * 2, sorted(lost)
+
+
+@pytest.mark.slow
+def test_a_web_ui_master_gives_each_test_its_own_folder_with_every_workers_shard(tmp_path):
+    """Two tests started and stopped through a master's web UI: each run folder holds both workers' journal
+    shards (the workers take the run folder from the master's options at each start), equal line for line
+    to the workers' own copies, and Locust's totals for the test are its journal's."""
+    from support_webui import locust_ui
+    from test_locust_webui import assert_locust_counts_the_journal, records
+
+    port = free_port()
+    with chat_bot("memory") as url, locust_ui(tmp_path / "master", "--master", "--master-bind-host", "127.0.0.1",
+                                              "--master-bind-port", port, "--host", url, "--think", "0.02") as ui:
+        workers = start_workers(2, port, tmp_path)
+        try:
+            wait_until(lambda: ui.get("/worker-count").json()["worker_count"] == 2, what="two workers")
+            folders = []
+            for n in range(2):
+                assert ui.swarm(user_count=4, spawn_rate=4, label=f"t{n}")["success"]
+                # worker counts reach the master with their stats reports (every 3 s)
+                ui.wait(lambda s: len(s["runs"]) == n + 1 and s["counts"]["turns"] >= 40, timeout=60)
+                ui.stop()
+                run_dir = ui.cwd / ui.status()["runs"][-1]["dir"]
+                folders.append(run_dir)
+                shards = sorted((run_dir / "journal").glob("*.jsonl"))
+                assert len(shards) == 2, shards
+                for shard in shards:
+                    local = next(tmp_path.glob(f"w*/{run_dir.relative_to(ui.cwd)}/workers/{shard.name}"))
+                    assert shard.read_bytes() == local.read_bytes(), shard.name
+                assert {r["run"] for r in records(run_dir)} == {run_dir.name}
+                assert_locust_counts_the_journal(ui, run_dir)
+            assert folders[0] != folders[1]
+            assert ui.quit() == 0, ui.output[-3000:]
+        finally:
+            for w in workers:
+                _kill_group(w)

@@ -1,6 +1,6 @@
 """ChatUser against the real reference stack (`python -m refbot up`: redis-server, bot replicas, HAProxy).
 
-Correct mode: the journal matches Locust, no RECALL/CROSSTALK, and the end-of-run seam runs
+Correct mode: the journal matches Locust, no failed probe or cross-talk, and the end-of-run seam runs
 the oracle's audit on the real Redis. Buggy modes: the online judgement catches them live.
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ def test_correct_stack_passes_and_the_audit_runs_at_the_end(tmp_path, refbot_sta
                      users=10, time_s="5s", timeout=240)
     records = run.records()
     assert_journal_matches_locust(run, records)
-    assert run.count("RECALL") > 0 and run.count("RECALL", failures=True) == 0
-    assert run.count("CROSSTALK") == 0
+    assert {r["verdict"] for r in records if r["kind"] == "probe" and r["outcome"] == "ok"} == {"pass"}
+    assert not any(r["crosstalk"] for r in records)
     summary_file = run.run_dir / "audit" / "summary.json"
     assert summary_file.exists(), run.output
     summary = json.loads(summary_file.read_text())
@@ -35,7 +35,7 @@ def test_correct_stack_passes_and_the_audit_runs_at_the_end(tmp_path, refbot_sta
 def test_process_local_memory_on_3_replicas_shows_recall_failures(tmp_path, refbot_stack):  # noqa: F811
     stack = refbot_stack(replicas=3, mode="process-local", think_ms=0, jitter_ms=5)
     run = run_locust(stack.url, tmp_path / "run", users=6, time_s="4s")
-    assert run.count("RECALL", failures=True) > 0
+    assert any(r["verdict"] == "amnesia" for r in run.records())
     assert run.returncode == 1, run.output
 
 
@@ -43,7 +43,6 @@ def test_process_local_memory_on_3_replicas_shows_recall_failures(tmp_path, refb
 def test_shared_instance_memory_under_concurrency_shows_crosstalk(tmp_path, refbot_stack):  # noqa: F811
     stack = refbot_stack(replicas=1, mode="shared-instance", think_ms=20, jitter_ms=20)
     run = run_locust(stack.url, tmp_path / "run", users=20, rate=20, time_s="5s")
-    assert run.count("CROSSTALK", failures=True) > 0, run.stats
     assert any(r["crosstalk"] for r in run.records())
     assert run.returncode == 1, run.output
 

@@ -276,3 +276,65 @@ def test_fault_timeline_pairs_applies_and_recovers(tmp_path):
     html = report.render(run).read_text()
     assert "chaos: fault f4#1 (pause on bot-3) failed to apply: no such process" in html
     assert "(not recovered: end of run)" in html
+
+
+def test_report_links_locusts_own_report_when_the_run_has_it(tmp_path):
+    run = synthetic(tmp_path / "run")
+    assert 'href="locust/report.html"' not in report.render(run).read_text()
+    (run / "locust").mkdir()
+    for name in ("report.html", "requests.csv"):
+        (run / "locust" / name).write_text("x")
+    html = report.render(run).read_text()
+    assert html.count('href="locust/report.html"') >= 2 and 'href="locust/requests.csv"' in html
+    assert not EXTERNAL.search(html)
+
+
+def test_pooled_windows_rest_on_enough_probes_and_never_mix_faults_or_steps(tmp_path):
+    from oracle.charts import pool_windows
+    from oracle.report_data import load_run
+
+    data = load_run(synthetic(tmp_path / "run", probes_failed=25, lost=60))
+    pooled = pool_windows(data.windows, "probes", 20)
+    assert pooled["probes"].sum() == data.windows["probes"].sum() and pooled["windows"].sum() == len(data.windows)
+    assert len(pooled) < len(data.windows) / 3
+    for point in pooled.itertuples():
+        inside = data.windows[(data.windows["start"] >= point.start) & (data.windows["end"] <= point.end)]
+        assert len(inside) == point.windows and inside["faults"].nunique() == 1 and inside["step"].nunique() == 1
+        # below the minimum only when the whole run of such windows has fewer (a short fault, a step's tail)
+        assert point.probes >= 20 or point.windows == len(inside)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("chromium"), reason="chromium is not installed: no headless browser check")
+def test_tables_fit_their_cards_at_1280_px(tmp_path):
+    """The attribution table with every metric (13 columns before) and the breakdown tables fit their cards
+    in a 1,280 px wide window: no card scrolls sideways."""
+    import json
+
+    run = synthetic(tmp_path / "run", lost=60, probes_failed=25, crosstalk=3)
+    summary = json.loads((run / "audit" / "summary.json").read_text())
+    for row in summary["by_fault"] + [summary["baseline"]]:
+        row["lost_after"], row["charged"] = {"count": 12, "total": 1234}, 12
+    summary["by_fault"][0]["probe_amnesia"]["above_baseline"] = True
+    (run / "audit" / "summary.json").write_text(json.dumps(summary))
+    from test_breakdown import window_journal
+
+    window_journal(run, k=3, replicas=True)
+    html = report.render(run).read_text()
+    assert 'id="breakdown-distance_turns"' in html and 'id="charts-attribution"' in html
+    probe = tmp_path / "probe.html"
+    probe.write_text(html.replace("</body>", OVERFLOW_SCRIPT + "</body>"))
+    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'p'}",
+                          "--window-size=1280,3000", "--virtual-time-budget=3000", "--dump-dom", probe.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    found = re.search(r'data-sections="(\d+)" data-overflow="([^"]*)"', dom)
+    assert found, "the probe script did not run"
+    assert int(found.group(1)) >= 8 and found.group(2) == "", f"cards that scroll sideways: {found.group(2)}"
+
+
+OVERFLOW_SCRIPT = """<script>window.addEventListener("load", () => {
+  const all = [...document.querySelectorAll("section")];
+  const wide = all.filter(s => s.scrollWidth > s.clientWidth + 1).map(s => `${s.id}:${s.scrollWidth}>${s.clientWidth}`);
+  document.body.setAttribute("data-sections", all.length);
+  document.body.setAttribute("data-overflow", wide.join(","));
+});</script>"""

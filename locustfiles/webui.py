@@ -1,0 +1,260 @@
+"""The goldfish tab in Locust's web UI, built only from Locust's extension points (as in Locust's
+examples/extend_web_ui.py and examples/web_ui_cache_stats.py):
+
+- ``web_ui.template_args``: ``extended_tabs`` / ``extended_tables`` declare the tab and its columns, and
+  ``extended_csv_files`` adds a link to the last run's report.html to the "Download Data" tab;
+- its rows ride on ``/stats/requests`` (``extended_stats``, added by an ``after_request`` hook), so the tab
+  refreshes with Locust's own polling: the run folder and its phase, live counts per session outcome (from
+  the journal, locustfiles/live.py), the chaos timeline (in force now, applied and healed), and after the
+  stop the verdict with each rule and the report's address;
+- Flask routes under ``/goldfish``: ``status`` (the same as JSON), ``runs/<run>/<file>`` (serves each run
+  folder of this process: report.html, Locust's own report), ``report`` (the last run's report.html);
+- a ``before_request`` hook on ``/swarm`` checks goldfish's options as the form sends them (script, gates,
+  chaos plan against its backend) and refuses a start with one clear message, before any load.
+"""
+from __future__ import annotations
+
+import json
+import time
+from argparse import Namespace
+from pathlib import Path
+
+from flask import Blueprint, jsonify, redirect, request, send_from_directory
+from locust.runners import STATE_RUNNING, STATE_SPAWNING
+
+from locustfiles import endofrun, options
+from locustfiles.script import ScriptError, load_script
+
+TAB = "goldfish"
+STRUCTURE = [{"key": "section", "title": "Section"}, {"key": "item", "title": "What"},
+             {"key": "value", "title": "Value"}, {"key": "detail", "title": "Detail"}]
+LOCUST_FORM_KEYS = {"user_count", "spawn_rate", "host", "user_classes", "run_time", "profile", "shape_class"}
+
+
+def install(environment, rt) -> None:
+    web_ui = environment.web_ui
+    app = web_ui.app
+    base = (getattr(environment.parsed_options, "web_base_path", None) or "").rstrip("/")
+    # Flask (jsonify) and Jinja (the page's |tojson) sort JSON keys by default, which put goldfish's options
+    # in the start form in alphabetical order; unsorted, the form lists them in the order options.py adds them
+    app.json.sort_keys = False
+    app.jinja_env.policies["json.dumps_kwargs"] = {"sort_keys": False}
+    web_ui.template_args.update(
+        extended_tabs=[{"title": "Goldfish", "key": TAB}],
+        extended_tables=[{"key": TAB, "structure": STRUCTURE}],
+        extended_csv_files=[{"href": f"{base}/goldfish/report", "title": "goldfish: report.html of the last run"},
+                            {"href": f"{base}/goldfish/status", "title": "goldfish: the tab as JSON"}])
+    page = Blueprint("goldfish", __name__, url_prefix=f"{base}/goldfish")
+
+    @app.after_request
+    def _extend_stats(response):
+        if request.endpoint != "locust.request_stats" or not response.is_json:
+            return response
+        data = {**response.json, "extended_stats": [{"key": TAB, "data": rows(rt, base, environment)}]}
+        response.set_data(app.json.dumps(data))
+        return response
+
+    @app.before_request
+    def _check_start():
+        if request.endpoint != "locust.swarm" or request.method != "POST":
+            return None
+        if environment.runner is not None and environment.runner.state in (STATE_RUNNING, STATE_SPAWNING):
+            return None  # an edit of the running test: its options are fixed at its start
+        problem = check_form(environment.parsed_options, request.form)
+        if problem:
+            endofrun.say(f"error: {problem} (the test was not started)")
+            return jsonify({"success": False, "message": f"goldfish: {problem}", "host": environment.host})
+        return None
+
+    @page.route("/status")
+    @web_ui.auth_required_if_enabled
+    def status():
+        return jsonify(status_of(rt, base, environment))
+
+    @page.route("/report")
+    @web_ui.auth_required_if_enabled
+    def last_report():
+        done = [run for run in rt.end.runs if run.report is not None]
+        if not done:
+            return "goldfish: no report yet (a report is written when a test with --store-url stops)", 404
+        return redirect(f"{base}/goldfish/runs/{done[-1].settings.run_id}/report.html")
+
+    @page.route("/runs/<run_id>/<path:name>")
+    @web_ui.auth_required_if_enabled
+    def run_file(run_id: str, name: str):
+        run = next((r for r in rt.end.runs if r.settings.run_id == run_id), None)
+        if run is None:
+            return f"goldfish: no run {run_id!r} in this Locust process", 404
+        return send_from_directory(Path(run.run_dir).resolve(), name)
+
+    app.register_blueprint(page)
+
+
+def check_form(parsed: Namespace, form) -> str | None:
+    """What is wrong with the options the start form sends (converted as Locust's /swarm converts them), or None."""
+    values = dict(vars(parsed))
+    for key, value in form.items():
+        if key in LOCUST_FORM_KEYS or key not in values:
+            continue
+        current = values[key]
+        try:
+            if isinstance(current, bool):
+                values[key] = value == "true"
+            elif current is None or isinstance(current, list):
+                values[key] = value if current is None else form.getlist(key)
+            else:
+                values[key] = type(current)(value)
+        except ValueError:
+            return f"--{key.replace('_', '-')}: {value!r} is not a {type(current).__name__}"
+    try:
+        settings = options.Settings.from_options(Namespace(**values))
+        load_script(settings.script)
+        endofrun.check_chaos(settings)
+    except (options.OptionError, ScriptError) as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - PlanError, an unreachable chaos backend
+        return f"chaos plan {values.get('chaos')}: {exc}"
+    return None
+
+
+# ---- what the tab shows ---------------------------------------------------------------------------
+
+def status_of(rt, base: str = "", environment=None) -> dict:
+    end = rt.end
+    return {"phase": end.phase, "counts": rt.live.counts() if end.run is not None else {},
+            "runs": [{"run": r.settings.run_id, "dir": r.run_dir, "phase": r.phase, "verdict": r.result,
+                      "exit_code": r.final, "interrupted": r.interrupted,
+                      "report": f"{base}/goldfish/runs/{r.settings.run_id}/report.html" if r.report else None}
+                     for r in end.runs],
+            "rows": rows(rt, base, environment)}
+
+
+def rows(rt, base: str = "", environment=None) -> list[dict]:
+    """The tab's rows: (section, what, value, detail), in reading order."""
+    out: list[dict] = []
+
+    def row(section, item, value="", detail=""):
+        # Locust's table sorts rows by "name" until a column is clicked: the index keeps reading order
+        out.append({"name": f"{len(out):03d}", "section": section, "item": item, "value": value,
+                    "detail": detail})
+
+    end = rt.end
+    run = end.run
+    if run is None:
+        row("run", "no test yet", "", "each start opens its own run folder, arms the chaos plan and starts a "
+                                      "fresh journal; each stop heals, audits and judges it")
+        return out
+    s = run.settings
+    elapsed = (run.ended or time.time()) - run.started
+    row("run", "folder", s.run_id, f"{run.phase} · {elapsed:.0f} s · label {s.label} · script "
+                                   f"{Path(s.script).name} · gates {s.gates.spec}")
+    runner = getattr(environment, "runner", None)
+    _count_rows(row, rt.live.counts(), runner.stats.total.num_requests if runner is not None else None)
+    _chaos_rows(row, run)
+    _verdict_rows(row, run, base)
+    for earlier in reversed(end.runs[:-1]):
+        link = f" · {base}/goldfish/runs/{earlier.settings.run_id}/report.html" if earlier.report else ""
+        row("earlier run", earlier.settings.run_id, (earlier.result or earlier.interrupted or "no verdict").upper(),
+            f"exit code {earlier.final}{link}")
+    return out
+
+
+def _count_rows(row, c: dict, requests: int | None) -> None:
+    answered = c.get("probes_answered", 0)
+    rate = f" ({c.get('probes_amnesia', 0) / answered:.1%})" if answered else ""
+    row("turns", "journaled", c.get("turns", 0),
+        f"ok {c.get('ok', 0)} · refused {c.get('fail', 0)} · indeterminate {c.get('info', 0)} · interrupted by "
+        f"the stop {c.get('interrupted', 0)} (journaled as indeterminate; not a request in Locust's totals)")
+    if requests is not None:
+        row("turns", "requests in Locust's totals", requests,
+            "the Aggregated row: one per turn that was sent and answered or failed (journaled minus interrupted; "
+            "a worker's reach the master with its stats reports)")
+    row("probes", "answered", answered, f"recalled {c.get('probes_passed', 0)} · amnesia "
+                                        f"{c.get('probes_amnesia', 0)}{rate}")
+    row("cross-talk", "replies carrying another session's data", c.get("crosstalk_replies", 0),
+        "which session leaked is in the journal (crosstalk)")
+    row("sessions", "all", c.get("sessions", 0), "conversations started in this test")
+    for key, what in (("sessions_amnesia", "with amnesia (a failed probe)"),
+                      ("sessions_crosstalk", "with cross-talk"),
+                      ("sessions_info", "with indeterminate turns (timeout, 5xx, reset)"),
+                      ("sessions_clean", "clean")):
+        row("sessions", what, c.get(key, 0))
+
+
+def _chaos_rows(row, run) -> None:
+    s = run.settings
+    if not s.chaos:
+        row("chaos", "plan", "none", "no faults in this test (the --chaos option, also in the start form)")
+        return
+    planned = len(run.controller.plan.faults) if run.controller is not None else 0
+    row("chaos", "plan", Path(s.chaos).name, f"{planned} fault(s), armed from its beginning at the test start "
+                                             f"on backend {s.chaos_backend}; everything is healed at the stop")
+    occurrences = fault_occurrences(Path(s.run_dir) / "chaos.jsonl")
+    now = [f"{o['kind']} on {o['instance']}" for o in occurrences if o["healed"] is None and o["error"] is None]
+    row("chaos", "in force now", ", ".join(now) or "nothing")
+    for o in occurrences:
+        at = lambda t: f"+{t - run.started:.1f} s"  # noqa: E731
+        if o["error"] is not None:
+            detail = f"apply failed at {at(o['applied'])}: {o['error']}"
+        elif o["healed"] is None:
+            detail = f"applied {at(o['applied'])} · in force"
+        else:
+            detail = f"applied {at(o['applied'])} · healed {at(o['healed'])}" + (f" ({o['via']})" if o["via"] else "")
+        row("chaos", o["fault"], f"{o['kind']} on {o['instance']}", detail)
+
+
+def fault_occurrences(timeline: Path) -> list[dict]:
+    """The chaos timeline paired up: one entry per applied fault instance, with when it was healed."""
+    try:
+        lines = timeline.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    out, open_ = [], {}
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        key = (rec.get("fault"), rec.get("instance"))
+        if rec.get("event") == "apply":
+            entry = {"fault": rec.get("fault"), "kind": rec.get("kind"), "instance": rec.get("instance"),
+                     "applied": rec.get("time"), "healed": None, "via": None,
+                     "error": rec.get("error") if rec.get("outcome") != "ok" else None}
+            out.append(entry)
+            if entry["error"] is None:
+                open_[key] = entry
+        elif rec.get("event") == "recover" and key in open_:
+            entry = open_.pop(key)
+            entry["healed"], entry["via"] = rec.get("time"), rec.get("via")
+    return out
+
+
+def _verdict_rows(row, run, base: str) -> None:
+    from oracle.verdict import FAIL, PASS, rule_line
+
+    if run.verdict is None:
+        if run.interrupted:
+            row("verdict", "none", "INTERRUPTED", f"{run.interrupted} after the load; run.json says how to finish")
+        elif run.phase == endofrun.LOAD:
+            row("verdict", "when the test stops", "", "heal, settle, audit, report and the verdict")
+        elif run.phase == endofrun.DONE:
+            row("verdict", "none", f"exit code {run.final}", "nothing to judge (see the log)")
+        else:
+            row("verdict", "in progress", run.phase, "the stop heals, settles, audits and judges this test")
+        return
+    v = run.verdict
+    audited = run.report is not None or (Path(run.run_dir) / "audit" / "summary.json").exists()
+    row("verdict", "result", v["result"].upper(), f"gates {v['gates']} · exit code {run.final}"
+        + ("" if audited else " · online, from the journal: the store was not audited"))
+    for rule in v["rules"]:
+        if rule["result"] in (PASS, FAIL):
+            row("verdict", rule["gate"], rule["result"], rule_line(rule))
+    unjudged = [f"{r['gate']} ({r['result']})" for r in v["rules"] if r["result"] not in (PASS, FAIL)]
+    if unjudged:
+        row("verdict", "not judged", len(unjudged), ", ".join(unjudged))
+    where = f"{base}/goldfish/runs/{run.settings.run_id}"
+    locust_report = f"Locust's own: {where}/locust/report.html"
+    if run.report is not None:
+        row("report", "report.html", f"{where}/report.html", locust_report)
+    else:
+        row("report", "report.html", "none", f"a report needs the audit (--store-url) · {locust_report}")

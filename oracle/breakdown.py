@@ -1,0 +1,176 @@
+"""Amnesia broken down where the breakdown explains the bug: ``audit/breakdown.json`` for the report.
+
+Failed probes (of the probes with a verdict) by
+- fact;
+- distance from the plant the probe expects to the probe, in turns and in seconds: a context window of
+  k turns shows as a cliff at k (recalled up to k turns after the plant, forgotten beyond);
+- the replica that answered the probe, and whether it is the one that took the plant (journal ``replica``,
+  with ``--replica-header``): memory kept per process fails exactly when they differ;
+- what came between plant and probe: a double-send (burst) in between, or not;
+and acknowledged turns the store lost (the audit's ``lost`` findings) by turn kind: a read-modify-write
+race loses the turns of a double-send.
+
+Computed from the journal alone (plus ``audit/anomalies.jsonl`` when the run was audited), streaming each
+shard once: a session's plants are kept only while its user holds it (a user holds one conversation at a
+time), so memory grows with the number of users, not of sessions.
+"""
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from contracts import codec
+from contracts.journal import Turn
+from contracts.jsonl import read_jsonl
+from contracts.runfolder import RunFolder
+from oracle.history import Journal, JournalError, decode_turns
+from oracle.metrics import wilson
+
+FILE = "breakdown.json"
+SECOND_BINS = (0, 1, 2, 5, 10, 30, 60, 300)
+CLIFF_MIN_SHARE = 0.95  # a cliff explains at least this share of the probes on both sides of it
+
+
+def _lost_turns(run_dir: Path) -> set[tuple[str, int]] | None:
+    path = RunFolder(run_dir).anomalies
+    if not path.is_file():
+        return None
+    return {(rec["session"], int(rec["turn"])) for rec in read_jsonl(path, problems=[])
+            if rec.get("class") == "lost" and rec.get("session") is not None and isinstance(rec.get("turn"), int)}
+
+
+def _seconds_bin(seconds: float) -> str:
+    for low, high in zip(SECOND_BINS, SECOND_BINS[1:]):
+        if seconds < high:
+            return f"{low}-{high} s"
+    return f">= {SECOND_BINS[-1]} s"
+
+
+def compute(run_dir: str | Path) -> dict:
+    run_dir = Path(run_dir)
+    lost = _lost_turns(run_dir)
+    groups: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: [0, 0]))  # table -> group -> [failed, probes]
+    kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # kind -> [lost, acknowledged]
+    replicas_seen = False
+    for _, entry in Journal.open(run_dir).completed():  # one session at a time, as the audit reads them
+        turns, _ = decode_turns(entry)
+        plants: dict[str, Turn] = {}  # fact -> the latest plant that may be stored (ok or info)
+        bursts: list[int] = []        # turn indices of double-sent turns
+        for r in turns:
+            if r.interrupted:
+                continue
+            replicas_seen = replicas_seen or r.replica is not None
+            if r.outcome == "ok" and lost is not None:
+                kinds[r.kind][1] += 1
+                kinds[r.kind][0] += (r.session, r.turn) in lost
+            if r.kind == "burst":
+                bursts.append(r.turn)
+            elif r.kind == "plant" and r.outcome != "fail" and r.fact:
+                plants[r.fact] = r
+            elif r.kind == "probe" and r.verdict in ("pass", "amnesia"):
+                failed = r.verdict == "amnesia"
+
+                def count(table: str, group) -> None:
+                    cell = groups[table][group]
+                    cell[0] += failed
+                    cell[1] += 1
+
+                count("fact", r.fact or "?")
+                plant = plants.get(r.fact)
+                if plant is not None:
+                    count("distance_turns", r.turn - plant.turn)
+                    planted = plant.received if plant.received is not None else plant.sent
+                    count("distance_seconds", _seconds_bin(max(0.0, r.sent - planted)))
+                    between = any(plant.turn < b < r.turn for b in bursts)
+                    count("between", "a double-send between plant and probe" if between else "no double-send between")
+                    if r.replica is not None and plant.replica is not None:
+                        count("replica_match", "the replica that took the plant" if r.replica == plant.replica
+                              else "another replica")
+                if r.replica is not None:
+                    count("replica", r.replica)
+    tables = [_table("fact", "Failed probes by fact", "fact", groups["fact"]),
+              _table("distance_turns", "Failed probes by turns from plant to probe", "turns after the plant",
+                     groups["distance_turns"]),
+              _table("distance_seconds", "Failed probes by seconds from plant to probe", "seconds after the plant",
+                     groups["distance_seconds"]),
+              _table("between", "Failed probes by what came between plant and probe", "in between", groups["between"])]
+    if replicas_seen:
+        tables += [_table("replica", "Failed probes by the replica that answered the probe", "replica",
+                          groups["replica"]),
+                   _table("replica_match", "Failed probes by where the probe landed", "probe answered by",
+                          groups["replica_match"])]
+    if lost is not None:
+        tables.append(_table("lost_by_kind", "Acknowledged turns the store lost, by turn kind", "turn kind",
+                             {k: v for k, v in kinds.items() if v[1]}, counts="lost turns", over="acknowledged turns"))
+    probes = sum(v[1] for v in groups["fact"].values())
+    failed = sum(v[0] for v in groups["fact"].values())
+    return {"probes": probes, "failed": failed, "replicas": replicas_seen,
+            "cliff": cliff(groups["distance_turns"]), "tables": [t for t in tables if t["rows"]]}
+
+
+def _sort_key(group):
+    if isinstance(group, (int, float)):
+        return (0, group, "")
+    text = str(group)
+    number = text.split("-")[0].lstrip(">= ").strip()
+    try:
+        return (0, float(number), text)
+    except ValueError:
+        return (1, 0, text)
+
+
+def _table(key: str, title: str, by: str, cells: dict, counts: str = "failed probes", over: str = "probes") -> dict:
+    rows = [{"group": group, **wilson(failed, total)} for group, (failed, total) in
+            sorted(cells.items(), key=lambda item: _sort_key(item[0]))]
+    return {"key": key, "title": title, "by": by, "counts": counts, "over": over, "rows": rows}
+
+
+def cliff(by_distance: dict) -> dict | None:
+    """The distance k that best splits recalled (<= k turns) from forgotten (> k), when it explains at
+    least CLIFF_MIN_SHARE of the probes on each side and both sides exist: the signature of a context
+    window of k turns."""
+    distances = sorted(d for d in by_distance if isinstance(d, int))
+    best = None
+    for k in distances[:-1]:
+        near = [by_distance[d] for d in distances if d <= k]
+        far = [by_distance[d] for d in distances if d > k]
+        near_failed, near_total = sum(c[0] for c in near), sum(c[1] for c in near)
+        far_failed, far_total = sum(c[0] for c in far), sum(c[1] for c in far)
+        if not near_total or not far_total:
+            continue
+        recalled, forgotten = 1 - near_failed / near_total, far_failed / far_total
+        if recalled >= CLIFF_MIN_SHARE and forgotten >= CLIFF_MIN_SHARE:
+            score = recalled + forgotten
+            if best is None or score > best[0]:
+                best = (score, {"k": k, "recalled": [near_total - near_failed, near_total],
+                                "forgotten": [far_failed, far_total]})
+    return None if best is None else best[1]
+
+
+def write(run_dir: str | Path) -> Path:
+    """Compute and write ``audit/breakdown.json``; return its path."""
+    run_dir = Path(run_dir)
+    out = run_dir / "audit" / FILE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = compute(run_dir)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(codec.dumps_document(data), encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def load(run_dir: str | Path) -> dict | None:
+    """``audit/breakdown.json``, written afresh when the journal or the audit is newer (or it is missing)."""
+    run_dir = Path(run_dir)
+    path = run_dir / "audit" / FILE
+    folder = RunFolder(run_dir)
+    sources = folder.shards() + list(folder.workers.glob("*.jsonl")) + [folder.anomalies]
+    newest = max((p.stat().st_mtime for p in sources if p.is_file()), default=None)
+    try:
+        if newest is not None and (not path.is_file() or path.stat().st_mtime < newest):
+            write(run_dir)
+        return codec.load_document(path) if path.is_file() else None
+    except (OSError, ValueError, JournalError) as exc:
+        print(f"warning: {path}: {exc}", file=sys.stderr)
+        return None
