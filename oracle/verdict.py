@@ -150,15 +150,16 @@ def _gates_file(path: str, where: str) -> dict[str, Limit]:
     """A YAML mapping ``gate: limit``; an optional ``profile:`` key names the base profile."""
     import yaml
 
+    from contracts import yamldoc
+
     file = Path(path)
     if not file.is_file():
         raise GateError(f"{where}: {path!r} is neither a profile ({', '.join(PROFILES)}), nor name=limit, "
                         "nor a gates file that exists")
     try:
-        root = yaml.compose(file.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise GateError(f"{file}: not a readable YAML gates file ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
+        _, root = yamldoc.load(file, "the gates file")  # plain data only, bounded, file:line on any error
+    except yamldoc.YamlError as exc:
+        raise GateError(str(exc)) from None
     if not isinstance(root, yaml.MappingNode):
         raise GateError(f"{file}:1: a gates file is a mapping of gate: limit (e.g. probe_amnesia: 1%)")
     out: dict[str, Limit] = {}

@@ -64,8 +64,14 @@ def test_gates_file_with_profile_and_line_numbered_errors(tmp_path):
     with pytest.raises(GateError, match="list.yaml:1: a gates file is a mapping"):
         parse_gates(str(tmp_path / "list.yaml"))
     (tmp_path / "bin.yaml").write_bytes(b"\x80\x81\xff")
-    with pytest.raises(GateError, match="bin.yaml: not a readable YAML gates file"):
+    with pytest.raises(GateError, match="bin.yaml:1: not UTF-8 text"):
         parse_gates(str(tmp_path / "bin.yaml"))
+    (tmp_path / "deep.yaml").write_text("a: " + "[" * 100_000 + "\n")  # bounded: no RecursionError
+    with pytest.raises(GateError, match="deep.yaml.*nested too deeply"):
+        parse_gates(str(tmp_path / "deep.yaml"))
+    (tmp_path / "tag.yaml").write_text("probe_amnesia: !!python/object/apply:os.system [true]\n")
+    with pytest.raises(GateError, match="tag.yaml:1: "):
+        parse_gates(str(tmp_path / "tag.yaml"))
     with pytest.raises(GateError, match="'nope.yaml' is neither a profile"):
         parse_gates("nope.yaml")
 
