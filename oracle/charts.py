@@ -19,7 +19,8 @@ import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from oracle.report_data import RATE_TITLES, RunData, wilson  # noqa: E402
+from oracle.metrics import wilson  # noqa: E402
+from oracle.report_data import RATE_TITLES, RunData  # noqa: E402
 
 QUIET = "#8a94a6"
 INK = "#1f2933"
@@ -80,9 +81,8 @@ def throughput_bins(windows: pd.DataFrame, bins: int = 5) -> pd.DataFrame:
 
 def _rates(frame: pd.DataFrame, count: str, total: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     values = [wilson(min(c, n), n) for c, n in zip(frame[count].fillna(0), frame[total].fillna(0))]
-    r = np.array([v[0] if v[0] is not None else np.nan for v in values], dtype=float)
-    lo = np.array([v[1] if v[1] is not None else np.nan for v in values], dtype=float)
-    hi = np.array([v[2] if v[2] is not None else np.nan for v in values], dtype=float)
+    r, lo, hi = (np.array([np.nan if v[key] is None else v[key] for v in values], dtype=float)
+                 for key in ("rate", "low", "high"))
     return r * 100, (r - lo) * 100, (hi - r) * 100
 
 

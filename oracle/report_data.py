@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from scipy.stats import binomtest
 
 from contracts import codec, redact
 from contracts.jsonl import read_jsonl, record
-from contracts.timeline import chaos_event, load_step
+from contracts.timeline import load_step
 from contracts.runfolder import RunFolder
+from oracle.metrics import wilson
+from oracle.timeline import Fault, load_faults
 
 RATE_METRICS = ("probe_amnesia", "stored_loss", "session_amnesia", "crosstalk")
 RATE_TITLES = {
@@ -82,26 +83,21 @@ class RunData:
         return max(values) if values else float(self.t0)
 
 
+SUMMARY_PARTS = ("metrics", "turns", "observed", "verdict")  # what a report and a comparison read
+
+
 def is_run_folder(path: Path) -> bool:
     return RunFolder(path).is_run()
 
 
-def wilson(count: int, total: int) -> tuple[float | None, float | None, float | None]:
-    """(rate, low, high) with a 95% Wilson interval; all None when nothing was measured."""
-    count, total = int(count), int(total)
-    if total <= 0:
-        return None, None, None
-    ci = binomtest(count, total).proportion_ci(confidence_level=0.95, method="wilson")
-    return count / total, float(ci.low), float(ci.high)
-
-
 def rate(metric: dict | None) -> dict:
-    """A summary rate with every key present (n=0 rates have rate None)."""
+    """A rate the audit wrote, with every key present; only an older summary without its interval (or a
+    rate pooled over runs or windows) gets one computed here, by the audit's own ``wilson``."""
     metric = dict(metric or {})
     count, total = int(metric.get("count") or 0), int(metric.get("total") or 0)
-    if metric.get("rate") is None or metric.get("low") is None:
-        r, low, high = wilson(count, total)
-        metric.update(rate=r, low=low, high=high)
+    if metric.get("low") is None and total > 0:
+        metric.update(wilson(count, total))
+    metric.setdefault("rate", None), metric.setdefault("low", None), metric.setdefault("high", None)
     metric.update(count=count, total=total)
     return metric
 
@@ -126,51 +122,31 @@ def load_run(path: str | Path) -> RunData:
     summary = _read_json(summary_file, warnings, default=None)
     if not isinstance(summary, dict):
         raise NotAudited(f"{summary_file}: not a JSON object - re-run `python -m oracle audit {path}`")
+    wrong = [key for key in SUMMARY_PARTS if not isinstance(summary.get(key), dict)]
+    if wrong:  # a hand-edited or truncated summary: no report that looks like a verdict
+        raise NotAudited(f"{summary_file}: not an audit summary ({', '.join(wrong)} missing or not objects) - "
+                         f"re-run `python -m oracle audit {path}`")
     windows = _read_csv(folder.windows_csv, WINDOW_COLUMNS, warnings)
     windows["faults"] = [str(v) if pd.notna(v) else "" for v in windows["faults"]]
     sessions = _read_csv(folder.sessions_csv, ["session"], warnings)
     anomalies = _read_jsonl(folder.anomalies, warnings)
     steps = pd.DataFrame(_read_jsonl(folder.steps, warnings, load_step), columns=["step", "users", "start", "end"])
-    faults = fault_intervals(_read_jsonl(folder.chaos, warnings, chaos_event), run.get("end"), windows, warnings)
+    faults = fault_intervals(load_faults(path, warnings), run.get("end"), windows)
     return RunData(path, run, summary, windows, sessions, anomalies, steps, faults, warnings)
 
 
-def fault_intervals(records: list[dict], run_end, windows: pd.DataFrame,
-                    warnings: list[str] | None = None) -> pd.DataFrame:
-    """Pair each apply with its recover by (fault, instance); an unrecovered fault lasts to the run's end.
-
-    An apply that failed (outcome ``error``) injected nothing, so it is not shaded; it is reported.
-    """
-    columns = ["fault", "kind", "target", "instance", "start", "end", "open", "outcome", "error"]
-    applies: dict[tuple, dict] = {}
-    rows = []
-    ends = [float(run_end)] if run_end is not None else []
-    if not windows.empty:
-        ends.append(float(windows["end"].max()))
-    for rec in sorted(records, key=lambda r: float(r.get("time") or 0)):
-        if "time" in rec:
-            ends.append(float(rec["time"]))
-        key = (rec.get("fault"), rec.get("instance"))
-        if rec.get("event") == "apply" and rec.get("outcome", "ok") == "error":
-            if warnings is not None:
-                warnings.append(f"chaos: fault {rec.get('fault')} ({rec.get('kind')} on {rec.get('instance')}) "
-                                f"failed to apply: {rec.get('error')}")
-        elif rec.get("event") == "apply":
-            applies[key] = rec
-        elif rec.get("event") == "recover" and key in applies:
-            a = applies.pop(key)
-            rows.append(_interval(a, float(rec["time"]), False))
+def fault_intervals(faults: list[Fault], run_end, windows: pd.DataFrame) -> pd.DataFrame:
+    """The audit's faults (oracle/timeline.py) as a frame for the charts; one never recovered lasts to the
+    end of the run (the heal may be what failed) and is marked ``open``."""
+    columns = ["fault", "kind", "target", "instance", "start", "end", "open", "touched"]
+    ends = [f.end if f.end is not None else f.start for f in faults]
+    ends += [float(run_end)] if run_end is not None else []
+    ends += [float(windows["end"].max())] if not windows.empty else []
     end_of_run = max(ends) if ends else None
-    for a in applies.values():
-        rows.append(_interval(a, end_of_run if end_of_run is not None else float(a["time"]), True))
-    frame = pd.DataFrame(rows, columns=columns)
-    return frame.sort_values("start", ignore_index=True) if not frame.empty else frame
-
-
-def _interval(apply: dict, end: float, open_ended: bool) -> dict:
-    return {"fault": apply.get("fault"), "kind": str(apply.get("kind") or "?"), "target": apply.get("target"),
-            "instance": apply.get("instance"), "start": float(apply["time"]), "end": max(end, float(apply["time"])),
-            "open": open_ended, "outcome": apply.get("outcome", "ok"), "error": apply.get("error")}
+    rows = [{"fault": f.fault, "kind": f.kind, "target": f.target, "instance": f.instance, "start": f.start,
+             "end": f.end if f.end is not None else max(end_of_run, f.start), "open": f.end is None,
+             "touched": f.touched} for f in faults]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _read_json(file: Path, warnings: list[str], default):

@@ -35,19 +35,28 @@ def _records(path: Path, problems: list[str], decode):
 
 
 def load_faults(run_dir: Path, problems: list[str] | None = None) -> list[Fault]:
+    """Every fault that was injected, in time order: each apply paired with the next recover of the same
+    (fault, instance). The one pairing: the audit's windows and charges and the report's shading use it."""
     problems = problems if problems is not None else []
-    applies: dict[tuple, dict] = {}
-    ends: dict[tuple, float] = {}
-    for r in _records(RunFolder(run_dir).chaos, problems, chaos_event):
+    records = [r for r in _records(RunFolder(run_dir).chaos, problems, chaos_event) if r.get("time") is not None]
+    open_: dict[tuple, dict] = {}
+    faults = []
+    for r in sorted(records, key=lambda r: float(r["time"])):
         key = (r.get("fault"), r.get("instance"))
-        if r.get("event") == "apply" and r.get("outcome", "ok") == "ok" and r.get("time") is not None:
-            applies.setdefault(key, r)
-        elif r.get("event") == "recover" and r.get("time") is not None:
-            ends.setdefault(key, float(r["time"]))
-    faults = [Fault(str(k[0]), str(r.get("kind")), r.get("target"), k[1], float(r["time"]), ends.get(k),
-                    _touched(r.get("detail")))
-              for k, r in applies.items()]
+        if r.get("event") == "apply" and r.get("outcome", "ok") == "error":
+            problems.append(f"chaos: fault {r.get('fault')} ({r.get('kind')} on {r.get('instance')}) failed to "
+                            f"apply: {r.get('error')}")
+        elif r.get("event") == "apply" and key not in open_:
+            open_[key] = r
+        elif r.get("event") == "recover" and key in open_:
+            faults.append(_fault(open_.pop(key), float(r["time"])))
+    faults += [_fault(r, None) for r in open_.values()]
     return sorted(faults, key=lambda f: f.start)
+
+
+def _fault(apply: dict, end: float | None) -> Fault:
+    return Fault(str(apply.get("fault")), str(apply.get("kind") or "?"), apply.get("target"), apply.get("instance"),
+                 float(apply["time"]), end, _touched(apply.get("detail")))
 
 
 def _touched(detail) -> int | None:

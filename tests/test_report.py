@@ -338,3 +338,18 @@ OVERFLOW_SCRIPT = """<script>window.addEventListener("load", () => {
   document.body.setAttribute("data-sections", all.length);
   document.body.setAttribute("data-overflow", wide.join(","));
 });</script>"""
+
+
+@pytest.mark.parametrize("content", [b"{}", b"[]", b'{"metrics": [], "turns": {}, "observed": {}, "verdict": {}}',
+                                     b'{"metrics": {}, "turns": "x", "observed": {}, "verdict": 3}', b"\x80garbage"])
+def test_a_damaged_summary_is_exit_2_naming_it_never_a_report(tmp_path, capsys, content):
+    """A hand-edited or truncated audit/summary.json must not render a report that looks like a verdict."""
+    from oracle import compare
+
+    run = synthetic(tmp_path / "run")
+    (run / "audit" / "summary.json").write_bytes(content)
+    assert report.main([str(run)]) == 2
+    assert compare.main([str(run), str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run / 'audit' / 'summary.json'}" in err and "Traceback" not in err
+    assert not (run / "report.html").exists()
