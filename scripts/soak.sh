@@ -3,11 +3,12 @@
 # (nightly) soak runs before a launch:
 #   1. python -m refbot up      redis-server (aof-always) + bot replicas + HAProxy on free loopback ports
 #   2. locust --headless -u USERS -t DURATION ... --chaos <the plan, its duration set to DURATION>
-#      store telemetry sampled every TELEMETRY_INTERVAL; chaos healed, then audit + report + verdict
+#      store telemetry sampled every TELEMETRY_INTERVAL, the rolling audit every AUDIT_EVERY
+#      (audit/rolling/progress.json); chaos healed, then the final audit + report + verdict
 #   3. python -m refbot down    always, also on Ctrl-C or an error
 # Settings (environment): DURATION (default 2h), USERS (16), SPAWN_RATE (4), THINK (0.5-2), MODE,
 # PLAN (chaos/plans/soak.yaml), PERSISTENCE, RELEASES, MAXMEMORY + MAXMEMORY_POLICY (a cache Redis),
-# TELEMETRY_INTERVAL (5s), LABEL, RUN_DIR. Exit code: Locust's (1 when a gate fails). docs/soak.md.
+# TELEMETRY_INTERVAL (5s), AUDIT_EVERY (5m: the rolling audit; 0 off), LABEL, RUN_DIR. Exit code: Locust's (1 when a gate fails). docs/soak.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -21,6 +22,7 @@ THINK="${THINK:-0.5-2}"
 PERSISTENCE="${PERSISTENCE:-aof-always}"
 RELEASES="${RELEASES:-v1}"
 TELEMETRY_INTERVAL="${TELEMETRY_INTERVAL:-5s}"
+AUDIT_EVERY="${AUDIT_EVERY:-5m}"
 LABEL="${LABEL:-soak-${MODE//:/-}}"
 RUN_DIR="${RUN_DIR:-results/$(date -u +%Y%m%dT%H%M%SZ)-$LABEL}"
 STACK_FLAGS=(--mode "$MODE" --persistence "$PERSISTENCE" --releases "$RELEASES")
@@ -36,7 +38,7 @@ trap cleanup EXIT
 trap 'echo "soak: interrupted"; exit 130' INT TERM
 
 # the plan's faults repeat for the whole soak: its copy in the run folder lasts DURATION
-mkdir -p "$RUN_DIR/locust"
+mkdir -p "$RUN_DIR"
 SOAK_PLAN="$RUN_DIR/plan.yaml"
 { grep -v '^duration:' "$PLAN"; echo "duration: $DURATION"; } > "$SOAK_PLAN" || exit 2
 
@@ -50,7 +52,7 @@ echo "soak: $USERS users for $DURATION against $URL, chaos plan $PLAN (as $SOAK_
     -u "$USERS" -r "$SPAWN_RATE" -t "$DURATION" \
     --chaos "$SOAK_PLAN" --chaos-backend local --stack-state "$STATE_DIR/state.json" \
     --store-url "$STORE_URL" --think "$THINK" --telemetry-interval "$TELEMETRY_INTERVAL" \
-    --csv "$RUN_DIR/locust/stats" --html "$RUN_DIR/locust/locust.html"
+    --audit-every "$AUDIT_EVERY" --replica-header X-Refbot-Replica
 status=$?
 echo
 if [ -f "$RUN_DIR/audit/summary.json" ]; then
