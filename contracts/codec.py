@@ -83,3 +83,12 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return f"not JSON: not UTF-8 text ({exc.reason} at byte {exc.start})"
     return "not JSON: " + (str(exc).split("\n", 1)[0] or type(exc).__name__)
+
+
+def short(value, limit: int = 40) -> str:
+    """A value for a one-line message, cut short: whatever a line or an option held, the message stays short."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's digit limit
+        return "(a number that long)"
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import re
 
+from contracts import codec
+
 DAY = 86_400.0
 DEFAULT_LIMIT = 30 * DAY
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
@@ -31,15 +33,15 @@ def parse_duration(value, what: str = "", limit: float = DEFAULT_LIMIT) -> float
     its message starting with ``what: `` when given (an option's name, a plan's field)."""
     what = f"{what}: " if what else ""
     if isinstance(value, bool):
-        raise DurationError(f"{what}{_repr(value)} is not a duration ({EXAMPLES})")
+        raise DurationError(f"{what}{codec.short(value)} is not a duration ({EXAMPLES})")
     if isinstance(value, (int, float)):
         seconds = float(value) if abs(value) < 1e300 or isinstance(value, float) else math.inf
     else:
         seconds = _parse_text(str(value).strip(), value, what)
     if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
-        raise DurationError(f"{what}{_repr(value)} must be a finite duration >= 0 ({EXAMPLES})")
+        raise DurationError(f"{what}{codec.short(value)} must be a finite duration >= 0 ({EXAMPLES})")
     if seconds > limit:
-        raise DurationError(f"{what}{_repr(value)} is longer than the longest duration allowed ({_show(limit)})")
+        raise DurationError(f"{what}{codec.short(value)} is longer than the longest duration allowed ({_show(limit)})")
     return seconds
 
 
@@ -52,17 +54,8 @@ def _parse_text(text: str, value, what: str) -> float:
     units = [unit for _, unit in parts]
     if not parts or "".join(a + b for a, b in parts) != text.replace(" ", "") or \
             units != sorted(set(units), key=_ORDER.index):
-        raise DurationError(f"{what}{_repr(value)} is not a duration ({EXAMPLES})")
+        raise DurationError(f"{what}{codec.short(value)} is not a duration ({EXAMPLES})")
     return sum(float(amount) * _UNIT[unit] for amount, unit in parts)
-
-
-def _repr(value) -> str:
-    """The value as given, cut short: a message stays one line whatever was passed."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int beyond Python's digit limit
-        return "a number that long"
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _show(seconds: float) -> str:

@@ -147,10 +147,10 @@ def from_dict(record: dict) -> Turn:
         raise RecordError(f"missing field {missing!r}")
     outcome = get("outcome")
     if outcome not in OUTCOMES:
-        raise RecordError(f"outcome {_short(outcome)} is not one of ok/fail/info")
+        raise RecordError(f"outcome {codec.short(outcome)} is not one of ok/fail/info")
     session = get("session")
     if not isinstance(session, (str, int)) or isinstance(session, bool) or not str(session):
-        raise RecordError(f"session {_short(session)} is not an id")
+        raise RecordError(f"session {codec.short(session)} is not an id")
     session = str(session)
     turn = _number(get("turn"), "turn", int)
     if not 0 <= turn <= MAX_TURN:
@@ -160,10 +160,10 @@ def from_dict(record: dict) -> Turn:
     status = get("status")
     step = get("step")
     if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP):
-        raise RecordError(f"step {_short(step)} is not a load step index (a whole number >= 0)")
+        raise RecordError(f"step {codec.short(step)} is not a load step index (a whole number >= 0)")
     sent = _number(get("sent"), "sent", float)
     if not 0 <= sent <= MAX_EPOCH or (received is not None and not 0 <= _number(received, "received", float) <= MAX_EPOCH):
-        raise RecordError(f"sent {_short(get('sent'))} or received {_short(received)} is not a wall time (epoch seconds)")
+        raise RecordError(f"sent {codec.short(get('sent'))} or received {codec.short(received)} is not a wall time (epoch seconds)")
     return Turn(
         run=_text(get("run")), session=session, turn=turn, kind=_text(get("kind")) or "chatter",
         token=_text(get("token")) or make_token(session, turn), message=_text(get("message")),
@@ -177,29 +177,20 @@ def from_dict(record: dict) -> Turn:
 
 def _number(value, name: str, kind):
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise RecordError(f"{name} {_short(value)} is not a number")
+        raise RecordError(f"{name} {codec.short(value)} is not a number")
     try:
         number = float(value)
     except ValueError:
-        raise RecordError(f"{name} {_short(value)} is not a number") from None
+        raise RecordError(f"{name} {codec.short(value)} is not a number") from None
     except OverflowError:  # an integer beyond a float
         number = math.inf
     if not math.isfinite(number):
-        raise RecordError(f"{name} {_short(value)} is not a finite number")
+        raise RecordError(f"{name} {codec.short(value)} is not a finite number")
     if kind is int:
         if number != int(number):
-            raise RecordError(f"{name} {_short(value)} is not a whole number")
+            raise RecordError(f"{name} {codec.short(value)} is not a whole number")
         return int(number)
     return number
-
-
-def _short(value) -> str:
-    """The value for a message, cut short (a line may hold anything)."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int beyond Python's digit limit
-        return "(a number that long)"
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _text(value) -> str | None:

@@ -29,12 +29,12 @@ def chaos_event(raw: bytes | str) -> dict:
     _number(record, "planned")
     for name in ("fault", "kind", "target", "instance", "backend", "outcome", "error", "via"):
         if record.get(name) is not None and not isinstance(record[name], str):
-            raise RecordError(f"{name} {_short(record[name])} is not text")
+            raise RecordError(f"{name} {codec.short(record[name])} is not text")
     if record.get("outcome", "ok") not in ("ok", "error"):
         raise RecordError(f"outcome {record.get('outcome')!r} is not ok or error")
     for name in ("detail", "params"):
         if record.get(name) is not None and not isinstance(record[name], dict):
-            raise RecordError(f"{name} {_short(record[name])} is not an object")
+            raise RecordError(f"{name} {codec.short(record[name])} is not an object")
     return record
 
 
@@ -44,7 +44,7 @@ def load_step(raw: bytes | str) -> dict:
     for name in ("step", "users"):
         value = record.get(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise RecordError(f"{name} {_short(value)} is not a whole number >= 0")
+            raise RecordError(f"{name} {codec.short(value)} is not a whole number >= 0")
     _number(record, "start")
     _number(record, "end")
     return record
@@ -62,7 +62,7 @@ def _number(record: dict, name: str, required: bool = False) -> None:
     if value is None and not required:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
-        raise RecordError(f"{name} {_short(value)} is not a finite number" + (" (required)" if value is None else ""))
+        raise RecordError(f"{name} {codec.short(value)} is not a finite number" + (" (required)" if value is None else ""))
 
 
 def _finite(value: int | float) -> bool:
@@ -72,9 +72,3 @@ def _finite(value: int | float) -> bool:
         return False
 
 
-def _short(value) -> str:
-    try:
-        text = repr(value)
-    except ValueError:  # an int beyond Python's digit limit
-        return "(a number that long)"
-    return text if len(text) <= 40 else text[:37] + "..."

@@ -615,7 +615,7 @@ def test_a_bad_chaos_timeline_record_is_one_problem(name, record, fragment, tmp_
     assert len(problems) == 1 and problems[0].startswith(f"{path}:2: ") and fragment in problems[0], problems
     (tmp_path / "run.json").write_text("{}")  # the report's: an audited run folder with that timeline
     (tmp_path / "audit").mkdir()
-    (tmp_path / "audit" / "summary.json").write_text("{}")
+    (tmp_path / "audit" / "summary.json").write_text('{"metrics": {}, "turns": {}, "observed": {}, "verdict": {}}')
     data = load_run(tmp_path)
     assert list(data.faults["start"]) == [10.0]
     assert [w for w in data.warnings if w.startswith(f"{path}:2: ")], data.warnings
@@ -646,7 +646,7 @@ def test_a_bad_load_step_record_is_one_problem(name, record, fragment, tmp_path)
     assert len(problems) == 1 and problems[0].startswith(f"{path}:2: ") and fragment in problems[0], problems
     (tmp_path / "run.json").write_text("{}")  # the report's: an audited run folder with those steps
     (tmp_path / "audit").mkdir()
-    (tmp_path / "audit" / "summary.json").write_text("{}")
+    (tmp_path / "audit" / "summary.json").write_text('{"metrics": {}, "turns": {}, "observed": {}, "verdict": {}}')
     data = load_run(tmp_path)
     assert list(data.steps["step"]) == [0]
     assert [w for w in data.warnings if w.startswith(f"{path}:2: ")], data.warnings
