@@ -450,7 +450,6 @@ class EndOfRun:
         if summary is None:
             return code
         self._enter(run, REPORT)
-        self._breakdown(run)
         try:
             from oracle import render_report
 
@@ -466,16 +465,6 @@ class EndOfRun:
         if code == EXIT_OK and run.result == "fail":
             code = EXIT_GATE
         return code
-
-    @staticmethod
-    def _breakdown(run: Run) -> None:
-        """Failed probes by fact, distance, replica and turn kind (oracle/breakdown.py); a convenience."""
-        try:
-            from oracle.breakdown import write
-
-            write(run.run_dir)
-        except Exception:  # noqa: BLE001 - the verdict does not depend on it
-            log.exception("the amnesia breakdown failed")
 
     @staticmethod
     def audit(s) -> tuple[int, dict | None]:

@@ -230,7 +230,7 @@ def fault_occurrences(timeline: Path) -> list[dict]:
 
 
 def _verdict_rows(row, run, base: str) -> None:
-    from oracle.verdict import FAIL, PASS, rule_line
+    from oracle import rule_line
 
     if run.verdict is None:
         if run.interrupted:
@@ -247,9 +247,9 @@ def _verdict_rows(row, run, base: str) -> None:
     row("verdict", "result", v["result"].upper(), f"gates {v['gates']} · exit code {run.final}"
         + ("" if audited else " · online, from the journal: the store was not audited"))
     for rule in v["rules"]:
-        if rule["result"] in (PASS, FAIL):
+        if rule["result"] in ("pass", "fail"):
             row("verdict", rule["gate"], rule["result"], rule_line(rule))
-    unjudged = [f"{r['gate']} ({r['result']})" for r in v["rules"] if r["result"] not in (PASS, FAIL)]
+    unjudged = [f"{r['gate']} ({r['result']})" for r in v["rules"] if r["result"] not in ("pass", "fail")]
     if unjudged:
         row("verdict", "not judged", len(unjudged), ", ".join(unjudged))
     where = f"{base}/goldfish/runs/{run.settings.run_id}"
