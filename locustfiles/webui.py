@@ -22,6 +22,8 @@ from pathlib import Path
 from flask import Blueprint, jsonify, redirect, request, send_from_directory
 from locust.runners import STATE_RUNNING, STATE_SPAWNING
 
+from contracts import codec
+from contracts.runfolder import RunFolder
 from locustfiles import endofrun, options
 from locustfiles.script import ScriptError, load_script
 
@@ -150,6 +152,7 @@ def rows(rt, base: str = "", environment=None) -> list[dict]:
                                    f"{Path(s.script).name} · gates {s.gates.spec}")
     runner = getattr(environment, "runner", None)
     _count_rows(row, rt.live.counts(), runner.stats.total.num_requests if runner is not None else None)
+    _rolling_rows(row, run)
     _chaos_rows(row, run)
     _verdict_rows(row, run, base)
     for earlier in reversed(end.runs[:-1]):
@@ -179,6 +182,22 @@ def _count_rows(row, c: dict, requests: int | None) -> None:
                       ("sessions_info", "with indeterminate turns (timeout, 5xx, reset)"),
                       ("sessions_clean", "clean")):
         row("sessions", what, c.get(key, 0))
+
+
+def _rolling_rows(row, run) -> None:
+    """The rolling audit's progress (--audit-every; oracle/follow.py writes it after each pass)."""
+    if run.settings.audit_every <= 0:
+        return
+    path = RunFolder(run.run_dir).audit / "rolling" / "progress.json"
+    try:
+        p = codec.load_document(path)
+    except (OSError, ValueError):
+        row("rolling audit", "sessions judged", 0, f"every {run.settings.audit_every:g} s; no pass yet")
+        return
+    findings = ", ".join(f"{k} {v}" for k, v in sorted((p.get("findings") or {}).items())) or "none"
+    row("rolling audit", "sessions judged", p.get("sessions", 0),
+        f"{p.get('passes', 0)} passes, every {run.settings.audit_every:g} s · {p.get('waiting', 0)} ended "
+        f"and settling · findings so far: {findings}")
 
 
 def _chaos_rows(row, run) -> None:

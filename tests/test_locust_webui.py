@@ -65,7 +65,7 @@ def test_two_runs_in_one_ui_session_make_two_complete_run_folders(tmp_path, refb
     profile = tmp_path / "chromium"
     with locust_ui(tmp_path / "ui", "--host", stack.url, "--chaos", plan, "--stack-state",
                    state.state_path(stack.dir), "--store-url", stack.state["store_url"], "--settle", "0.5",
-                   "--script", quick_script(tmp_path), "--think", "0.02") as ui:
+                   "--script", quick_script(tmp_path), "--think", "0.02", "--audit-every", "1s") as ui:
         assert ui.status()["runs"] == [] and not (ui.cwd / "results").exists()  # nothing before a test
         runs = []
         for n, label in enumerate(("first", "second")):
@@ -82,6 +82,8 @@ def test_two_runs_in_one_ui_session_make_two_complete_run_folders(tmp_path, refb
                 assert rows[("verdict", "when the test stops")] and rows[("run", "folder")]["value"] == run_dir.name
             ui.wait(lambda s: s["counts"]["turns"] >= 150 and '"recover"' in timeline.read_text(), timeout=90,
                     what="turns on both sides of the fault")
+            ui.wait(lambda s: (tab_rows(s).get(("rolling audit", "sessions judged")) or {}).get("value", 0) > 0,
+                    timeout=60, what="the rolling audit's first judgements of this test, in the tab")
             assert ui.stop()["success"]  # returns once healed, audited, reported and judged
             status = ui.status()
             runs.append(run_dir)
@@ -113,6 +115,7 @@ def test_two_runs_in_one_ui_session_make_two_complete_run_folders(tmp_path, refb
         assert events == ["apply", "recover"], events  # the plan re-armed from its beginning
         summary = json.loads((run_dir / "audit" / "summary.json").read_text())
         assert summary["turns"]["total"] == len(records(run_dir)) and summary["verdict"]["result"] == "pass"
+        assert summary["rolling"]["reused"] > 0  # each test's own rolling audit, its judgements kept
         assert (run_dir / "report.html").exists() and (run_dir / "locust" / "report.html").exists()
         assert meta["start"] >= json.loads((first / "run.json").read_text())["start"]
     assert json.loads((second / "run.json").read_text())["start"] > json.loads((first / "run.json").read_text())["end"]
