@@ -45,8 +45,10 @@ def follow(run_dir: Path, store: StoreOptions, every: float, settle: float, stop
         if tail is None and folder.shards():
             tail = Tail(folder.path)
         if tail is not None:
+            waiting.extend((time.time(), p, entry) for p, entry in tail.poll())
+            if waiting:  # those that completed just now settle first (a pass every few minutes judges them all)
+                _sleep(max(0.0, waiting[-1][0] + settle - time.time()), lambda: stopping() or orphaned())
             now = time.time()
-            waiting.extend((now, p, entry) for p, entry in tail.poll())
             ready = []
             while waiting and waiting[0][0] <= now - settle:
                 ready.append(waiting.popleft())
