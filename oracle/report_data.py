@@ -83,7 +83,7 @@ class RunData:
         return max(values) if values else float(self.t0)
 
 
-SUMMARY_PARTS = ("metrics", "turns", "observed", "verdict")  # what a report and a comparison read
+SUMMARY_PARTS = ("metrics", "turns")  # what a report and a comparison need (an older audit has no verdict yet)
 
 
 def is_run_folder(path: Path) -> bool:
@@ -122,9 +122,10 @@ def load_run(path: str | Path) -> RunData:
     summary = _read_json(summary_file, warnings, default=None)
     if not isinstance(summary, dict):
         raise NotAudited(f"{summary_file}: not a JSON object - re-run `python -m oracle audit {path}`")
-    wrong = [key for key in SUMMARY_PARTS if not isinstance(summary.get(key), dict)]
+    wrong = [key for key in SUMMARY_PARTS if not isinstance(summary.get(key), dict)] + \
+        [key for key in ("observed", "verdict") if key in summary and not isinstance(summary[key], dict)]
     if wrong:  # a hand-edited or truncated summary: no report that looks like a verdict
-        raise NotAudited(f"{summary_file}: not an audit summary ({', '.join(wrong)} missing or not objects) - "
+        raise NotAudited(f"{summary_file}: not an audit summary ({', '.join(wrong)}: missing or not an object) - "
                          f"re-run `python -m oracle audit {path}`")
     windows = _read_csv(folder.windows_csv, WINDOW_COLUMNS, warnings)
     windows["faults"] = [str(v) if pd.notna(v) else "" for v in windows["faults"]]
