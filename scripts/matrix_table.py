@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- matrix:begin -->", "<!-- matrix:end -->"
 NAMES = {"probe_amnesia": "failed probes", "stored_loss": "lost turns", "crosstalk": "cross-talk",
          "reordered": "reordered", "duplicated": "duplicated", "corrupt": "corrupt entries",
-         "vanished": "vanished/expired sessions", "unanswered": "unanswered",
+         "vanished": "vanished/expired sessions", "evicted": "evicted sessions", "unanswered": "unanswered",
          "info": "indeterminate (`info`) turns"}
 
 

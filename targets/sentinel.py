@@ -17,6 +17,7 @@ faults, heal) both use it.
 from __future__ import annotations
 
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from targets import registry as state
 
 SERVICE = "mymaster"
 QUORUM = 2
-DOWN_AFTER_MS = 1000        # a primary silent this long is subjectively down
+DOWN_AFTER_MS = 2000        # a primary silent this long is down (not 1 s: a busy 2-core box stalls that long)
 FAILOVER_TIMEOUT_MS = 5000  # Sentinel retries a failover of the same primary after twice this
 TIMEOUT = 2.0               # socket timeouts of every client here
 
@@ -107,12 +108,15 @@ def named_primary(st: dict) -> str | None:
 
 
 def info(member: dict) -> dict:
-    """INFO replication of a data member; {} when it does not answer (down or stopped)."""
+    """INFO replication of a data member; {} when it does not answer (down or stopped), or when what
+    answers on its port is not its own process: on a shared machine another program can take a dead
+    member's port, and nothing here may read or command someone else's Redis."""
     try:
         with client(member) as r:
-            return r.info("replication")
+            found = r.info("server", "replication")
     except (redis.RedisError, OSError):
         return {}
+    return found if found.get("process_id") == member.get("pid") else {}
 
 
 def live_primary(st: dict) -> str | None:
@@ -257,12 +261,14 @@ def restore(state_dir, timeout: float = 90.0, promote_timeout: float = 30.0) -> 
         for name in data_members(st):
             m = st["members"][name]
             if not state.member_alive(m):
+                _move_if_taken(m)
                 state.start_member(m)  # a replica of the primary, per its recorded cmd
     port = st["members"][primary]["port"]
     for name in data_members(st):
         if name != primary:
             member = dict(st["members"][name], name=name)
-            state.wait_healthy(member, max(1.0, deadline - time.monotonic()))
+            _until(f"{name} to answer as pid {member['pid']} on port {member['port']}", lambda: info(member),
+                   deadline)
             if int(info(member).get("master_port", 0)) != port:  # e.g. the old primary, not yet demoted
                 with client(member) as r:
                     r.execute_command("REPLICAOF", "127.0.0.1", port)
@@ -271,11 +277,28 @@ def restore(state_dir, timeout: float = 90.0, promote_timeout: float = 30.0) -> 
     return {"primary": primary, "replicas": [n for n in data_members(st) if n != primary]}
 
 
+def _move_if_taken(member: dict) -> None:
+    """A replica whose port another program took while it was down gets a free one: Sentinel learns
+    replicas' addresses from their primary, so only the member's record (port, cmd, health) changes."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", member["port"]))
+            return
+        except OSError:
+            pass
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    member["cmd"][member["cmd"].index("--port") + 1] = str(port)
+    member["port"], member["health"] = port, {"redis": f"redis://127.0.0.1:{port}/0"}
+
+
 def _await_primary(state_dir, deadline: float) -> str:
     """The live primary the sentinels name. While a dead one is still named and a replica lives, Sentinel
     promotes it (asked with SENTINEL FAILOVER if it has not after a few seconds); only with no data member
     alive is the named primary started again as it was. Raises SentinelError at ``deadline``."""
-    asked_at = time.monotonic() + 5 * DOWN_AFTER_MS / 1000
+    asked_at = time.monotonic() + 3 * DOWN_AFTER_MS / 1000
     while time.monotonic() < deadline:
         st = state.load(state_dir)
         if primary := live_primary(st):

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from chaos.backends.local_failover import BALLAST_KEY, BEHIND
 from chaos.plan import PlanError, parse_plan
@@ -179,6 +180,28 @@ def test_heal_finishes_a_failover_after_the_controller_is_sigkilled(refbot_stack
     last = read_timeline(run)[-1]
     assert (last["event"], last["outcome"], last["via"], last["detail"]["primary"]) == ("recover", "ok", "heal-cli", primary)
     assert json.loads((run / "chaos" / "outstanding.json").read_text())["faults"] == []
+
+
+def test_restore_never_commands_another_programs_redis_on_a_dead_members_port(refbot_stack, tmp_path):
+    """On a shared machine a dead member's port can be taken meanwhile: the heal must not send REPLICAOF
+    to whatever answers there (it would wipe someone else's data), and brings the replica back elsewhere."""
+    stack = refbot_stack(redis="sentinel", **SMALL)
+    with state.locked_state(stack.dir) as st:
+        old_port = st["members"]["redis-2"]["port"]
+        state.stop_member(st["members"]["redis-2"], signal.SIGKILL)
+    foreign = subprocess.Popen(["redis-server", "--port", str(old_port), "--bind", "127.0.0.1", "--save", "",
+                                "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        theirs = redis.Redis(port=old_port, socket_timeout=2)
+        wait_until(lambda: theirs.set("their", "data"), timeout=10, what="the other program's redis-server")
+        healed = sentinel.restore(stack.dir)
+        assert healed == {"primary": "redis-1", "replicas": ["redis-2"]}
+        assert stack.member("redis-2")["port"] != old_port
+        assert theirs.execute_command("ROLE")[0] == b"master" and theirs.get("their") == b"data"
+        assert assert_healthy(stack) == "redis-1"
+    finally:
+        foreign.kill()
+        foreign.wait(10)
 
 
 def test_bgsave_then_crash_loses_exactly_the_writes_since_the_snapshot(refbot_stack, tmp_path):
