@@ -23,7 +23,6 @@ def shows(result: dict) -> str:
     observed = result["observed"]
     found = [f"{NAMES[m]} {observed[m]}" for m in result["must_show"]]
     if not found:
-        clean = ", ".join(NAMES[m] for m in result["must_be_zero"])
         return f"clean: 0 anomalies, 0 failed probes ({result['probes']} probes, {result['ok_turns']} acknowledged turns)"
     text = ", ".join(found)
     # a row whose point is what did NOT happen (an honest bot refusing turns) says so

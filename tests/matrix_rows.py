@@ -20,7 +20,7 @@ can be compared.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 STORED = ("stored_loss", "crosstalk", "reordered", "duplicated", "corrupt", "vanished", "evicted", "unanswered")
 ALL = ("probe_amnesia", *STORED)

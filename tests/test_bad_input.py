@@ -38,7 +38,7 @@ def assert_named(out: str, where: str, fragment: str) -> None:
 PLANS = [
     ("python-tag-apply", "faults:\n  - !!python/object/apply:os.system [echo hi]  #!\n",
      "tag !!python/object/apply:os.system is not allowed"),
-    ("python-tag-in-a-value", f"faults:\n  - kind: !!python/name:os.system  #!\n    target: bot\n    at: 1s\n",
+    ("python-tag-in-a-value", "faults:\n  - kind: !!python/name:os.system  #!\n    target: bot\n    at: 1s\n",
      "tag !!python/name:os.system is not allowed"),
     ("python-tag-top", "name: !!python/object/new:list []  #!\nfaults: [" + OK_FAULT + "]\n", "is not allowed"),
     ("custom-tag", "faults:\n  - {kind: !boom kill, target: bot, at: 1s}  #!\n", "tag !boom is not allowed"),
@@ -670,7 +670,6 @@ SNAPSHOTS = [
 @pytest.fixture(scope="module")
 def snapshot_run(tmp_path_factory):
     """A journaled run and its store snapshot (one session), as the audit writes them."""
-    from oracle.snapshot import SnapshotWriter  # noqa: F401 - the writer's own format, via the audit below
     from oracle.store import StoreOptions
 
     run = tmp_path_factory.mktemp("snap") / "run"
