@@ -37,6 +37,7 @@ from oracle.keys import ForeignKeys, SessionSet, diagnose_missing_keys, store_ev
 from oracle.snapshot import SnapshotError, SnapshotWriter, options_from_meta, read_foreign, read_meta
 from oracle.store import StoreError, StoreOptions, make_reader
 from oracle.tables import SESSION_COLUMNS, summary as build_summary
+from oracle.tally import Tally
 from oracle.timeline import load_faults, load_steps
 
 STORE_ERRORS = (StoreError, redis.RedisError, OSError, requests.RequestException)
@@ -90,10 +91,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     writer = SnapshotWriter(folder.path, store, evidence, PARTITIONS) if live else None
     jobs = _jobs(jobs, folder, store)
     try:
-        results = _judge(context, jobs)
-        tally = results[0].tally
-        for r in results[1:]:
-            tally.merge(r.tally)
+        tally, results = _judge(context, jobs)
         sessions, ok_sessions = sum(r.sessions for r in results), sum(r.ok_sessions for r in results)
         if not sessions:
             first = next((p for r in results for p in r.problems), None)
@@ -162,8 +160,8 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     return result
 
 
-def _judge(context: Context, jobs: int) -> list:
-    """Every partition judged: here, or split over a pool of ``jobs`` processes."""
+def _judge(context: Context, jobs: int) -> tuple[Tally, list]:
+    """Every partition judged: here, or split over a pool of ``jobs`` processes; their tallies added up."""
     if jobs == 1:
         return judge.judge_partitions(context, list(range(PARTITIONS)))
     shares = [list(range(k, PARTITIONS, jobs)) for k in range(jobs)]
@@ -172,7 +170,10 @@ def _judge(context: Context, jobs: int) -> list:
             done = list(pool.map(judge.judge_partitions, [context] * jobs, shares))
         except BrokenProcessPool as exc:
             raise WorkerError(f"a judging process died ({exc}); run the audit again with --jobs 1 to see why") from None
-    return sorted((r for share in done for r in share), key=lambda r: r.partition)
+    tally = done[0][0]
+    for other, _ in done[1:]:
+        tally.merge(other)
+    return tally, sorted((r for _, share in done for r in share), key=lambda r: r.partition)
 
 
 def _jobs(jobs: int | None, folder: RunFolder, store: StoreOptions | None) -> int:

@@ -9,8 +9,8 @@ A partition is a fixed share of the Locust users (a hash of the user id, or of t
 for a record without one), so a conversation stays in one partition and the audit's output does
 not depend on how many processes judged it: ``audit_run`` runs ``judge_partitions`` over all
 partitions in its own process (``jobs=1``) or splits them over a process pool, then concatenates
-the partitions' files in order. Nothing is kept between batches: memory is set by the batch size
-and the conversations still open.
+the partitions' files in order. Nothing is kept between batches: memory is set by the batch size,
+the conversations still open and one tally per process (its windows: set by the run's duration).
 """
 from __future__ import annotations
 
@@ -82,7 +82,6 @@ class Context:
 @dataclass
 class PartitionResult:
     partition: int
-    tally: Tally
     sessions: int = 0            # judged
     ok_sessions: int = 0         # with an acknowledged turn
     gone: list = field(default_factory=list)  # a sample of sessions whose key is gone
@@ -94,8 +93,9 @@ class PartitionResult:
     reused: int = 0              # sessions whose rolling-audit judgement stood (key and journal unchanged)
 
 
-def judge_partitions(context: Context, partitions: list[int]) -> list[PartitionResult]:
-    """Judge every session of ``partitions``; their files are written, their counts returned."""
+def judge_partitions(context: Context, partitions: list[int]) -> tuple[Tally, list[PartitionResult]]:
+    """Judge every session of ``partitions``; their files are written, their counts returned with the
+    tally of all of them (one per process: its size is set by the run's duration, not per partition)."""
     journal = Journal.open(context.run_dir)
     judging = Judging(context, partitions)
     try:
@@ -103,7 +103,7 @@ def judge_partitions(context: Context, partitions: list[int]) -> list[PartitionR
             judging.add(p, entry)
     finally:
         judging.close()
-    return judging.results(journal)
+    return judging.tally, judging.results(journal)
 
 
 class Judging:
@@ -112,7 +112,8 @@ class Judging:
     def __init__(self, context: Context, partitions: list[int]):
         shape = Shape(context.store)
         reader = make_reader(context.store) if context.live else None
-        self.parts = {p: _Partition(p, context, shape, reader) for p in partitions}
+        self.tally = Tally(context.window_s, context.kinds)
+        self.parts = {p: _Partition(p, context, shape, reader, self.tally) for p in partitions}
 
     def add(self, p: int, entry: SessionLines) -> None:
         self.parts[p].add(entry)
@@ -141,9 +142,9 @@ class Judging:
 class _Partition:
     """One partition's pending batch and its open output files."""
 
-    def __init__(self, p: int, ctx: Context, shape: Shape, reader):
-        self.ctx, self.shape, self.reader = ctx, shape, reader
-        self.result = PartitionResult(p, Tally(ctx.window_s, ctx.kinds))
+    def __init__(self, p: int, ctx: Context, shape: Shape, reader, tally: Tally):
+        self.ctx, self.shape, self.reader, self.tally = ctx, shape, reader, tally
+        self.result = PartitionResult(p)
         folder = RunFolder(ctx.run_dir)
         self.pending: list[SessionLines] = []
         self.rolling = RollingWriter(folder, p) if ctx.rolling else None  # judgements, pass after pass
@@ -289,7 +290,7 @@ class _Partition:
         during = np.zeros((len(turns), len(ctx.kinds)), bool)
         for f, (start, end) in zip(ctx.faults, margins):
             during[:, f.kind] |= (sent >= start) & (sent < end)
-        r.tally.add_turns(arrays, during, first_fault_after(ok, done, ctx.faults, len(ctx.kinds)),
+        self.tally.add_turns(arrays, during, first_fault_after(ok, done, ctx.faults, len(ctx.kinds)),
                           ~overlapping(sent, done, margins))
         rows = _rows(judged, index, arrays, fail, probe)
         for i, session in enumerate(rows["session"]):
@@ -298,7 +299,7 @@ class _Partition:
                     rows.at[i, column] = dirty[session][column]
         r.sessions += len(judged)
         r.ok_sessions += int((rows["ok"] > 0).sum())
-        r.tally.totals.update({
+        self.tally.totals.update({
             "turns": len(turns), "ok": int(ok.sum()), "fail": int(fail.sum()), "info": int((outcome == "info").sum()),
             "errors": int(error.sum()), "interrupted": int(interrupted.sum()), "answered": int(answered.sum()),
             "failed_probes": int(failed.sum()), "sessions": len(judged),

