@@ -94,11 +94,12 @@ class Sampler:
     def _loop(self) -> None:
         start = time.monotonic()
         while True:
+            last = self.stopping.is_set()  # set before this sample began: it is the one after the stop
             try:
                 self.sample()
             except Exception:  # noqa: BLE001 - telemetry must never break the load
                 log.exception("goldfish: telemetry sample failed")
-            if self.stopping.is_set():
+            if last:  # (a stop that came during a sample gets a sample of its own on the next turn)
                 return
             # the next slot on the grid: a slow sample skips slots instead of drifting or bunching up
             elapsed = time.monotonic() - start

@@ -64,6 +64,27 @@ def test_sampler_writes_store_info_and_rss_on_a_grid_until_stopped(tmp_path, red
     assert not poll(lambda: s.samples > n, timeout=0.3), "sampling went on after stop()"
 
 
+def test_a_stop_that_lands_during_a_sample_still_gets_a_sample_after_it(tmp_path, redis_server):
+    """The last sample is taken after the stop, so the samples span the load. A stop that lands while a
+    sample is being taken (its time already read) gets one more; before, the sampler ended on the
+    earlier one (seen once in CI: the last turn ended 0.4 ms after the last sample)."""
+    stop_at = []
+
+    class StopLandsMidSample:  # what the sampler reads of a runner; the second sample's read is where the stop lands
+        @property
+        def user_count(self):
+            if s.samples == 1 and not stop_at:
+                stop_at.append(time.time())
+                s.stopping.set()
+            return 3
+
+    s = sampler.Sampler(tmp_path, StopLandsMidSample(), redis_server.url, interval=0.05)
+    assert poll(lambda: s.greenlet.dead)
+    s.stop()
+    got = records(tmp_path)
+    assert len(got) == 3 and got[-1]["time"] >= stop_at[0], [r["time"] - stop_at[0] for r in got]
+
+
 def test_a_stalled_store_is_recorded_as_not_answering_and_sampling_goes_on(tmp_path, redis_server, local_runner):
     s = sampler.Sampler(tmp_path, local_runner, redis_server.url, interval=60)
     assert poll(lambda: s.samples >= 1)  # the first sample, at start
