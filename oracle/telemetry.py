@@ -73,7 +73,7 @@ def chart(data, out: Path) -> Path | None:
                [("evicted_keys", "evicted", 1), ("expired_keys", "expired", 1)]),
               ("Clients", [("connected_clients", "connected", 1), ("rejected_connections", "rejected", 1)]),
               ("Store operations/s", [("instantaneous_ops_per_sec", "ops/s", 1)]),
-              ("Locust processes' RSS (MB)", [(c, c[4:], 1 / MB) for c in rss])]
+              ("Locust processes' RSS (MB)", [(c, _process_label(c[4:], rss), 1 / MB) for c in rss])]
     colors = ["#0f766e", "#dc2626", "#2563eb", "#f59e0b", "#7c3aed", "#64748b", "#db2777", "#059669"]
     with plt.rc_context(charts.STYLE):
         fig, axes = plt.subplots(len(panels), 1, figsize=(12, 1.9 * len(panels) + 0.6), sharex=True,
@@ -106,3 +106,12 @@ def chart(data, out: Path) -> Path | None:
         axes[-1].set_xlabel("seconds since run start")
         axes[-1].set_xlim(0, max(data.t_end - data.t0, float(x.max()) if len(x) else 0, 1))
         return charts._save(fig, out)
+
+
+def _process_label(name: str, columns: list[str]) -> str:
+    """``master``/``local`` as they are; a worker by its number (Locust's ids are 40 characters: a legend
+    of them covers the panel's title)."""
+    if name in ("master", "local"):
+        return name
+    workers = [c[4:] for c in columns if c[4:] not in ("master", "local")]
+    return f"worker {workers.index(name) + 1}"
