@@ -48,8 +48,12 @@ class LocustUI:
         return reply
 
     def stop(self, timeout: float = 180) -> dict:
-        """POST /stop: Locust stops the users and fires test_stop, where goldfish heals, audits and judges."""
-        return self.http.post(self.url + "/stop", timeout=timeout).json()
+        """POST /stop (GET on older Locust, such as 2.42.0 at the pin's lower end): Locust stops the users and fires
+        test_stop, where goldfish heals, audits and judges."""
+        reply = self.http.post(self.url + "/stop", timeout=timeout)
+        if reply.status_code == 405:
+            reply = self.http.get(self.url + "/stop", timeout=timeout)
+        return reply.json()
 
     def wait(self, condition, timeout: float = 60, what: str = "the goldfish status") -> dict:
         """Poll /goldfish/status until ``condition(status)`` holds; return that status."""
