@@ -89,7 +89,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
                               for f in faults if f.effective], window_s, recovery_s)
     shutil.rmtree(folder.audit / "parts", ignore_errors=True)
     writer = SnapshotWriter(folder.path, store, evidence, PARTITIONS) if live else None
-    jobs = _jobs(jobs, folder, store)
+    jobs = _jobs(jobs, journal, store)
     try:
         tally, results = _judge(context, jobs)
         sessions, ok_sessions = sum(r.sessions for r in results), sum(r.ok_sessions for r in results)
@@ -128,7 +128,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     read_s = time.perf_counter() - clock
     raw = _concatenate(folder, "anomalies.raw", folder.audit / "anomalies.raw.tmp")
     _concatenate(folder, "sessions.csv", folder.audit / "sessions.csv.tmp", header=",".join(SESSION_COLUMNS) + "\n")
-    linked = rootcause.link(raw, folder.audit / "anomalies.jsonl.tmp", Journal.open(folder.path), window_s, missing_keys)
+    linked = rootcause.link(raw, folder.audit / "anomalies.jsonl.tmp", journal, window_s, missing_keys)
     raw.unlink()
     shutil.rmtree(folder.audit / "parts", ignore_errors=True)
     (folder.audit / "anomalies.jsonl.tmp").replace(folder.anomalies)
@@ -176,12 +176,12 @@ def _judge(context: Context, jobs: int) -> tuple[Tally, list]:
     return tally, sorted((r for _, share in done for r in share), key=lambda r: r.partition)
 
 
-def _jobs(jobs: int | None, folder: RunFolder, store: StoreOptions | None) -> int:
+def _jobs(jobs: int | None, journal: Journal, store: StoreOptions | None) -> int:
     """Processes judging partitions: as asked, else one per core (at most 8) for a journal big enough to
     repay starting them; one for a test's per-batch hook, the HTTP and function readers (a bot's API or a
     user's function may not like parallel callers), and a gevent-patched process."""
     if jobs is None:
-        small = sum(shard.stat().st_size for shard in Journal.open(folder.path).shards) < PARALLEL_MIN_BYTES
+        small = sum(shard.stat().st_size for shard in journal.shards) < PARALLEL_MIN_BYTES
         simple = store is not None and (store.on_batch is not None or store.name() != "redis")
         jobs = 1 if small or simple or _gevent_patched() else min(os.cpu_count() or 1, 8)
     return max(1, min(jobs, PARTITIONS))

@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from contracts.runfolder import RunFolder
+from oracle.history import Journal
 from oracle import judge
 from oracle.audit import WorkerError, _jobs, audit_run
 from oracle.store import StoreOptions
@@ -81,10 +82,11 @@ def test_a_judging_process_that_dies_is_reported_and_the_snapshot_marked_incompl
 def test_jobs_default_is_one_for_small_journals_hooks_and_other_readers(tmp_path):
     world = damaged_world(sessions=5)
     write_journal(tmp_path, world.records)
-    folder = RunFolder(tmp_path)
-    assert _jobs(None, folder, StoreOptions(url="redis://x")) == 1  # a small journal
-    assert _jobs(3, folder, StoreOptions(url="redis://x")) == 3 and _jobs(99, folder, None) == 16  # partitions
-    (folder.journal / "big.jsonl").write_bytes(b"\n" * (5 << 20))
-    assert _jobs(None, folder, StoreOptions(url="redis://x")) == min(os.cpu_count() or 1, 8)
-    assert _jobs(None, folder, StoreOptions(url="redis://x", on_batch=print)) == 1
-    assert _jobs(None, folder, StoreOptions(http_url="http://x/{session}")) == 1
+    journal = Journal.open(tmp_path)
+    assert _jobs(None, journal, StoreOptions(url="redis://x")) == 1  # a small journal
+    assert _jobs(3, journal, StoreOptions(url="redis://x")) == 3 and _jobs(99, journal, None) == 16  # partitions
+    (RunFolder(tmp_path).journal / "big.jsonl").write_bytes(b"\n" * (5 << 20))
+    journal = Journal.open(tmp_path)
+    assert _jobs(None, journal, StoreOptions(url="redis://x")) == min(os.cpu_count() or 1, 8)
+    assert _jobs(None, journal, StoreOptions(url="redis://x", on_batch=print)) == 1
+    assert _jobs(None, journal, StoreOptions(http_url="http://x/{session}")) == 1
