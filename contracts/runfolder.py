@@ -43,6 +43,7 @@ class RunFolder:
     summary = property(lambda self: self.path / "audit" / "summary.json")
     sessions_csv = property(lambda self: self.path / "audit" / "sessions.csv")
     windows_csv = property(lambda self: self.path / "audit" / "windows.csv")
+    rolling_progress = property(lambda self: self.path / "audit" / "rolling" / "progress.json")
     locust = property(lambda self: self.path / "locust")
     report = property(lambda self: self.path / "report.html")
     charts = property(lambda self: self.path / "charts")

@@ -46,10 +46,10 @@ def worker_shard_path(run_dir: str | Path, worker_id: str) -> Path:
 class WorkerShipper:
     """Batches journal lines on a worker and sends them to the master every BATCH_INTERVAL s."""
 
-    def __init__(self, runner, shard: Path, interval: float = BATCH_INTERVAL):
+    def __init__(self, runner, shard: Path, run: str, interval: float = BATCH_INTERVAL):
         self.runner = runner
         self.shard = str(Path(shard).resolve())
-        self.run = Path(shard).parent.parent.name  # <run>/workers/<worker-id>.jsonl
+        self.run = run  # the run id the master files these batches under
         self.pending: list[bytes] = []
         self.sent = 0
         self.seq = 0

@@ -41,6 +41,7 @@ from gevent import GreenletExit
 from gevent.event import Event
 
 from contracts import codec, redact
+from contracts.runfolder import RunFolder
 from locustfiles import locust_output, runfolder
 from locustfiles.options import default_run_dir
 
@@ -116,7 +117,7 @@ def start_follower(s) -> subprocess.Popen | None:
             [sys.executable, "-m", "oracle", "follow", str(s.run_dir), "--every", str(s.audit_every),
              "--settle", str(s.settle)], env=env, stdout=log_file, stderr=log_file, start_new_session=True)
     say(f"rolling audit: every {s.audit_every:g}s (pid {follower.pid}, progress in "
-        f"{Path(s.run_dir) / 'audit' / 'rolling' / 'progress.json'})")
+        f"{RunFolder(s.run_dir).rolling_progress})")
     return follower
 
 

@@ -132,7 +132,7 @@ def _on_test_start(environment, **_kw):
         path = worker_shard_path(rt.settings.run_dir, runner.client_id)
         if rt.shipper is not None:
             rt.shipper.close()
-        rt.shipper = WorkerShipper(runner, path)
+        rt.shipper = WorkerShipper(runner, path, rt.settings.run_id)
         _open_journal(rt, Journal(path, forward=rt.shipper.add))
         return
     settings, script, contract = _settings_for_this_test(environment, rt)
@@ -193,8 +193,7 @@ def _on_test_stop(environment, **_kw):
     shape = environment.shape_class
     if shape is not None and hasattr(shape, "finish"):
         shape.finish()
-    rt.end.end_run(environment)
-    telemetry.stop(environment)  # (stopped after the heal already, unless there was no run under load)
+    rt.end.end_run(environment)  # the store telemetry stops with the heal (rt.end.after_heal)
 
 
 @events.quitting.add_listener

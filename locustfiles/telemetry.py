@@ -24,6 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from contracts import codec
+from contracts.redis_url import redis_client
 from contracts.runfolder import RunFolder
 from locustfiles.journal import JournalFile
 
@@ -37,8 +38,8 @@ STORE_FIELDS = ("used_memory", "used_memory_rss", "maxmemory", "maxmemory_policy
 
 def store_client(url: str, timeout: float = TIMEOUT) -> redis.Redis:
     """A client that gives up after ``timeout`` seconds, once (redis-py retries 3 times by default)."""
-    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                retry=Retry(NoBackoff(), 0), health_check_interval=0)
+    return redis_client(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                        retry=Retry(NoBackoff(), 0), health_check_interval=0)
 
 
 def store_sample(client: redis.Redis) -> dict:
@@ -61,9 +62,9 @@ def process_rss(runner) -> dict[str, int]:
 
 
 def redis_url(settings) -> str | None:
-    """The store to sample: ``--store-url`` when it is a Redis URL."""
-    url = getattr(getattr(settings, "store", None), "url", "") or ""
-    return url if url.split("://", 1)[0] in ("redis", "rediss", "unix") else None
+    """The store to sample: ``--store-url`` when it is a Redis store (plain or behind Sentinel)."""
+    store = getattr(settings, "store", None)
+    return store.url if store is not None and store.name() == "redis" else None
 
 
 class Sampler:

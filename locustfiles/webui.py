@@ -188,7 +188,7 @@ def _rolling_rows(row, run) -> None:
     """The rolling audit's progress (--audit-every; oracle/follow.py writes it after each pass)."""
     if run.settings.audit_every <= 0:
         return
-    path = RunFolder(run.run_dir).audit / "rolling" / "progress.json"
+    path = RunFolder(run.run_dir).rolling_progress
     try:
         p = codec.load_document(path)
     except (OSError, ValueError):
@@ -262,7 +262,7 @@ def _verdict_rows(row, run, base: str) -> None:
             row("verdict", "in progress", run.phase, "the stop heals, settles, audits and judges this test")
         return
     v = run.verdict
-    audited = run.report is not None or (Path(run.run_dir) / "audit" / "summary.json").exists()
+    audited = run.report is not None or RunFolder(run.run_dir).summary.exists()
     row("verdict", "result", v["result"].upper(), f"gates {v['gates']} · exit code {run.final}"
         + ("" if audited else " · online, from the journal: the store was not audited"))
     for rule in v["rules"]:

@@ -250,7 +250,7 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
         quiet = ~overlapping(sent, done, margins)
         for t, calm in zip(turns, quiet.tolist()):
             ok = t.outcome == "ok"
-            error = not ok and not (isinstance(t.error, str) and t.error.startswith("interrupted"))
+            error = not ok and not t.interrupted
             answered = ok and t.kind == "probe" and t.verdict in ("pass", "amnesia")
             counts.update({"total": 1, "ok": ok, "fail": t.outcome == "fail", "info": t.outcome == "info",
                            "errors": error, "probes_answered": answered,

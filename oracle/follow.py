@@ -71,7 +71,7 @@ def follow(run_dir: Path, store: StoreOptions, every: float, settle: float, stop
 
 
 def _write(folder: RunFolder, progress: dict) -> None:
-    path = folder.audit / "rolling" / "progress.json"
+    path = folder.rolling_progress
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(codec.dumps_document(progress))

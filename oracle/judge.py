@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from contracts import codec
-from contracts.journal import Turn, decode_chunk, one_per_turn
+from contracts.journal import INTERRUPTED_PREFIX, Turn, decode_chunk, one_per_turn
 from contracts.runfolder import RunFolder
 from oracle.attribution import first_fault_after, overlapping
 from oracle.checkers import check_session
@@ -271,7 +271,7 @@ class _Partition:
         answered = ok & ((verdict == "pass") | failed)
         interrupted = np.zeros(len(turns), bool)
         for i in np.flatnonzero(~ok).tolist():  # a turn the stop cut short is no failed request
-            interrupted[i] = isinstance(error[i], str) and error[i].startswith("interrupted")
+            interrupted[i] = isinstance(error[i], str) and error[i].startswith(INTERRUPTED_PREFIX)
         lost, anomalous = np.zeros(len(turns), bool), np.zeros(len(turns), bool)
         at = 0
         for _, ts, ls, an in judged:  # only judged sessions that were not proven clean have any

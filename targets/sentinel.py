@@ -53,10 +53,8 @@ def client(member: dict, timeout: float = TIMEOUT) -> redis.Redis:
                        decode_responses=True)
 
 
-def sentinel_url(st_or_ports, service: str = SERVICE, db: int = 0) -> str:
+def sentinel_url(ports: list[int], service: str = SERVICE, db: int = 0) -> str:
     """The store URL naming every sentinel (contracts/redis_url.py parses it)."""
-    ports = st_or_ports if isinstance(st_or_ports, list) else \
-        [st_or_ports["members"][n]["port"] for n in sentinel_members(st_or_ports)]
     return f"redis+sentinel://{','.join(f'127.0.0.1:{p}' for p in ports)}/{service}/{db}"
 
 
@@ -267,9 +265,9 @@ def restore(state_dir, timeout: float = 90.0, promote_timeout: float = 30.0) -> 
     for name in data_members(st):
         if name != primary:
             member = dict(st["members"][name], name=name)
-            _until(f"{name} to answer as pid {member['pid']} on port {member['port']}", lambda: info(member),
-                   deadline)
-            if int(info(member).get("master_port", 0)) != port:  # e.g. the old primary, not yet demoted
+            answered = _until(f"{name} to answer as pid {member['pid']} on port {member['port']}",
+                              lambda: info(member), deadline)
+            if int(answered.get("master_port", 0)) != port:  # e.g. the old primary, not yet demoted
                 with client(member) as r:
                     r.execute_command("REPLICAOF", "127.0.0.1", port)
     wait_synced(st, primary, max(1.0, deadline - time.monotonic()))
