@@ -253,7 +253,7 @@ def store_evidence(reader, folder: RunFolder) -> dict:
     evictions = []
     if folder.telemetry.exists():
         for record in read_jsonl(folder.telemetry, problems=[]):
-            redis_info = record.get("redis") or {}
+            redis_info = record.get("store") or {}  # locustfiles/telemetry.py's record (CONTRACTS.md)
             if isinstance(record.get("time"), (int, float)) and isinstance(redis_info.get("evicted_keys"), int):
                 evictions.append((float(record["time"]), redis_info["evicted_keys"]))
     evictions.append((time.time(), int(info.get("evicted_keys") or 0)))

@@ -17,11 +17,9 @@ from pathlib import Path
 
 from oracle import charts
 from oracle.compare import compare_pair, trend_rows
-from oracle.report_data import RunData, RunFolderError, load_run, rate
+from oracle.report_data import RATE_METRICS as POOLED, RunData, RunFolderError, load_run, rate
 from oracle.report_format import interval, ms, number, pct
 from oracle.verdict import of_summary
-
-POOLED = ("probe_amnesia", "stored_loss", "session_amnesia", "crosstalk")
 
 
 def night(run: RunData) -> str:

@@ -195,3 +195,20 @@ def test_damage_done_in_redis_after_langchain_wrote(tmp_path, redis_server):
     # the mangled newest entry is the last turn's reply: one corrupt finding tied to that turn, not also unanswered
     assert finding_keys(run) == {("lost", s_lost, turn["turn"]), ("corrupt", s_corrupt, last_ok),
                                  ("vanished", s_gone, None), ("duplicated", s_dup, 0)}
+
+
+def test_store_evidence_reads_the_evictions_the_run_s_telemetry_sampled(tmp_path, redis_server):
+    """The eviction counter over the run comes from telemetry.jsonl's ``store`` samples (then the audit's
+    own INFO), so a session gone before the store began evicting is not called evicted."""
+    from contracts.runfolder import RunFolder
+    from oracle.judge import Evidence
+    from oracle.keys import store_evidence
+    from oracle.store import make_reader
+
+    samples = [{"time": 100.0, "store": {"evicted_keys": 0}}, {"time": 110.0, "store": None, "store_error": "x"},
+               {"time": 120.0, "store": {"evicted_keys": 7}}]
+    RunFolder(tmp_path).telemetry.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    evidence = store_evidence(make_reader(StoreOptions(url=redis_server.url)), RunFolder(tmp_path))
+    assert [tuple(e) for e in evidence["evictions"][:2]] == [(100.0, 0), (120.0, 7)]  # then the audit's INFO
+    gone = Evidence(False, evidence["evictions"][:2])
+    assert gone.gone_class(105.0) == "evicted" and gone.gone_class(125.0) == "vanished"
