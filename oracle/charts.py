@@ -156,10 +156,10 @@ def timeline(data: RunData, out: Path) -> Path:
             lanes.text(0.5, 0.5, "no chaos in this run", ha="center", va="center", transform=lanes.transAxes,
                        color=QUIET)
             lanes.set_yticks([])
+        spans_of = fault_spans(data)
         for lane, kind in enumerate(kinds):
             rows = data.faults[data.faults["kind"] == kind]
-            # instant faults (lb-drop, redis-client-kill) get a sliver wide enough to see
-            spans = [(s - t0, max(e - s, max(x_end, 1) * 0.004)) for s, e in zip(rows["start"], rows["end"])]
+            spans = spans_of.get(kind, [])
             lanes.broken_barh(spans, (lane - 0.38, 0.76), color=fault_color(kind),
                               hatch=None, edgecolor="white")
             for (start, length), instance, open_ended in zip(spans, rows["instance"], rows["open"]):
@@ -167,9 +167,7 @@ def timeline(data: RunData, out: Path) -> Path:
                 if label and length > max(x_end, 1) * 0.04:
                     lanes.text(start + length / 2, lane, label, ha="center", va="center", fontsize=8,
                                color="white", clip_on=True)
-            for ax in (tput, lat, events):
-                for start, length in spans:
-                    ax.axvspan(start, start + length, color=fault_color(kind), alpha=0.14, lw=0, zorder=0)
+        shade_faults((tput, lat, events), data)
         if kinds:
             lanes.set_yticks(range(len(kinds)), kinds)
             lanes.set_ylim(len(kinds) - 0.5, -0.5)
@@ -435,8 +433,9 @@ def fault_spans(data: RunData) -> dict[str, list[tuple[float, float]]]:
 
 def shade_faults(axes, data: RunData) -> list[Patch]:
     """Shade every fault interval on each of ``axes`` in its kind's colour; legend handles, one per kind."""
-    for kind, spans in fault_spans(data).items():
+    spans_of = fault_spans(data)
+    for kind, spans in spans_of.items():
         for ax in axes:
             for start, length in spans:
                 ax.axvspan(start, start + length, color=fault_color(kind), alpha=0.14, lw=0, zorder=0)
-    return [Patch(color=fault_color(k), alpha=0.4, label=k) for k in fault_spans(data)]
+    return [Patch(color=fault_color(k), alpha=0.4, label=k) for k in spans_of]

@@ -215,10 +215,10 @@ def record_roles(st: dict, primary: str) -> None:
         m["cmd"] = with_replicaof(m["cmd"], None if name == primary else port)
 
 
-def failover(st: dict, timeout: float = 30.0) -> str:
+def failover(st: dict, timeout: float = 30.0, old: str | None = None) -> str:
     """SENTINEL FAILOVER (Sentinel's own, graceful: the replica is promoted, the old primary demoted);
-    returns the promoted member."""
-    old = live_primary(st)
+    returns the promoted member. ``old``: the live primary, when the caller has just asked for it."""
+    old = old or live_primary(st)
     if old is None:
         raise SentinelError("no live primary the sentinels agree on; cannot fail over")
     refused = ask_failover(st)

@@ -42,7 +42,7 @@ def apply(state_dir: str, fault: Fault, timeout: float = 30.0) -> dict:
     sentinel.wait_synced(st, primary, timeout)
     started = time.monotonic()
     if fault.params.get("mode", "sentinel") == "sentinel":
-        promoted = sentinel.failover(st, timeout)
+        promoted = sentinel.failover(st, timeout, old=primary)
         detail = {"mode": "sentinel", "primary": primary}
     else:
         detail = {"mode": "lossy", "primary": primary, **_kill_while_behind(state_dir, primary, fault, timeout)}
