@@ -118,8 +118,8 @@ def validate(opts: StackOptions) -> None:
     if opts.wait_replicas and opts.redis != "sentinel":
         raise BadOption(f"--wait-replicas {opts.wait_replicas} needs replicas to wait for: add --redis sentinel "
                         "(one primary, one replica); a single redis-server would fail every turn")
-    if opts.wait_replicas not in (0, 1) or opts.wait_ms <= 0:
-        raise BadOption(f"--wait-replicas must be 0 or 1 (the sentinel stack has one replica) and --wait-ms above 0 "
+    if opts.wait_replicas not in (0, 1) or opts.wait_ms < 1:  # the bots' own rule (refbot/config.py)
+        raise BadOption(f"--wait-replicas must be 0 or 1 (the sentinel stack has one replica) and --wait-ms at least 1 "
                         f"(got {opts.wait_replicas}, {opts.wait_ms:g})")
     if not opts.releases or any(not r.strip() for r in opts.releases):
         raise BadOption("--releases must be a comma-separated list of non-empty release names")

@@ -104,3 +104,13 @@ def test_bad_replication_options_are_refused_before_anything_starts(tmp_path, fl
     result = refbot_cli("up", "--state-dir", tmp_path / "s", *flags)
     assert result.returncode == 2 and all(w in result.stderr for w in words), result.stderr
     assert not (tmp_path / "s" / "state.json").exists()
+
+
+def test_up_refuses_a_wait_the_bots_would_refuse_before_starting_anything():
+    """--wait-ms below 1 ms is Redis's "WAIT ... 0" (block forever) once rounded: the bots refuse it at start
+    (refbot/config.py), so `up` refuses it first, with the same bound, instead of starting bots that exit."""
+    from refbot import stack
+
+    with pytest.raises(stack.BadOption, match="--wait-ms at least 1"):
+        stack.validate(stack.StackOptions(redis="sentinel", wait_replicas=1, wait_ms=0.5))
+    stack.validate(stack.StackOptions(redis="sentinel", wait_replicas=1, wait_ms=1))
