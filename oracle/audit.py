@@ -16,7 +16,6 @@ the previous audit tables are left untouched (all are written to temporary files
 """
 from __future__ import annotations
 
-import csv
 import multiprocessing
 import os
 import shutil
@@ -98,8 +97,8 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
             raise JournalError(f"{folder.journal} holds no valid journal records"
                                + (f"; first problem: {first}" if first else ""))
         owned = SessionSet()
-        for p in range(PARTITIONS):
-            owned.update(_sessions_of(folder.audit_part(p, "sessions.csv")))
+        for r in results:
+            owned.merge(r.judged)
         foreign = ForeignKeys(options.key_template)
         missing_keys = evidence.get("missing_keys")
         gone = [s for r in results for s in r.gone][:judge.GONE_SAMPLE]
@@ -206,15 +205,6 @@ def _concatenate(folder: RunFolder, name: str, target, header: str = ""):
                 with open(part, "rb") as fh:
                     shutil.copyfileobj(fh, out)
     return target
-
-
-def _sessions_of(path):
-    """The session ids of a partition's rows (the first column), streamed."""
-    if path.exists():
-        with open(path, newline="", encoding="utf-8") as fh:
-            for row in csv.reader(fh):
-                if row:
-                    yield row[0]
 
 
 def _peak_rss() -> dict:

@@ -50,7 +50,7 @@ class FunctionReader:
                                           list(r.get("entries") or []), str(r.get("type") or "list")))
             yield out
 
-    def foreign(self, owned: set[str]) -> Iterable[dict]:
+    def foreign(self, owned) -> Iterable[dict]:
         return ()
 
     def check(self) -> None:

@@ -45,7 +45,7 @@ class HttpReader:
             return RawSession(session, url, True, None, [response.content], "string")
         return RawSession(session, url, True, None, list(messages), "http")
 
-    def foreign(self, owned: set[str]) -> Iterable[dict]:
+    def foreign(self, owned) -> Iterable[dict]:
         return ()  # an HTTP endpoint cannot be listed
 
     def check(self) -> None:

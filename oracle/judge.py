@@ -14,8 +14,10 @@ the conversations still open and one tally per process (its windows: set by the 
 """
 from __future__ import annotations
 
+import gc
 import operator
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -31,6 +33,7 @@ from oracle.checkers import check_session
 from oracle.clean import prove_clean
 from oracle.decode import Shape, decode_session
 from oracle.history import Journal, SessionLines, decode_turns
+from oracle.keys import SessionSet
 from oracle.snapshot import session_lines, snapshot_lines, snapshot_session
 from oracle.redis_reader import digest
 from oracle.rolling import Judged, RollingPrior, RollingWriter, journal_print
@@ -91,6 +94,7 @@ class PartitionResult:
     run: str | None = None
     classes: Counter = field(default_factory=Counter)  # findings per class
     reused: int = 0              # sessions whose rolling-audit judgement stood (key and journal unchanged)
+    judged: SessionSet = field(default_factory=SessionSet)  # the sessions of its rows: whose keys are the run's
 
 
 def judge_partitions(context: Context, partitions: list[int]) -> tuple[Tally, list[PartitionResult]]:
@@ -99,11 +103,28 @@ def judge_partitions(context: Context, partitions: list[int]) -> tuple[Tally, li
     journal = Journal.open(context.run_dir)
     judging = Judging(context, partitions)
     try:
-        for p, entry in journal.completed(set(partitions)):
-            judging.add(p, entry)
+        with rare_full_collections():
+            for p, entry in journal.completed(set(partitions)):
+                judging.add(p, entry)
     finally:
         judging.close()
     return judging.tally, judging.results(journal)
+
+
+@contextmanager
+def rare_full_collections():
+    """Python's cycle collector tuned for judging, then put back. A batch's lines and the batches of
+    the other partitions live long enough to reach the oldest generation, and with the default
+    thresholds each quarter of growth of that generation sets off a full collection of the whole
+    heap: about a quarter of the audit's time went there (benchmarks/bench_audit.py). Judging makes
+    few reference cycles, so collecting the young generation every 100,000 allocations, not 700,
+    keeps memory flat at a fraction of the cost."""
+    before = gc.get_threshold()
+    gc.set_threshold(100_000, 50, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 class Judging:
@@ -237,6 +258,7 @@ class _Partition:
         missing = set(turns_by) - {raw.session for raw in raws} - set(reused)
         r.problems += [f"session {s} is journaled but not in the stored reads; not judged" for s in sorted(missing)]
         if judged and self.rows is not None:
+            r.judged.update(s for s, _, _, _ in judged)
             self._tally(judged, dirty)
 
     def _count(self, record: Judged, turns: list[Turn], dirty: dict) -> tuple:

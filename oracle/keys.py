@@ -210,17 +210,22 @@ class SessionSet:
         if ids:
             self._parts.append(np.array(ids, np.uint64))
 
-    def __contains__(self, session: str) -> bool:
+    def merge(self, other: "SessionSet") -> None:
+        self._parts += [other._ids, *other._parts]
+        self._others |= other._others
+
+    def contains(self, sessions: list[str]) -> list[bool]:
+        """Membership of many ids at once: one sorted search for all of them."""
         if self._parts:  # sorted in place, then deduplicated: np.unique's hash table costs 7x the ids here
             ids = np.concatenate([self._ids, *self._parts])
             self._parts = []
             ids.sort()
             self._ids = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids
-        if SESSION_RE.match(session):
-            value = np.uint64(int(session[2:], 16))
-            at = int(np.searchsorted(self._ids, value))
-            return at < len(self._ids) and self._ids[at] == value
-        return session in self._others
+        ours = [bool(SESSION_RE.match(s)) for s in sessions]
+        values = np.array([int(s[2:], 16) for s, mine in zip(sessions, ours) if mine], np.uint64)
+        at = np.minimum(np.searchsorted(self._ids, values), max(len(self._ids) - 1, 0))
+        found = iter((self._ids[at] == values).tolist() if len(self._ids) else [False] * len(values))
+        return [next(found) if mine else s in self._others for s, mine in zip(sessions, ours)]
 
     def keys(self, options: StoreOptions) -> "_Keys":
         return _Keys(self, options.key_template)
@@ -228,15 +233,16 @@ class SessionSet:
 
 @dataclass
 class _Keys:
-    """``key in keys``: the key names a session of the run under the key template."""
+    """Which keys name a session of the run under the key template."""
     sessions: SessionSet
     template: str
 
-    def __contains__(self, key: str) -> bool:
+    def owns(self, keys: list[str]) -> list[bool]:
+        """Per key: it names a session of the run under the key template (all keys checked at once)."""
         prefix, _, suffix = self.template.partition("{session}")
-        if not (key.startswith(prefix) and key.endswith(suffix)) or len(key) < len(prefix) + len(suffix):
-            return False
-        return key[len(prefix):len(key) - len(suffix)] in self.sessions
+        fits = [k.startswith(prefix) and k.endswith(suffix) and len(k) >= len(prefix) + len(suffix) for k in keys]
+        owned = iter(self.sessions.contains([k[len(prefix):len(k) - len(suffix)] for k, f in zip(keys, fits) if f]))
+        return [next(owned) if f else False for f in fits]
 
 
 def store_evidence(reader, folder: RunFolder) -> dict:

@@ -179,18 +179,20 @@ class RedisReader:
                 out[session] = [kind]
         return out
 
-    def foreign(self, owned: set[str]) -> Iterable[dict]:
-        """Keys under the template that no journaled session owns (foreign data in the namespace)."""
+    def foreign(self, owned) -> Iterable[dict]:
+        """Keys under the template that no journaled session owns (foreign data in the namespace);
+        ``owned.owns(keys)`` tells a page of SCAN at a time."""
         prefix, _, suffix = self.options.key_template.partition("{session}")
         pattern = glob_escape(prefix) + "*" + glob_escape(suffix)
         found: list[str] = []
-        for key in self.client.scan_iter(match=pattern, count=1000):
-            key = key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else key
-            if key not in owned:
-                found.append(key)
-                if len(found) >= self.options.batch:
-                    yield from self._describe(found)
-                    found = []
+        cursor = None
+        while cursor != 0:
+            cursor, page = self.client.scan(cursor or 0, match=pattern, count=1000)
+            page = [key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else key for key in page]
+            found += [key for key, ours in zip(page, owned.owns(page)) if not ours]
+            if len(found) >= self.options.batch:
+                yield from self._describe(found)
+                found = []
         yield from self._describe(found)
 
     def _describe(self, keys: list[str]) -> Iterator[dict]:

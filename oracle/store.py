@@ -75,7 +75,7 @@ class StoreOptions:
 
 class Reader(Protocol):
     def read(self, sessions: list[str]) -> Iterator[list[RawSession]]: ...
-    def foreign(self, owned: set[str]) -> Iterable[dict]: ...
+    def foreign(self, owned) -> Iterable[dict]: ...  # owned.owns(keys) -> [bool]
 
 
 def batches(items: list, size: int) -> Iterator[list]:

@@ -243,3 +243,31 @@ def test_workers_copies_complete_a_killed_masters_journal_and_the_audit_says_so(
     assert copies[1]["lines_added"] == (full / "journal" / shards[1].name).read_bytes().count(b"\n")
     assert any(f"{workers / shards[2].name} is not a copy of" in p for p in summary["problems"])
     assert shards[0].read_bytes().count(b"\n") < whole.count(b"\n")  # nothing written into journal/
+
+
+def test_which_keys_are_the_runs_is_told_a_page_at_a_time():
+    from oracle.keys import SessionSet
+    owned = SessionSet()
+    owned.update(["gf0000000000000001", "gf00000000000000ff", "hand-written-7"])
+    other = SessionSet()
+    other.update(["gf0000000000000001", "gfffffffffffffffff"])  # overlapping sets merge without duplicates
+    owned.merge(other)
+    assert owned.contains(["gf0000000000000001", "gf0000000000000002", "gfffffffffffffffff", "hand-written-7",
+                           "hand-written-8", "gf00000000000000FF"]) == [True, False, True, True, False, False]
+    assert SessionSet().contains(["gf0000000000000001", "x"]) == [False, False]  # nothing journaled: nothing ours
+    keys = owned.keys(StoreOptions(url="redis://127.0.0.1:1/0", key_template="chat:{session}:log"))
+    assert keys.owns(["chat:gf0000000000000001:log", "chat:gf0000000000000001", "chat:hand-written-7:log",
+                      "message_store:gf0000000000000001", "chat::log", "chat:log"]) == [True, False, True,
+                                                                                        False, False, False]
+
+
+def test_judging_tunes_the_cycle_collector_and_always_puts_it_back():
+    import gc
+
+    from oracle.judge import rare_full_collections
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError):
+        with rare_full_collections():
+            assert gc.get_threshold()[0] > before[0]
+            raise RuntimeError("a store that died mid-audit")
+    assert gc.get_threshold() == before
