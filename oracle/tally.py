@@ -46,26 +46,49 @@ def quantiles(hist: np.ndarray, qs=(0.5, 0.95, 0.99)) -> list[float | None]:
     return out
 
 
-@dataclass
 class Windows:
-    """Dense per-window rows from ``start`` (a window index) on: counts and a latency histogram."""
-    start: int | None = None
-    counts: np.ndarray = field(default_factory=lambda: np.zeros((0, len(WINDOW_COUNTS)), np.int64))
-    latency: np.ndarray = field(default_factory=lambda: np.zeros((0, LATENCY_BINS), np.int32))
-    steps: Counter = field(default_factory=Counter)  # (window, step) -> turns
+    """Dense per-window rows: counts and a latency histogram for the windows ``start`` to ``end``.
+    The buffers grow by doubling: a day of 5-s windows is 17,280 rows, and growing them exactly,
+    a batch at a time, copied the whole table for every batch."""
+
+    def __init__(self):
+        self.start: int | None = None  # the first window in use
+        self.end: int | None = None    # the last
+        self._base = 0                 # the window of the buffers' first row
+        self._counts = np.zeros((0, len(WINDOW_COUNTS)), np.int64)
+        self._latency = np.zeros((0, LATENCY_BINS), np.int32)
+        self.steps: Counter = Counter()  # (window, step) -> turns
+
+    @property
+    def counts(self) -> np.ndarray:
+        """(windows, WINDOW_COUNTS): a view of the rows in use."""
+        return self._counts[self._rows()]
+
+    @property
+    def latency(self) -> np.ndarray:
+        """(windows, LATENCY_BINS): a view of the rows in use."""
+        return self._latency[self._rows()]
+
+    def _rows(self) -> slice:
+        return slice(0, 0) if self.start is None else slice(self.start - self._base, self.end - self._base + 1)
 
     def _cover(self, lo: int, hi: int) -> None:
-        if self.start is None:
-            self.start = lo
-        if lo < self.start:
-            pad = self.start - lo
-            self.counts = np.vstack([np.zeros((pad, self.counts.shape[1]), np.int64), self.counts])
-            self.latency = np.vstack([np.zeros((pad, LATENCY_BINS), np.int32), self.latency])
-            self.start = lo
-        need = hi - self.start + 1 - len(self.counts)
-        if need > 0:
-            self.counts = np.vstack([self.counts, np.zeros((need, self.counts.shape[1]), np.int64)])
-            self.latency = np.vstack([self.latency, np.zeros((need, LATENCY_BINS), np.int32)])
+        used = self._rows()
+        self.start = lo if self.start is None else min(self.start, lo)
+        self.end = hi if self.end is None else max(self.end, hi)
+        size = len(self._counts)
+        if self._base <= self.start and self.end < self._base + size:
+            return
+        span = self.end - self.start + 1
+        grown = max(2 * size, span)
+        base = self.start - (grown - span) // 2  # the slack split between both ends: batches come in any order
+        counts = np.zeros((grown, self._counts.shape[1]), np.int64)
+        latency = np.zeros((grown, LATENCY_BINS), np.int32)
+        if used.stop > used.start:
+            at = self._base + used.start - base
+            counts[at:at + used.stop - used.start] = self._counts[used]
+            latency[at:at + used.stop - used.start] = self._latency[used]
+        self._base, self._counts, self._latency = base, counts, latency
 
     def add(self, index: np.ndarray, columns: list[np.ndarray], latency_index: np.ndarray,
             latency_bin: np.ndarray, steps: np.ndarray) -> None:
@@ -84,7 +107,7 @@ class Windows:
     def merge(self, other: "Windows") -> None:
         if other.start is None:
             return
-        self._cover(other.start, other.start + len(other.counts) - 1)
+        self._cover(other.start, other.end)
         at = other.start - self.start
         self.counts[at:at + len(other.counts)] += other.counts
         self.latency[at:at + len(other.latency)] += other.latency

@@ -271,3 +271,24 @@ def test_judging_tunes_the_cycle_collector_and_always_puts_it_back():
             assert gc.get_threshold()[0] > before[0]
             raise RuntimeError("a store that died mid-audit")
     assert gc.get_threshold() == before
+
+
+def test_windows_grown_batch_by_batch_in_any_order_hold_exactly_the_counts_of_all_turns():
+    import numpy as np
+
+    from oracle.tally import LATENCY_BINS, Windows
+    rng = np.random.default_rng(5)
+    batches = [rng.integers(lo, lo + 40, 300) for lo in rng.permutation(np.arange(1000, 3000, 37))[:40]]
+    whole, halves = Windows(), [Windows(), Windows()]
+    for i, index in enumerate(batches):
+        ones, bins = np.ones(len(index)), index % LATENCY_BINS
+        for w in (whole, halves[i % 2]):
+            w.add(index, [ones] * 6, index, bins, np.full(len(index), np.nan))
+    halves[0].merge(halves[1])
+    every = np.concatenate(batches)
+    expected = np.bincount(every - every.min())
+    for w in (whole, halves[0]):
+        assert (w.start, w.end) == (every.min(), every.max())
+        assert (w.counts[:, 0] == expected).all() and (w.counts[:, 5] == expected).all()
+        assert w.latency.sum() == len(every) and (w.latency.sum(axis=1) == expected).all()
+        assert len(w.counts) == len(w.latency) == len(expected)
