@@ -14,6 +14,7 @@ the conversations still open and one tally per process (its windows: set by the 
 """
 from __future__ import annotations
 
+import bisect
 import gc
 import operator
 from collections import Counter
@@ -60,11 +61,15 @@ class Evidence:
     ttl_in_use: bool = False
     evictions: list = field(default_factory=list)  # [(time, evicted_keys counter)] ascending, the last at the audit
 
+    def __post_init__(self):
+        self._times = [when for when, _ in self.evictions]
+
     def gone_class(self, last_ack: float) -> str:
         """``evicted`` when the store evicted keys after the session's last acknowledged turn,
-        else ``expired`` when keys carry TTLs, else ``vanished``."""
-        before = [count for when, count in self.evictions if when <= last_ack]
-        if self.evictions and self.evictions[-1][1] > (before[-1] if before else 0):
+        else ``expired`` when keys carry TTLs, else ``vanished``. (A binary search: a day's telemetry
+        is 17,280 samples, and a store that lost everything asks once per session.)"""
+        at = bisect.bisect_right(self._times, last_ack)
+        if self.evictions and self.evictions[-1][1] > (self.evictions[at - 1][1] if at else 0):
             return "evicted"
         return "expired" if self.ttl_in_use else "vanished"
 

@@ -292,3 +292,12 @@ def test_windows_grown_batch_by_batch_in_any_order_hold_exactly_the_counts_of_al
         assert (w.counts[:, 0] == expected).all() and (w.counts[:, 5] == expected).all()
         assert w.latency.sum() == len(every) and (w.latency.sum(axis=1) == expected).all()
         assert len(w.counts) == len(w.latency) == len(expected)
+
+
+def test_a_gone_key_is_evicted_only_when_the_store_evicted_after_its_last_ack():
+    from oracle.judge import Evidence
+    samples = Evidence(True, [(100.0, 0), (110.0, 3), (120.0, 3), (130.0, 9)])
+    assert [samples.gone_class(t) for t in (50.0, 100.0, 109.9, 110.0, 125.0, 130.0, 500.0)] == \
+        ["evicted", "evicted", "evicted", "evicted", "evicted", "expired", "expired"]
+    assert Evidence(False, []).gone_class(1.0) == "vanished"
+    assert Evidence(False, [(100.0, 4), (200.0, 4)]).gone_class(50.0) == "evicted"  # 4 evicted since the start
