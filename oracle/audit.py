@@ -30,7 +30,7 @@ import requests
 from contracts import codec
 from contracts.runfolder import RunFolder
 from oracle import judge, rootcause, verdict
-from oracle.history import PARTITIONS, Journal, JournalError
+from oracle.history import MAX_PROBLEMS, PARTITIONS, Journal, JournalError
 from oracle.judge import Context, Evidence, Fault
 from oracle.keys import ForeignKeys, SessionSet, diagnose_missing_keys, store_evidence
 from oracle.snapshot import SnapshotError, SnapshotWriter, options_from_meta, read_foreign, read_meta
@@ -133,9 +133,11 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     (folder.audit / "anomalies.jsonl.tmp").replace(folder.anomalies)
     (folder.audit / "sessions.csv.tmp").replace(folder.sessions_csv)
     run = next((r.run for r in results if r.run), None) or folder.name
+    found = [p for r in results for p in r.problems] + problems
     result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
                            window_s, recovery_s, sum(r.entries for r in results), linked.misrouted,
-                           [p for r in results for p in r.problems] + problems)
+                           (found[:MAX_PROBLEMS], sum(r.problems_total for r in results) + len(problems)),
+                           sum(r.unreadable for r in results))
     result["anomalies"] = dict(sorted(linked.classes.items()))
     result["causes"] = dict(sorted(linked.causes.items()))
     result["information"] = {"foreign_keys": foreign.information()}
@@ -250,8 +252,11 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
             if t.crosstalk:
                 leaked.add(t.session)
 
+    bad: list[str] = []  # counted and let go chunk by chunk: a journal of garbage is not held in memory
     for shard in journal.shards:
-        for _, turns in read_chunks(shard, decode_chunk, decode_line, problems=[]):
+        for _, turns in read_chunks(shard, decode_chunk, decode_line, problems=bad):
+            counts["unreadable"] += len(bad)
+            bad.clear()
             for t in turns:
                 if t.in_flight:
                     in_flight[(t.session, t.turn)] = t
@@ -264,7 +269,8 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
         raise JournalError(f"{folder.journal} holds no valid journal records")
     observed = {"probe_amnesia": {"count": counts["probes_failed"], "total": counts["probes_answered"]},
                 "crosstalk": {"count": counts["leaked"], "total": max(counts["sessions"], counts["leaked"])},
-                "errors": {"count": counts["errors_quiet"], "total": counts["quiet"]}}
+                "errors": {"count": counts["errors_quiet"], "total": counts["quiet"]},
+                "unreadable": {"count": counts["unreadable"], "total": counts["total"] + counts["unreadable"]}}
     judged = verdict.evaluate(observed, gates or verdict.parse_gates(None))
     judged["root_causes"] = verdict.root_causes({}, 0, observed["probe_amnesia"]["count"])
     turns = {k: int(counts[k]) for k in ("total", "ok", "fail", "info", "errors", "probes_answered", "probes_failed",

@@ -84,8 +84,9 @@ def render(summary: dict, run: Path) -> str:
         lines += [f"  {line}" for line in charge_lines(summary)]
     for problem in summary["problems"][:10]:
         lines.append(f"  warning: {problem}")
-    if len(summary["problems"]) > 10:
-        lines.append(f"  ... {len(summary['problems']) - 10} more warnings in audit/summary.json")
+    total = summary.get("problems_total", len(summary["problems"]))
+    if total > 10:
+        lines.append(f"  ... {total - 10:,} more warnings (summary.json lists the first {len(summary['problems'])})")
     info = (summary.get("information") or {}).get("foreign_keys") or {}
     if info.get("other_goldfish_runs") or info.get("not_goldfish"):
         lines.append(f"  information: the store also holds {info['other_goldfish_runs']} key(s) of other goldfish runs "

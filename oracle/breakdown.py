@@ -54,7 +54,7 @@ def compute(run_dir: str | Path) -> dict:
     kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # kind -> [lost, acknowledged]
     replicas_seen = False
     for _, entry in Journal.open(run_dir).completed():  # one session at a time, as the audit reads them
-        turns, _ = decode_turns(entry)
+        turns, _, _ = decode_turns(entry)
         plants: dict[str, Turn] = {}  # fact -> the latest plant that may be stored (ok or info)
         bursts: list[int] = []        # turn indices of double-sent turns
         for r in turns:

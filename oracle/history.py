@@ -53,6 +53,7 @@ class SessionLines:
     lines: list = field(default_factory=list)
 
 
+MAX_PROBLEMS = 100  # problem texts kept per journal pass: the count is exact, the texts are examples
 PARTITIONS = 16  # the audit's fixed shares of the users (oracle/judge.py): its output never depends on jobs
 
 
@@ -65,7 +66,9 @@ def partition_of(key: str) -> int:
 class Journal:
     """A run's journal as a stream of completed sessions, and what reading it found."""
     folder: RunFolder
-    problems: list = field(default_factory=list)  # [(partition, "file:line: ...")]
+    problems: list = field(default_factory=list)  # [(partition, "file:line: ...")], the first MAX_PROBLEMS
+    problems_total: int = 0                       # all of them
+    unreadable: int = 0                           # lines that are not a turn (blank and torn last lines are not)
     run: str | None = None
     lines: int = 0
     sessions: int = 0
@@ -81,7 +84,7 @@ class Journal:
         if not shards:
             raise JournalError(f"{folder.path} has no journal: expected {folder.journal}/*.jsonl "
                                "(is this a run folder?)")
-        return cls(folder, [(0, text) for text in problems], shards=shards, copies=copies)
+        return cls(folder, [(0, text) for text in problems], len(problems), shards=shards, copies=copies)
 
     def require_records(self) -> None:
         """JournalError unless some line of the journal is a turn (read until the first one)."""
@@ -196,7 +199,10 @@ class Grouper:
                     j.lines += 1
                     if (self.partitions is None or 0 in self.partitions) and \
                             not torn(raw, last_chunk and i == len(lines) - 1):
-                        j.problems.append((0, problem(self.path, before + i + 1, _why(raw), raw)))
+                        j.unreadable += 1
+                        j.problems_total += 1
+                        if len(j.problems) < MAX_PROBLEMS:
+                            j.problems.append((0, problem(self.path, before + i + 1, _why(raw), raw)))
                 continue
             j.lines += 1
             owner = key.user if key.user is not None else key.session
@@ -268,9 +274,11 @@ def _why(raw: bytes) -> RecordError:
     return RecordError("no session id")
 
 
-def decode_turns(entry: SessionLines) -> tuple[list[Turn], list[str]]:
-    """A completed session's turns, in turn order, each turn once; and the problems found."""
+def decode_turns(entry: SessionLines) -> tuple[list[Turn], list[str], int]:
+    """A completed session's turns, in turn order, each turn once; the problems found (at most
+    MAX_PROBLEMS of them); and how many of its lines are not a turn."""
     problems: list[str] = []
+    unreadable = 0
     turns = decode_chunk([raw for _, raw in entry.lines])
     if turns is None:
         turns = []
@@ -278,11 +286,12 @@ def decode_turns(entry: SessionLines) -> tuple[list[Turn], list[str]]:
             try:
                 turns.append(decode_line(raw))
             except RecordError as exc:
+                unreadable += 1
                 problems.append(problem(entry.shard, number, exc, raw))
     turns.sort(key=lambda t: t.turn)  # stable: a turn's records stay in journal order
     turns, repeated = one_per_turn(turns)  # an outcome supersedes its in-flight record
     problems += [f"journal: session {entry.session} turn {n} journaled twice; kept the first" for n in repeated]
-    return turns, problems
+    return turns, problems[:MAX_PROBLEMS], unreadable
 
 
 def read_journal(run_dir: str | Path) -> tuple[dict[str, list[Turn]], list[str]]:
@@ -291,7 +300,7 @@ def read_journal(run_dir: str | Path) -> tuple[dict[str, list[Turn]], list[str]]
     journal = Journal.open(run_dir)
     sessions, problems = {}, []
     for _, entry in journal.completed():
-        turns, found = decode_turns(entry)
+        turns, found, _ = decode_turns(entry)
         problems += found
         if turns:
             sessions[entry.session] = turns

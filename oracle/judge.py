@@ -33,7 +33,7 @@ from oracle.attribution import first_fault_after, overlapping
 from oracle.checkers import check_session
 from oracle.clean import prove_clean
 from oracle.decode import Shape, decode_session
-from oracle.history import Journal, SessionLines, decode_turns
+from oracle.history import MAX_PROBLEMS, Journal, SessionLines, decode_turns
 from oracle.keys import SessionSet
 from oracle.snapshot import session_lines, snapshot_lines, snapshot_session
 from oracle.redis_reader import digest
@@ -95,7 +95,9 @@ class PartitionResult:
     gone: list = field(default_factory=list)  # a sample of sessions whose key is gone
     gone_count: int = 0
     entries: int = 0             # stored entries read (a JSON blob counts as one)
-    problems: list = field(default_factory=list)
+    problems: list = field(default_factory=list)  # the first MAX_PROBLEMS
+    problems_total: int = 0      # all of them
+    unreadable: int = 0          # journal lines that are not a turn
     run: str | None = None
     classes: Counter = field(default_factory=Counter)  # findings per class
     reused: int = 0              # sessions whose rolling-audit judgement stood (key and journal unchanged)
@@ -160,8 +162,12 @@ class Judging:
 
     def results(self, journal: Journal) -> list[PartitionResult]:
         for part in self.parts.values():  # unreadable lines first, as they come in the journal
-            part.result.problems[:0] = [text for p, text in journal.problems if p == part.result.partition]
-            part.result.run = journal.run
+            r = part.result
+            if r.partition == 0:  # the journal's own problems: lines that name no session
+                r.problems[:0] = [text for _, text in journal.problems]
+                r.problems_total += journal.problems_total
+                r.unreadable += journal.unreadable
+            r.run = journal.run
         return [part.result for part in self.parts.values()]
 
 
@@ -221,11 +227,19 @@ class _Partition:
                 problems = [f"journal: session {e.session} turn {n} journaled twice; kept the first"
                             for n in repeated]
             else:
-                turns, problems = decode_turns(e)
-            self.result.problems += problems
+                turns, problems, unreadable = decode_turns(e)
+                self.result.unreadable += unreadable
+            self._problems(problems)
             if turns:
                 turns_by[e.session] = turns
         return turns_by
+
+    def _problems(self, texts: list[str]) -> None:
+        """Count them all, keep the first MAX_PROBLEMS (a journal of a million bad lines is not a
+        million warnings held in memory and written to summary.json)."""
+        r = self.result
+        r.problems += texts[:max(0, MAX_PROBLEMS - len(r.problems))]
+        r.problems_total += len(texts)
 
     def _reusable(self, entries: list[SessionLines]) -> dict[str, Judged]:
         """The rolling audit's clean judgements of these sessions whose journal lines are the same and whose
@@ -261,7 +275,7 @@ class _Partition:
         for session, record in reused.items():
             judged.append(self._count(record, turns_by[session], dirty))
         missing = set(turns_by) - {raw.session for raw in raws} - set(reused)
-        r.problems += [f"session {s} is journaled but not in the stored reads; not judged" for s in sorted(missing)]
+        self._problems([f"session {s} is journaled but not in the stored reads; not judged" for s in sorted(missing)])
         if judged and self.rows is not None:
             r.judged.update(s for s, _, _, _ in judged)
             self._tally(judged, dirty)

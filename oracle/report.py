@@ -125,8 +125,10 @@ def context(data: RunData) -> dict:
     warnings = list(data.warnings)
     problems = [str(p) for p in s.get("problems") or []]
     warnings += [f"audit: {p}" for p in problems[:10]]
-    if len(problems) > 10:
-        warnings.append(f"audit: ... and {len(problems) - 10} more problems in audit/summary.json")
+    total = s.get("problems_total", len(problems))
+    if total > 10:
+        warnings.append(f"audit: ... and {total - 10:,} more problems (audit/summary.json lists the first "
+                        f"{len(problems)})")
     store = s.get("store") or {}
     if store and not store.get("complete", True):
         warnings.append("the final read of the store was incomplete: some sessions were not read back, so "

@@ -28,8 +28,9 @@ STORE_COLUMNS = ["info_stored", "lost", "crosstalk", "reordered", "duplicated", 
 
 def summary(run_dir: Path, run: str | None, tally: Tally, faults: list[Fault], steps: list[dict],
             causes: Counter, by_window: tuple[Counter, Counter], window_s: float, recovery_s: float,
-            entries: int, misrouted: int, problems: list[str]) -> dict:
-    """windows.csv, and the summary's counts, rates and attribution."""
+            entries: int, misrouted: int, problems: tuple[list[str], int], unreadable: int = 0) -> dict:
+    """windows.csv, and the summary's counts, rates and attribution. ``problems``: (the first texts, how
+    many in all); ``unreadable``: journal lines that are not a turn."""
     folder = RunFolder(run_dir)
     effective = [f for f in faults if f.effective]
     windows = window_table(tally.windows, window_s, effective, steps, *by_window)
@@ -53,13 +54,13 @@ def summary(run_dir: Path, run: str | None, tally: Tally, faults: list[Fault], s
         "turns": {"total": t["turns"], "ok": t["ok"], "fail": t["fail"], "info": t["info"], "errors": t["errors"],
                   "interrupted": t["interrupted"], "info_stored": t["info_stored"]},
         "metrics": metrics,
-        "observed": observed(t, metrics, causes, entries, misrouted),
+        "observed": observed(t, metrics, causes, entries, misrouted, unreadable),
         "throughput": t["ok"] / span if span > 0 else 0.0,
         "latency": {"p50": p50, "p95": p95, "p99": p99},
         "anomalies": dict(sorted(Counter({c: n for c, n in causes.items() if c != "misroute"}).items())),
         "by_fault": fault_rows, "baseline": baseline, "steps": by_step_rows(tally, steps),
         "faults": [{**f.__dict__, "effective": f.effective} for f in faults],
-        "problems": problems,
+        "problems": problems[0], "problems_total": problems[1],
     }
 
 
@@ -71,7 +72,7 @@ def by_step_rows(tally: Tally, steps: list[dict]) -> list[dict]:
     return rows
 
 
-def observed(t: Counter, metrics: dict, causes: Counter, entries: int, misrouted: int) -> dict:
+def observed(t: Counter, metrics: dict, causes: Counter, entries: int, misrouted: int, unreadable: int = 0) -> dict:
     """What each gate of the verdict counts, and over what (oracle/verdict.py GATES): one root
     cause counts once (a misrouted turn is cross-talk, not a store loss; a corrupt entry is not
     also lost; a reply stored before its turn is part of the reorder, not unanswered)."""
@@ -91,6 +92,7 @@ def observed(t: Counter, metrics: dict, causes: Counter, entries: int, misrouted
         "unanswered": of(causes["unanswered"], t["ok"]),
         "aborted": of(causes["aborted"], t["turns"]),
         "errors": of(t["errors_quiet"], t["turns_quiet"]),
+        "unreadable": of(unreadable, t["turns"] + unreadable),
     }
 
 

@@ -43,6 +43,7 @@ GATES: tuple[Gate, ...] = (
     Gate("unanswered", "turns stored without their reply", "acknowledged turns"),
     Gate("aborted", "refused turns stored anyway", "turns"),
     Gate("errors", "failed requests no fault was in force to explain", "turns no fault overlapped"),
+    Gate("unreadable", "journal lines that are not a turn", "journal lines"),
 )
 BY_NAME = {g.name: g for g in GATES}
 ALIASES = {"lost": "stored_loss", "amnesia": "probe_amnesia", "failed_probes": "probe_amnesia",

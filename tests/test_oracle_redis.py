@@ -212,3 +212,26 @@ def test_store_evidence_reads_the_evictions_the_run_s_telemetry_sampled(tmp_path
     assert [tuple(e) for e in evidence["evictions"][:2]] == [(100.0, 0), (120.0, 7)]  # then the audit's INFO
     gone = Evidence(False, evidence["evictions"][:2])
     assert gone.gone_class(105.0) == "evicted" and gone.gone_class(125.0) == "vanished"
+
+
+def test_unreadable_journal_lines_fail_the_strict_verdict_counted_exactly_with_the_first_100_named(
+        tmp_path, redis_server, capsys):
+    from oracle.audit import journal_verdict
+    from support_oracle import write_journal
+
+    run, world, _ = make_run(tmp_path, redis_server)
+    garbage = [f"not a turn {i}\n" for i in range(150)] + [f'{{"session": "gf{i:016x}", "turn": "x"}}\n'
+                                                          for i in range(60)]  # names a session, is no turn
+    write_journal(run, world.records, extra_lines={0: garbage + [json.dumps(world.records[0])[:40]]})  # torn tail
+    code, out, _ = in_process(capsys, run, "--store-url", redis_server.url, "--gate", "strict,probe_amnesia=off,errors=off")
+    summary = json.loads((run / "audit" / "summary.json").read_text())
+    assert code == 1 and "FAIL          unreadable: 210 journal lines that are not a turn of" in out
+    assert summary["observed"]["unreadable"] == {"count": 210, "total": summary["turns"]["total"] + 210}
+    assert len(summary["problems"]) == 100 and summary["problems_total"] == 210
+    assert summary["problems"][0].startswith(f"{run / 'journal' / 'local-0.jsonl'}:{len(world.records) + 1}: ")
+    assert "200 more warnings (summary.json lists the first 100)" in out
+    assert summary["anomalies"] == {} and summary["sessions"] == len(world.order)  # the readable rest is judged
+    code, out, _ = in_process(capsys, run, "--gate", "strict,probe_amnesia=off,errors=off,unreadable=off")
+    assert code == 0, out
+    online = journal_verdict(run)
+    assert online["observed"]["unreadable"]["count"] == 210 and "unreadable" in " ".join(online["verdict"]["failed"])

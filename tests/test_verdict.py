@@ -100,7 +100,7 @@ def test_evaluation_counts_rates_off_and_not_measured():
 
 def test_a_rate_gate_passes_on_an_empty_denominator_and_a_run_with_nothing_found_passes():
     v = evaluate({"probe_amnesia": {"count": 0, "total": 0}}, parse_gates("probe_amnesia=1%"))
-    assert v["result"] == PASS and headline(v) == "PASS — 1 gate(s) held, 11 not measured"
+    assert v["result"] == PASS and headline(v) == "PASS — 1 gate(s) held, 12 not measured"
     assert math.isnan(float("nan"))  # (NaN never reaches a limit: parse_limit refuses it)
 
 
