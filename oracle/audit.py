@@ -153,6 +153,9 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     result["timings"] = {"read_judge": read_s, "total": time.perf_counter() - clock, **_peak_rss()}
     gates = gates or verdict.parse_gates(None)
     result["verdict"] = verdict.evaluate(result["observed"], gates)
+    if not result["turns"]["ok"]:
+        result["verdict"]["result"] = verdict.FAIL
+        result["verdict"]["failed"].insert(0, verdict.NOTHING_ACKNOWLEDGED)
     result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted,
                                                            result["metrics"]["probe_amnesia"]["count"])
     result["thresholds"] = {name: str(limit) for name, limit in gates.limits.items()}

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     run = Path(args.run)
     from oracle.audit import WorkerError, audit_run  # after argument errors, which need no pandas
-    from oracle.verdict import headline
+    from oracle.verdict import NOTHING_ACKNOWLEDGED, headline
 
     try:
         store, limits = store_options(args), gates(args)
@@ -118,4 +118,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(render(summary, run))
     print(headline(summary["verdict"]))
+    if summary["verdict"]["failed"] == [NOTHING_ACKNOWLEDGED]:
+        return 2  # as at the end of a Locust run: nothing to judge is bad input (a finding would still be 1)
     return 1 if summary["verdict"]["result"] == "fail" else 0

@@ -17,6 +17,8 @@ from oracle.metrics import wilson
 
 PASS, FAIL = "pass", "fail"
 OFF, UNMEASURED = "off", "not measured"
+# the verdict of a run in which the target acknowledged nothing: no gate had anything to judge, so it is no PASS
+NOTHING_ACKNOWLEDGED = "nothing measured: no turn was acknowledged by the target (refused, unreachable or always failing)"
 
 
 class GateError(ValueError):

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis
 
 from conftest import wait_until
 from oracle.audit import audit_run
@@ -235,3 +236,19 @@ def test_unreadable_journal_lines_fail_the_strict_verdict_counted_exactly_with_t
     assert code == 0, out
     online = journal_verdict(run)
     assert online["observed"]["unreadable"]["count"] == 210 and "unreadable" in " ".join(online["verdict"]["failed"])
+
+
+def test_a_run_the_target_acknowledged_nothing_of_is_no_pass(tmp_path, redis_server, capsys):
+    from support_oracle import write_journal
+
+    run, world, _ = make_run(tmp_path, redis_server)
+    refused = [{**r, "outcome": "fail", "reply": None, "received": None} for r in world.records]
+    write_journal(run, refused)  # the bot was down all along: every turn refused, nothing stored is expected
+    redis.Redis.from_url(redis_server.url).flushdb()
+    code, out, _ = in_process(capsys, run, "--store-url", redis_server.url, "--gate", "strict,errors=off")
+    summary = json.loads((run / "audit" / "summary.json").read_text())
+    assert code == 2 and "FAIL — nothing measured: no turn was acknowledged by the target" in out
+    assert summary["verdict"]["result"] == "fail" and summary["turns"]["ok"] == 0
+    store_with_langchain(redis_server.url, world)  # ... but the refused turns are stored: that is a finding
+    code, out, _ = in_process(capsys, run, "--store-url", redis_server.url, "--gate", "strict,errors=off")
+    assert code == 1 and "aborted" in out
