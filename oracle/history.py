@@ -275,8 +275,8 @@ def _why(raw: bytes) -> RecordError:
 
 
 def decode_turns(entry: SessionLines) -> tuple[list[Turn], list[str], int]:
-    """A completed session's turns, in turn order, each turn once; the problems found (at most
-    MAX_PROBLEMS of them); and how many of its lines are not a turn."""
+    """A completed session's turns, in turn order, each turn once; the problems found; and how many
+    of its lines are not a turn."""
     problems: list[str] = []
     unreadable = 0
     turns = decode_chunk([raw for _, raw in entry.lines])
@@ -291,7 +291,7 @@ def decode_turns(entry: SessionLines) -> tuple[list[Turn], list[str], int]:
     turns.sort(key=lambda t: t.turn)  # stable: a turn's records stay in journal order
     turns, repeated = one_per_turn(turns)  # an outcome supersedes its in-flight record
     problems += [f"journal: session {entry.session} turn {n} journaled twice; kept the first" for n in repeated]
-    return turns, problems[:MAX_PROBLEMS], unreadable
+    return turns, problems, unreadable
 
 
 def read_journal(run_dir: str | Path) -> tuple[dict[str, list[Turn]], list[str]]:
