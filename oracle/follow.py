@@ -22,7 +22,7 @@ from contracts import codec
 from contracts.durations import DurationError, parse_duration
 from contracts.runfolder import RunFolder
 from oracle.history import PARTITIONS, Tail
-from oracle.judge import Context, Evidence, Judging
+from oracle.judge import Context, Evidence, Judging, rare_full_collections
 from oracle.keys import store_evidence
 from oracle.store import StoreOptions, make_reader
 
@@ -57,9 +57,10 @@ def follow(run_dir: Path, store: StoreOptions, every: float, settle: float, stop
                 judging = Judging(Context(folder.path, store, True, Evidence(evidence.get("ttl_in_use", False),
                                                                             evidence.get("evictions") or []),
                                           (), [], 5.0, 5.0, rolling=True), list(range(PARTITIONS)))
-                for _, p, entry in ready:
-                    judging.add(p, entry)
-                judging.close()
+                with rare_full_collections():
+                    for _, p, entry in ready:
+                        judging.add(p, entry)
+                    judging.close()
                 for part in judging.parts.values():
                     progress["sessions"] += part.result.sessions
                     classes.update(part.result.classes)
