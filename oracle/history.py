@@ -288,8 +288,7 @@ def decode_turns(entry: SessionLines) -> tuple[list[Turn], list[str], int]:
             except RecordError as exc:
                 unreadable += 1
                 problems.append(problem(entry.shard, number, exc, raw))
-    turns.sort(key=lambda t: t.turn)  # stable: a turn's records stay in journal order
-    turns, repeated = one_per_turn(turns)  # an outcome supersedes its in-flight record
+    turns, repeated = one_per_turn(turns)  # turn order; an outcome supersedes its in-flight record
     problems += [f"journal: session {entry.session} turn {n} journaled twice; kept the first" for n in repeated]
     return turns, problems, unreadable
 

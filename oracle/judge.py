@@ -222,8 +222,7 @@ class _Partition:
             if decoded is not None:
                 turns = decoded[at:at + len(e.lines)]
                 at += len(e.lines)
-                turns.sort(key=lambda t: t.turn)  # stable: a turn's records stay in journal order
-                turns, repeated = one_per_turn(turns)  # an outcome supersedes its in-flight record
+                turns, repeated = one_per_turn(turns)  # turn order; an outcome supersedes its in-flight record
                 problems = [f"journal: session {e.session} turn {n} journaled twice; kept the first"
                             for n in repeated]
             else:
