@@ -421,7 +421,7 @@ class EndOfRun:
 
     def _finish(self, run: Run) -> int:
         s = run.settings
-        from oracle import JournalError, headline, journal_verdict
+        from oracle import NOTHING_ACKNOWLEDGED, JournalError, headline, journal_verdict
 
         # the store settles (phase settle since the heal) while the journal is read
         if run.bad:
@@ -439,7 +439,8 @@ class EndOfRun:
             f" — run folder {s.run_dir}")
         if t["ok"] == 0:
             say("no turn was acknowledged by the target (refused, unreachable or always failing)")
-            return EXIT_BAD
+            if s.store is None or s.no_audit:
+                return EXIT_BAD  # with a store, the audit still looks: refused turns stored anyway are a finding
         if s.store is None or s.no_audit:
             self._say_verdict(online["verdict"], "online, from the journal: the store was not audited")
             run.verdict = online["verdict"]
@@ -464,7 +465,7 @@ class EndOfRun:
         run.verdict = summary["verdict"]
         say(headline(summary["verdict"]))
         if code == EXIT_OK and run.result == "fail":
-            code = EXIT_GATE
+            code = EXIT_BAD if summary["verdict"]["failed"] == [NOTHING_ACKNOWLEDGED] else EXIT_GATE
         return code
 
     @staticmethod

@@ -10,6 +10,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     store_options(values) / gates(values)  those options parsed
     reach_store(options)                   reach the store they name now (before a run's load)
     headline, rule_line                    the verdict in words
+    NOTHING_ACKNOWLEDGED                   the failed rule of a run the target acknowledged nothing of
     AuditOptionError, JournalError, TemplateMismatch, StoreOptions, Gates
     FOLLOW_ENV                             how `python -m oracle follow` (the rolling audit) gets its store
 """
@@ -26,6 +27,7 @@ _WHERE = {
     "reach_store": ("oracle.options", "reach_store"),
     "AuditOptionError": ("oracle.options", "OptionError"),
     "headline": ("oracle.verdict", "headline"), "rule_line": ("oracle.verdict", "rule_line"),
+    "NOTHING_ACKNOWLEDGED": ("oracle.verdict", "NOTHING_ACKNOWLEDGED"),
     "JournalError": ("oracle.history", "JournalError"), "TemplateMismatch": ("oracle.keys", "TemplateMismatch"),
     "StoreOptions": ("oracle.store", "StoreOptions"), "Gates": ("oracle.verdict", "Gates"),
     "FOLLOW_ENV": ("oracle.follow", "ENV"),

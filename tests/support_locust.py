@@ -98,6 +98,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             text = answer(memory.setdefault(session, {}), message)
         histories.setdefault(session, []).extend([{"role": "user", "content": message},
                                                   {"role": "assistant", "content": text}])
+        if mode == "broken":  # stores the turn, then fails every request
+            return respond(start, "500 Internal Server Error", b'{"error": "boom"}', extra=extra)
         if mode == "contract2":
             return respond(start, "200 OK", json.dumps({"data": {"answer": {"text": text}}}).encode(), extra=extra)
         return respond(start, "200 OK", json.dumps({"reply": text}).encode(), extra=extra)

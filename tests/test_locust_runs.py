@@ -171,6 +171,21 @@ def test_the_end_of_run_audit_takes_the_oracles_store_options(tmp_path):
     assert meta["options"]["store"]["role_field"] == "role"
 
 
+def test_a_target_that_acknowledges_nothing_is_still_audited_and_never_passes(tmp_path):
+    """Every request fails (500) although the bot stores each turn: the store is still audited (a refused
+    turn stored anyway would be a finding), and with nothing acknowledged the run is bad input, not a PASS."""
+    with chat_bot("broken") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "--http-url",
+                         f"{url}/history/{{session}}", "--role-field", "role", "--content-field", "content",
+                         "--settle", "0", "--gate", "strict,errors=off", time_s="3s")
+    assert run.returncode == 2, run.output[-3000:]
+    assert "no turn was acknowledged by the target" in run.output
+    summary = json.loads((run.run_dir / "audit" / "summary.json").read_text())
+    assert summary["turns"]["ok"] == 0 and summary["turns"]["info_stored"] > 0
+    assert summary["verdict"]["result"] == "fail" and summary["verdict"]["failed"][0].startswith("nothing measured")
+    assert json.loads((run.run_dir / "run.json").read_text())["exit_code"] == 2
+
+
 def test_replica_header_tags_every_turn_with_its_own_response(tmp_path):
     """The test bot answers each turn with X-Turn-Token: the token of the message it answers. Journaled as
     the turn's replica, it must be the record's own token, also for the concurrent turns of double-sends;
