@@ -92,6 +92,8 @@ def refuse_own_process(pid: int, what: str) -> None:
     Why: the controller runs inside Locust; a stale or wrong state file must never make it kill
     the load generator (or the test runner) it lives in.
     """
+    if pid <= 1:
+        raise PermissionError(f"refusing to signal {what} (pid {pid}): it is init, or no process at all")
     if pid in own_pids():
         raise PermissionError(f"refusing to signal {what} (pid {pid}): it is the controller or its parent")
     try:

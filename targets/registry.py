@@ -153,13 +153,16 @@ def adopt_pid_file(member: dict) -> str | None:
     adopted, else why not. A pid file older than its process is stale: its pid was reused."""
     path = member["pid_file"]
     try:
-        text = Path(path).read_text().strip()
+        data = Path(path).read_bytes()[:4096].strip()
         written = os.stat(path).st_mtime
-    except OSError as exc:
-        return f"pid file {path}: {exc.strerror or exc}"
-    if not text.isdigit():
-        return f"pid file {path}: expected a pid, found {text[:40]!r}"
-    pid, started = int(text), start_ticks(int(text))
+    except (OSError, ValueError) as exc:  # ValueError: a path with a NUL byte
+        return f"pid file {path}: {getattr(exc, 'strerror', None) or exc}"
+    if not (data.isdigit() and len(data) <= 10):  # bytes: ASCII digits only (str.isdigit takes '١' and '²')
+        return f"pid file {path}: expected a pid, found {data[:40].decode('utf-8', 'replace')!r}"
+    pid = int(data)
+    if pid <= 1:
+        return f"pid file {path}: pid {pid} is init, or no process at all; refusing to adopt it"
+    started = start_ticks(pid)
     if started is None or not pid_alive(pid):
         return f"pid file {path}: pid {pid} is not running"
     with open("/proc/uptime") as uptime:

@@ -99,3 +99,25 @@ def test_a_pid_file_older_than_its_process_is_stale_and_not_adopted(tmp_path, st
     os.utime(pid_file)   # written after the process started: it is that process
     assert registry.adopt_pid_file(member) is None and member["pid"] == stranger.pid
     assert registry.member_alive(member) and member["pid_start"] == registry.start_ticks(stranger.pid)
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (b"1\n", "pid 1 is init"), (b"0", "pid 0 is init"), ("١".encode(), "expected a pid"), ("²".encode(), "expected a pid"),
+    (b"9" * 5000, "expected a pid"), (b"\xff\xfe", "expected a pid"), (b"", "expected a pid"), (b"-5", "expected a pid")])
+def test_a_pid_file_that_names_no_usable_process_is_refused_by_name(tmp_path, content, fragment):
+    from targets.registry import adopt_pid_file
+
+    path = tmp_path / "web.pid"
+    path.write_bytes(content)
+    member = {"pid_file": str(path)}
+    why = adopt_pid_file(member)
+    assert why is not None and why.startswith(f"pid file {path}: ") and fragment in why, why
+    assert "pid" not in {k for k in member if k != "pid_file"}  # nothing adopted
+    assert adopt_pid_file({"pid_file": str(tmp_path)}).endswith("Is a directory")
+
+
+def test_the_controller_never_signals_init():
+    from chaos.backend import refuse_own_process
+
+    with pytest.raises(PermissionError, match="pid 1.*init"):
+        refuse_own_process(1, "web")
