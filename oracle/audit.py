@@ -118,6 +118,8 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
         if writer is not None and not writer.closed:  # a store error, an audit bug or Ctrl-C: keep what was read
             writer.close(False, error=f"{type(exc).__name__}: {exc}")
         shutil.rmtree(folder.audit / "parts", ignore_errors=True)
+        if isinstance(exc, OSError) and exc.filename is not None:  # a file of the run folder, not the store
+            raise
         if isinstance(exc, STORE_ERRORS) and not isinstance(exc, (StoreError, SnapshotError)):
             raise StoreError(f"the store at {options.where()} ({options.name()}) failed after "
                              f"{writer.meta['sessions_read'] if writer else 0} sessions: {exc}. The partial snapshot "

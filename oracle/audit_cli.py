@@ -116,6 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     except (JournalError, SnapshotError, StoreError, WorkerError) as exc:
         print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        print(f"oracle audit: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
     print(render(summary, run))
     print(headline(summary["verdict"]))
     if summary["verdict"]["failed"] == [NOTHING_ACKNOWLEDGED]:

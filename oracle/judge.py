@@ -35,7 +35,7 @@ from oracle.clean import prove_clean
 from oracle.decode import Shape, decode_session
 from oracle.history import MAX_PROBLEMS, Journal, SessionLines, decode_turns
 from oracle.keys import SessionSet
-from oracle.snapshot import session_lines, snapshot_lines, snapshot_session
+from oracle.snapshot import SnapshotError, session_lines, snapshot_lines, snapshot_session
 from oracle.redis_reader import digest
 from oracle.rolling import Judged, RollingPrior, RollingWriter, journal_print
 from oracle.store import StoreOptions, make_reader
@@ -274,6 +274,11 @@ class _Partition:
         for session, record in reused.items():
             judged.append(self._count(record, turns_by[session], dirty))
         missing = set(turns_by) - {raw.session for raw in raws} - set(reused)
+        if missing and not ctx.live:  # judging the rest would pass a run whose failing sessions are not there
+            raise SnapshotError(
+                f"{RunFolder(ctx.run_dir).snapshot_part(r.partition)} lacks {len(missing)} session(s) the journal has "
+                f"(for example {min(missing)}): the snapshot is damaged or from another run. Read the store again: "
+                "pass --store-url (or --http-url / --reader)")
         self._problems([f"session {s} is journaled but not in the stored reads; not judged" for s in sorted(missing)])
         if judged and self.rows is not None:
             r.judged.update(s for s, _, _, _ in judged)

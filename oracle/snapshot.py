@@ -216,6 +216,7 @@ def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
 
 class _Head(msgspec.Struct):
     session: str
+    exists: bool
 
 
 _decode_head = msgspec.json.Decoder(_Head).decode

@@ -252,3 +252,35 @@ def test_a_run_the_target_acknowledged_nothing_of_is_no_pass(tmp_path, redis_ser
     store_with_langchain(redis_server.url, world)  # ... but the refused turns are stored: that is a finding
     code, out, _ = in_process(capsys, run, "--store-url", redis_server.url, "--gate", "strict,errors=off")
     assert code == 1 and "aborted" in out
+
+
+def test_a_damaged_snapshot_or_run_folder_is_bad_input_never_a_quieter_verdict(tmp_path, redis_server, capsys):
+    import shutil
+
+    run, world, _ = make_run(tmp_path, redis_server, "lost", sessions=24)
+    assert in_process(capsys, run, "--store-url", redis_server.url)[0] == 1  # one lost turn: strict fails
+    store = run / "store"
+    parts = sorted(p for p in store.glob("sessions.*.jsonl") if p.stat().st_size)
+    assert len(parts) >= 2
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run, damaged)  # two partitions' files swapped: their sessions are not where they belong
+    a, b = (damaged / "store" / p.name for p in parts[:2])
+    a_bytes = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(a_bytes)
+    code, _, err = in_process(capsys, damaged)
+    assert code == 2 and "lacks" in err and "the snapshot is damaged" in err, err
+    (damaged / "store" / parts[0].name).write_bytes(b"")  # emptied: the same
+    assert in_process(capsys, damaged)[0] == 2
+    line = json.loads(parts[0].read_text().splitlines()[0])
+    del line["exists"]
+    (damaged / "store" / parts[0].name).write_text(json.dumps(line) + "\n")
+    code, _, err = in_process(capsys, damaged)
+    assert code == 2 and f"{damaged / 'store' / parts[0].name}:1: not a snapshot line" in err, err
+    for where in ("journal/x.jsonl", "chaos.jsonl", "store/meta.json"):
+        broken = tmp_path / where.replace("/", "-")
+        shutil.copytree(run, broken)
+        (broken / where).unlink(missing_ok=True)
+        (broken / where).mkdir()
+        code, _, err = in_process(capsys, broken)
+        assert code == 2 and f"cannot read {broken / where}: Is a directory" in err, (where, err)
