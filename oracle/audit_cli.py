@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from oracle.explain import journal_copy_line
-from contracts import redact
+from contracts import codec, redact
+from contracts.durations import DurationError, parse_duration
 from oracle.history import JournalError
 from oracle.snapshot import SnapshotError
 from oracle.options import OptionError, add_gate_options, add_store_options, gates, store_options
@@ -25,10 +26,25 @@ def parser() -> argparse.ArgumentParser:
         "store (omit --store-url, --http-url and --reader to re-audit from the run's store/ snapshot)"))
     p.add_argument("--jobs", type=int, help="processes reading and judging a Redis store in parallel (default: one "
                    "per core, at most 8, from 20,000 sessions up); 1 for one process")
-    p.add_argument("--window", type=float, default=5.0, help="window length in seconds (default 5)")
-    p.add_argument("--recovery", type=float, default=5.0, help="recovery margin after each fault, s (default 5)")
+    p.add_argument("--window", type=_seconds(1.0), default=5.0,
+                   help="window length, at least 1s: a row of windows.csv and a bar of the charts (default 5s)")
+    p.add_argument("--recovery", type=_seconds(0.0), default=5.0,
+                   help="recovery margin after each fault (default 5s)")
     add_gate_options(p.add_argument_group("the verdict's gates (exit 1 when one fails)"))
     return p
+
+
+def _seconds(least: float):
+    """An argparse type: a duration in the plans' grammar (``5``, ``500ms``, ``1m30s``), at least ``least``."""
+    def parse(text: str) -> float:
+        try:
+            seconds = parse_duration(text)  # argparse names the option
+        except DurationError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if seconds < least:
+            raise argparse.ArgumentTypeError(f"{codec.short(text)} is shorter than {least:g}s")
+        return seconds
+    return parse
 
 
 def _pct(m: dict) -> str:

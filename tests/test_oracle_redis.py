@@ -284,3 +284,21 @@ def test_a_damaged_snapshot_or_run_folder_is_bad_input_never_a_quieter_verdict(t
         (broken / where).mkdir()
         code, _, err = in_process(capsys, broken)
         assert code == 2 and f"cannot read {broken / where}: Is a directory" in err, (where, err)
+
+
+@pytest.mark.parametrize("option, value, fragment", [
+    ("--window", "0", "shorter than 1s"), ("--window", "1e-9", "shorter than 1s"), ("--window", "nan", "finite"),
+    ("--window", "-1", "finite"), ("--window", "inf", "finite"), ("--recovery", "nan", "finite"),
+    ("--recovery", "-5", "finite"), ("--window", "soon", "is not a duration")])
+def test_window_and_recovery_are_durations_checked_before_anything_is_read(tmp_path, capsys, option, value, fragment):
+    with pytest.raises(SystemExit) as exit_:
+        in_process(capsys, tmp_path, f"{option}={value}")
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"argument {option}: " in err and fragment in err, err
+
+
+def test_window_takes_the_duration_grammar(tmp_path, redis_server, capsys):
+    run, _, _ = make_run(tmp_path, redis_server)
+    assert in_process(capsys, run, "--store-url", redis_server.url, "--window", "1m", "--recovery", "500ms",
+                      "--gate", "off")[0] == 0
+    assert json.loads((run / "audit" / "summary.json").read_text())["window_s"] == 60.0
