@@ -141,9 +141,38 @@ def read_meta(run_dir: Path) -> dict:
                             "pass --store-url (or --http-url / --reader) to read the store, "
                             "or re-run inside the run")
     try:
-        return codec.load_document(path)
+        meta = codec.load_document(path)
+        msgspec.convert(meta, _Meta)  # the fields a re-audit uses, of the types it uses them as
     except codec.DecodeError as exc:
         raise SnapshotError(str(exc)) from None
+    except msgspec.ValidationError as exc:
+        raise SnapshotError(f"{path}: {exc}: not a goldfish snapshot's meta.json") from None
+    return meta
+
+
+class _Shape(msgspec.Struct):
+    role_field: Optional[str] = None
+    content_field: Optional[str] = None
+    user_roles: list[str] = []
+    assistant_roles: list[str] = []
+
+
+class _Evidence(msgspec.Struct):
+    ttl_in_use: bool = False
+    evictions: list[tuple[float, int]] = []
+    missing_keys: Optional[dict] = None
+
+
+class _Meta(msgspec.Struct):
+    """What ``read_meta`` checks of meta.json (the writer is ``SnapshotWriter``)."""
+    complete: bool = False
+    partitions: Optional[int] = None
+    sessions_read: Optional[int] = None
+    key_template: Optional[str] = None
+    format: Optional[str] = None
+    direction: Optional[str] = None
+    shape: Optional[_Shape] = None
+    evidence: Optional[_Evidence] = None
 
 
 def options_from_meta(meta: dict) -> StoreOptions:

@@ -664,6 +664,15 @@ SNAPSHOTS = [
     ("sessions-invalid-utf8", SESSIONS, b'{"session": "\xff"}\n', f"store/{SESSIONS}:2: not JSON"),
     ("sessions-not-a-session", SESSIONS, b'{"key": "x"}\n', f"store/{SESSIONS}:2: not a snapshot line"),
     ("foreign-garbage", "foreign.jsonl", b"x\n", "store/foreign.jsonl:1: not JSON"),
+    ("meta-roles-a-number", "meta.json", b'{"complete": true, "partitions": 16, "shape": {"user_roles": 0}}',
+     "store/meta.json: Expected `array`, got `int` - at `$.shape.user_roles`"),
+    ("meta-evidence-a-number", "meta.json", b'{"complete": true, "partitions": 16, "evidence": 7}',
+     "store/meta.json: Expected `object | null`, got `int` - at `$.evidence`"),
+    ("meta-eviction-not-a-pair", "meta.json", b'{"complete": true, "partitions": 16, "evidence": {"evictions": [[]]}}',
+     "store/meta.json: Expected `array` of length 2, got 0 - at `$.evidence.evictions[0]`"),
+    ("meta-complete-a-word", "meta.json", b'{"complete": "yes", "partitions": 16}',
+     "store/meta.json: Expected `bool`, got `str` - at `$.complete`"),
+    ("sessions-no-exists", SESSIONS, b'{"session": "x"}\n', f"store/{SESSIONS}:2: not a snapshot line"),
 ]
 
 
