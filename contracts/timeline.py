@@ -1,7 +1,8 @@
-"""The records of ``chaos.jsonl`` (one per fault apply and recover) and ``steps.jsonl`` (one per load
-step), checked where they are read (docs/CONTRACTS.md "Chaos timeline", "Load steps").
+"""The records of ``chaos.jsonl`` (one per fault apply and recover), ``steps.jsonl`` (one per load
+step) and ``telemetry.jsonl`` (one per sample), checked where they are read (docs/CONTRACTS.md
+"Chaos timeline", "Load steps", "Telemetry").
 
-``chaos_event`` and ``load_step`` are ``decode`` functions for ``contracts.jsonl.read_jsonl``: a
+``chaos_event``, ``load_step`` and ``telemetry_sample`` are ``decode`` functions for ``contracts.jsonl.read_jsonl``: a
 record whose fields have the wrong type (``"time": "noon"``, ``"step": "first"``) raises
 ``RecordError`` (a ValueError), so the reader reports it as one ``file:line`` problem and goes on,
 instead of the audit or the report failing on it later. They return the record as a dict, extra
@@ -48,6 +49,43 @@ def load_step(raw: bytes | str) -> dict:
     _number(record, "start")
     _number(record, "end")
     return record
+
+
+STORE_NUMBERS = ("used_memory", "used_memory_rss", "maxmemory", "evicted_keys", "expired_keys", "connected_clients",
+                 "blocked_clients", "rejected_connections", "instantaneous_ops_per_sec")
+
+
+def telemetry_sample(raw: bytes | str) -> dict:
+    """One telemetry.jsonl line: a finite ``time``; ``users`` a whole number or null; ``rss``
+    {process: bytes}; ``store`` null or an object whose counters are numbers and whose ``keyspace`` is
+    {db: {"keys", "expires"}}; ``store_error`` null or text."""
+    record = _object(raw)
+    _number(record, "time", required=True)
+    if record.get("users") is not None and not _whole(record["users"]):
+        raise RecordError(f"users {codec.short(record['users'])} is not a whole number")
+    rss = record.get("rss")
+    if rss is not None and not (isinstance(rss, dict) and all(map(_whole, rss.values()))):
+        raise RecordError(f"rss {codec.short(rss)} is not {{process: bytes}}")
+    if record.get("store_error") is not None and not isinstance(record["store_error"], str):
+        raise RecordError(f"store_error {codec.short(record['store_error'])} is not text")
+    store = record.get("store")
+    if store is None:
+        return record
+    if not isinstance(store, dict):
+        raise RecordError(f"store {codec.short(store)} is not an object")
+    for name in STORE_NUMBERS:
+        value = store.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value)):
+            raise RecordError(f"store.{name} {codec.short(value)} is not a finite number")
+    keyspace = store.get("keyspace")
+    if keyspace is not None and not (isinstance(keyspace, dict) and all(
+            isinstance(db, dict) and all(_whole(db.get(k, 0)) for k in ("keys", "expires")) for db in keyspace.values())):
+        raise RecordError(f"store.keyspace {codec.short(keyspace)} is not {{db: {{\"keys\", \"expires\"}}}}")
+    return record
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _object(raw) -> dict:

@@ -21,6 +21,7 @@ import redis
 
 from contracts.jsonl import read_jsonl
 from contracts.runfolder import RunFolder
+from contracts.timeline import telemetry_sample
 
 from oracle.store import StoreError, StoreOptions
 from contracts.tokens import SESSION_RE
@@ -258,7 +259,7 @@ def store_evidence(reader, folder: RunFolder) -> dict:
         keyspace = {}
     evictions = []
     if folder.telemetry.exists():
-        for record in read_jsonl(folder.telemetry, problems=[]):
+        for record in read_jsonl(folder.telemetry, telemetry_sample, problems=[]):
             redis_info = record.get("store") or {}  # locustfiles/telemetry.py's record (CONTRACTS.md)
             if isinstance(record.get("time"), (int, float)) and isinstance(redis_info.get("evicted_keys"), int):
                 evictions.append((float(record["time"]), redis_info["evicted_keys"]))

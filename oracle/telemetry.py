@@ -14,6 +14,7 @@ import pandas as pd
 
 from contracts.jsonl import read_jsonl
 from contracts.runfolder import RunFolder
+from contracts.timeline import telemetry_sample
 
 STORE_COLUMNS = ("used_memory", "maxmemory", "evicted_keys", "expired_keys", "connected_clients",
                  "rejected_connections", "instantaneous_ops_per_sec")
@@ -25,7 +26,8 @@ def load(run_dir: str | Path, problems: list[str] | None = None) -> pd.DataFrame
     (every db), and ``rss:<process>`` per Locust process (bytes). Empty when the run has no telemetry."""
     path = RunFolder(run_dir).telemetry
     rows = []
-    for rec in read_jsonl(path, problems=problems) if path.is_file() else []:
+    for rec in read_jsonl(path, telemetry_sample, problems=[] if problems is None else problems) \
+            if path.is_file() else []:
         store = rec.get("store") if isinstance(rec.get("store"), dict) else None
         dbs = (store or {}).get("keyspace") or {}
         row = {"time": float(rec.get("time") or 0), "users": rec.get("users"), "store_ok": store is not None,
@@ -61,7 +63,7 @@ def chart(data, out: Path) -> Path | None:
     from oracle import charts
     import matplotlib.pyplot as plt
 
-    t = load(data.path)
+    t = load(data.path, data.warnings)  # a bad line is one file:line warning in the report
     if t.empty:
         return None
     x = t["time"].to_numpy(float) - data.t0

@@ -652,6 +652,33 @@ def test_a_bad_load_step_record_is_one_problem(name, record, fragment, tmp_path)
     assert [w for w in data.warnings if w.startswith(f"{path}:2: ")], data.warnings
 
 
+TELEMETRY = [
+    ("garbage", "garbage", "not JSON"), ("a-list", "[1, 2]", "not a JSON object"),
+    ("time-noon", {"time": "noon"}, "time 'noon' is not a finite number"),
+    ("users-a-word", {"time": 2.0, "users": "many"}, "users 'many' is not a whole number"),
+    ("rss-of-words", {"time": 2.0, "rss": {"master": "big"}}, "rss {'master': 'big'} is not {process: bytes}"),
+    ("store-a-word", {"time": 2.0, "store": "x"}, "store 'x' is not an object"),
+    ("store-memory-empty", {"time": 2.0, "store": {"used_memory": ""}}, "store.used_memory '' is not a finite number"),
+    ("store-keyspace-a-number", {"time": 2.0, "store": {"keyspace": 5}}, "store.keyspace 5 is not"),
+    ("store-keyspace-db-null", {"time": 2.0, "store": {"keyspace": {"db0": None}}}, "store.keyspace"),
+    ("store-error-a-number", {"time": 2.0, "store_error": 5}, "store_error 5 is not text"),
+]
+
+
+@pytest.mark.parametrize("name, record, fragment", TELEMETRY, ids=[t[0] for t in TELEMETRY])
+def test_a_bad_telemetry_sample_is_one_problem(name, record, fragment, tmp_path):
+    from oracle import telemetry
+
+    raw = (record if isinstance(record, str) else json.dumps(record)).encode()
+    path = tmp_path / "telemetry.jsonl"
+    path.write_bytes(b'{"time": 1.0, "users": 2, "rss": {"local": 1000}, "store": {"used_memory": 5, '
+                     b'"keyspace": {"db0": {"keys": 3, "expires": 0}}}}\n' + raw + b"\n")
+    problems: list[str] = []
+    frame = telemetry.load(tmp_path, problems)
+    assert list(frame["time"]) == [1.0] and list(frame["keys"]) == [3]
+    assert len(problems) == 1 and problems[0].startswith(f"{path}:2: ") and fragment in problems[0], problems
+
+
 # ---- stores: what a re-audit reads back from the run's snapshot -------------------------------
 SNAPPED = "gf0000000000000001"  # the one session of the snapshot below, in its partition's file
 SESSIONS = f"sessions.{zlib.crc32(SNAPPED.encode()) % 16:02d}.jsonl"  # oracle.history.partition_of
@@ -722,5 +749,5 @@ def test_a_damaged_store_snapshot_is_exit_2_naming_the_file(name, file, content,
 def test_the_corpus_holds_at_least_150_cases():
     cases = (len(PLANS) + len(OUTSTANDING) + 3 + len(BACKEND_OPTS) + len(SCRIPTS) + len(OPTIONS) + 1 +
              len(STORE_OPTIONS) + 5 + len(REPLIES) + len(JOURNAL_LINES) + len(JOURNAL_QUIRKS) + len(JOURNAL_FOLDERS) +
-             len(TIMELINE) + len(STEPS) + len(SNAPSHOTS))
+             len(TIMELINE) + len(STEPS) + len(TELEMETRY) + len(SNAPSHOTS))
     assert cases >= 150, cases
