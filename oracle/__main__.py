@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import traceback
 
 COMMANDS = {
     "audit": ("oracle.audit_cli", "re-read or re-audit a run, print the summary and the verdict, exit 1 when a gate fails"),
@@ -21,7 +22,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<8} {text}")
         return 0 if argv and argv[0] in {"-h", "--help"} else 2
     module = importlib.import_module(COMMANDS[argv[0]][0])
-    return module.main(argv[1:])
+    try:
+        return module.main(argv[1:])
+    except Exception as exc:  # noqa: BLE001 - never exit 1, which means "a gate failed", on a crash
+        traceback.print_exc()
+        print(f"oracle {argv[0]}: FAILED: {type(exc).__name__}: {exc} (exit 3: a damaged file no check caught, "
+              "or a bug)", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

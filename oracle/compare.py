@@ -165,6 +165,15 @@ def write_html(out: Path, runs: list[RunData], results: dict, warnings: list[str
     return out
 
 
+def bad_statistics(alpha: float, margin: float) -> str | None:
+    """What is wrong with --alpha (a level in (0, 1)) and --margin (a rate difference in [0, 1]), if anything."""
+    if not 0 < alpha < 1:  # NaN fails every comparison
+        return f"--alpha {alpha!r} is not a significance level in (0, 1)"
+    if not 0 <= margin <= 1:
+        return f"--margin {margin!r} is not a rate difference in [0, 1]"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m oracle compare",
@@ -186,8 +195,14 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.runs) < 2:
         print("error: compare needs at least two runs: BASE CANDIDATE [MORE...]", file=sys.stderr)
         return 2
-    if not 0 < args.alpha < 1 or args.margin < 0:
-        print("error: --alpha must be in (0, 1) and --margin >= 0", file=sys.stderr)
+    wrong = bad_statistics(args.alpha, args.margin)
+    for option, limit in (("--max-probe-amnesia", args.max_probe_amnesia), ("--max-stored-loss", args.max_stored_loss)):
+        if limit is not None and not 0 <= limit <= 1:
+            wrong = f"{option} {limit!r} is not a rate in [0, 1]"
+    if args.max_crosstalk is not None and args.max_crosstalk < 0:
+        wrong = f"--max-crosstalk {args.max_crosstalk} is not a count >= 0"
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
         return 2
     try:
         from oracle.report import ensure_audited

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from oracle import charts
-from oracle.compare import compare_pair, trend_rows
+from oracle.compare import bad_statistics, compare_pair, trend_rows
 from oracle.report_data import RATE_METRICS as POOLED, RunData, RunFolderError, load_run, rate
 from oracle.report_format import interval, ms, number, pct
 from oracle.verdict import of_summary
@@ -107,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alpha", type=float, default=0.05, help="as in compare (default 0.05)")
     parser.add_argument("--audit", action="store_true", help="audit runs that have no audit yet (from their snapshot)")
     args = parser.parse_args(argv)
+    wrong = bad_statistics(args.alpha, args.margin)
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
+        return 2
     runs, skipped = load_runs(args.runs, args.audit)
     for note in skipped:
         print(f"skipped: {note}", file=sys.stderr)

@@ -124,3 +124,31 @@ def test_cli_dispatch(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert "WORSE" in done.stdout
+
+
+def test_statistics_options_out_of_range_are_bad_input_in_compare_and_trend(tmp_path, capsys):
+    from oracle import trend
+
+    base = synthetic(tmp_path / "base", label="v1", lost=0, seed=1)
+    cand = synthetic(tmp_path / "cand", label="v2", lost=0, seed=2)
+    for extra, fragment in ((["--alpha", "2"], "--alpha 2.0 is not"), (["--alpha", "nan"], "--alpha nan is not"),
+                            (["--margin", "nan"], "--margin nan"), (["--margin", "inf"], "--margin inf"),
+                            (["--margin", "-1"], "--margin -1.0"), (["--max-probe-amnesia", "5"], "is not a rate"),
+                            (["--max-crosstalk", "-1"], "is not a count")):
+        assert compare.main([str(base), str(cand), *extra]) == 2, extra
+        assert fragment in capsys.readouterr().err, extra
+        if "--max" not in extra[0]:
+            assert trend.main([str(base), str(cand), *extra]) == 2, extra
+            assert fragment in capsys.readouterr().err, extra
+
+
+def test_a_crash_on_a_damaged_file_is_exit_3_never_1_which_means_a_failed_gate(tmp_path):
+    run = synthetic(tmp_path / "run", label="v1", lost=0, seed=1)
+    windows = run / "audit" / "windows.csv"
+    lines = windows.read_text().splitlines()
+    windows.write_text("\n".join([lines[0], "x,y" + lines[1][lines[1].index(",", lines[1].index(",") + 1):],
+                                  *lines[2:]]) + "\n")
+    done = subprocess.run([sys.executable, "-m", "oracle", "report", str(run)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "oracle report: FAILED: ValueError" in done.stderr
