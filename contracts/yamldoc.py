@@ -4,7 +4,7 @@ line marks, so every message names ``file:line``, holding plain data and nothing
 It fails one way only, ``YamlError`` (a ValueError, ``file:line: reason``), for: bytes that are
 not UTF-8; a document over ``MAX_BYTES``; bad YAML syntax; a tag that is not plain data
 (``!!python/...``, ``!custom``, ``!!binary``, ``!!set``...); a mapping key that is not a scalar
-(``? [a, b]``); nesting deeper than ``MAX_DEPTH``; aliases that expand past ``MAX_NODES``
+(``? [a, b]``) or one given twice in a mapping; nesting deeper than ``MAX_DEPTH``; aliases that expand past ``MAX_NODES``
 nodes or refer to themselves ("billion laughs"). ``value`` turns a checked node into Python data
 (str, int, float, bool, None, list, dict) and fails the same way on a scalar YAML cannot build
 (an int of 5,000 digits). ``show`` is a value short enough for a one-line message.
@@ -96,10 +96,15 @@ def _check(root: yaml.Node, path: str) -> None:
         open_nodes.add(id(node))
         total = 1
         if isinstance(node, yaml.MappingNode):
+            seen: dict[tuple, int] = {}
             for key, item in node.value:
                 if not isinstance(key, yaml.ScalarNode):
                     raise YamlError(f"{path}:{line(key)}: a key must be a plain value, not a "
                                     f"{'list' if isinstance(key, yaml.SequenceNode) else 'mapping'}")
+                if (key.tag, key.value) in seen:  # YAML wants keys unique; PyYAML would keep the last silently
+                    raise YamlError(f"{path}:{line(key)}: {show(key.value)[1:-1]}: given twice (first on line "
+                                    f"{seen[key.tag, key.value]})")
+                seen[key.tag, key.value] = line(key)
                 total += size(key, depth + 1) + size(item, depth + 1)
         else:
             for item in node.value:

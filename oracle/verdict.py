@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from contracts.codec import short
 from oracle.metrics import wilson
 
 PASS, FAIL = "pass", "fail"
@@ -106,7 +107,7 @@ def gate_name(text: str, where: str) -> str:
     name = text.strip().lower().replace("-", "_")
     name = ALIASES.get(name, name)
     if name not in BY_NAME:
-        raise GateError(f"{where}: unknown gate {text.strip()!r} (known: {', '.join(BY_NAME)}; "
+        raise GateError(f"{where}: unknown gate {short(text.strip())} (known: {', '.join(BY_NAME)}; "
                         f"aliases: {', '.join(ALIASES)})")
     return name
 
@@ -124,10 +125,10 @@ def parse_limit(text, where: str) -> Limit:
         else:
             value, rate = int(raw), False
     except ValueError:
-        raise GateError(f"{where}: {text!r} is not a limit (a count like 0 or 3, a rate like 1% or 0.01, "
+        raise GateError(f"{where}: {short(text)} is not a limit (a count like 0 or 3, a rate like 1% or 0.01, "
                         "or off)") from None
     if not math.isfinite(value) or value < 0 or (rate and value > 1):
-        raise GateError(f"{where}: {text!r} is out of range (a count >= 0, or a rate from 0% to 100%)")
+        raise GateError(f"{where}: {short(text)} is out of range (a count >= 0, or a rate from 0% to 100%)")
     return Limit(rate=float(value)) if rate else Limit(count=int(value))
 
 
@@ -141,7 +142,7 @@ def parse_gates(spec: str | None, where: str = "--gate") -> Gates:
             continue
         if "=" in item:
             name, _, value = item.partition("=")
-            limits[gate_name(name, f"{where} {item!r}")] = parse_limit(value, f"{where} {item!r}")
+            limits[gate_name(name, f"{where} {short(item)}")] = parse_limit(value, f"{where} {short(item)}")
         elif item.lower() in PROFILES:
             limits = dict(PROFILES[item.lower()])
         else:
@@ -157,7 +158,7 @@ def _gates_file(path: str, where: str) -> dict[str, Limit]:
 
     file = Path(path)
     if not file.is_file():
-        raise GateError(f"{where}: {path!r} is neither a profile ({', '.join(PROFILES)}), nor name=limit, "
+        raise GateError(f"{where}: {short(path)} is neither a profile ({', '.join(PROFILES)}), nor name=limit, "
                         "nor a gates file that exists")
     try:
         _, root = yamldoc.load(file, "the gates file")  # plain data only, bounded, file:line on any error
@@ -172,7 +173,7 @@ def _gates_file(path: str, where: str) -> dict[str, Limit]:
             raise GateError(f"{line}: each entry is `gate: limit` with plain values")
         if key.value == "profile":
             if value.value.lower() not in PROFILES:
-                raise GateError(f"{line}: profile: {value.value!r} is not one of {', '.join(PROFILES)}")
+                raise GateError(f"{line}: profile: {short(value.value)} is not one of {', '.join(PROFILES)}")
             out = dict(PROFILES[value.value.lower()]) | out
             continue
         out[gate_name(key.value, line)] = parse_limit(value.value, f"{line}: {key.value}")

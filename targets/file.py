@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from contracts import yamldoc
 from targets import registry
 
 TOP_KEYS = ("targets", "state_dir", "haproxy_socket")
@@ -62,11 +63,9 @@ def parse(text: str, path: Path) -> Targets:
     """Check every field (nothing is started or signalled); TargetsError lists all problems."""
     problems: list[str] = []
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise TargetsError([f"{path}:{mark.line + 1 if mark else 1}: not valid YAML: "
-                            f"{getattr(exc, 'problem', None) or exc}"]) from None
+        root = yamldoc.parse(text, str(path))  # the one YAML reader: plain data, bounded, file:line
+    except yamldoc.YamlError as exc:
+        raise TargetsError([str(exc)]) from None
     if not isinstance(root, yaml.MappingNode):
         raise TargetsError([f"{path}:{_line(root) if root else 1}: the targets file must be a mapping "
                             f"with a 'targets' mapping (name -> command or pid_file, ...)"])
@@ -226,15 +225,13 @@ def _line(node: yaml.Node) -> int:
 
 
 def _fields(node: yaml.MappingNode, path, where: str, known, problems) -> dict[str, yaml.Node]:
-    """A mapping's plain-string keys -> value nodes; unknown and repeated keys are problems."""
+    """A mapping's plain-string keys -> value nodes; unknown keys are problems."""
     out: dict[str, yaml.Node] = {}
     for k, v in node.value:
         if not _plain(k):
             problems.append(f"{path}:{_line(k)}: {where}: a key must be a plain name, not a list, mapping or tag")
             continue
-        if k.value in out:
-            problems.append(f"{path}:{_line(k)}: {k.value}: given twice in {where}")
-        elif known is not None and k.value not in known:
+        if known is not None and k.value not in known:  # (a key given twice: contracts.yamldoc refuses it)
             problems.append(f"{path}:{_line(k)}: {k.value}: unknown field in {where} (known: {', '.join(known)})")
         else:
             out[k.value] = v
