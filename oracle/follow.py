@@ -93,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         every, settle = parse_duration(args.every, "--every"), parse_duration(args.settle, "--settle")
+        if ENV not in os.environ:
+            raise TypeError(f"${ENV} is not set: `--audit-every` starts this command with it")
         store = StoreOptions(**codec.loads(os.environ[ENV]))
-    except (DurationError, KeyError, TypeError, codec.DecodeError) as exc:
+    except (DurationError, TypeError, codec.DecodeError) as exc:
         print(f"oracle follow: {exc} (the store options come in ${ENV}, as JSON)", file=sys.stderr)
         return 2
     stop = []
