@@ -193,7 +193,12 @@ def _health(node, bad) -> dict | None:
         return {"tcp": [m.group(1), int(m.group(2))]}
     if kind not in HEALTH_SCHEMES:
         return bad(f"unknown check {kind!r}: {kinds}")
-    if urlsplit(value).scheme not in HEALTH_SCHEMES[kind]:
+    try:
+        url = urlsplit(value)
+        url.port  # noqa: B018 - parsed only to refuse a port that is not a number
+    except ValueError as exc:
+        return bad(f"{kind}: {value!r} is not a URL: {exc}")
+    if url.scheme not in HEALTH_SCHEMES[kind]:
         return bad(f"{kind}: expected a {' or '.join(s + '://' for s in HEALTH_SCHEMES[kind])} URL, got {value!r}")
     return {kind: value}
 
@@ -244,7 +249,7 @@ def _plain(node) -> bool:
 
 
 def _string(node, path, field: str, problems) -> str | None:
-    if _plain(node) and node.tag == "tag:yaml.org,2002:str" and node.value.strip():
+    if _plain(node) and node.tag == "tag:yaml.org,2002:str" and node.value.strip() and "\0" not in node.value:
         return node.value
-    problems.append(f"{path}:{_line(node)}: {field}: must be a non-empty string")
+    problems.append(f"{path}:{_line(node)}: {field}: must be a non-empty string (no NUL character)")
     return None
