@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 
 import pytest
 
@@ -145,15 +146,23 @@ def test_a_first_turn_in_flight_when_locust_is_killed_is_journaled_and_audited_a
                        what="every user's first turn at the bot")
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-            time.sleep(3.5)  # the bot stores each turn once its delay is over
             received = {line.split("]")[0].lstrip("[") for line in bot_log.read_text().splitlines()}
             run = LocustRun(subprocess.CompletedProcess([], -9, "", ""), run_dir, run_dir / "none")
             assert {r["token"] for r in run.raw_records()} == received  # each one journaled before it left
             assert {r["outcome"] for r in run.records()} == {"info"}
+
+            def stored(session: str) -> int:  # the bot stores each turn once its delay is over
+                with urllib.request.urlopen(f"{url}/history/{session}", timeout=5) as response:
+                    return len(json.loads(response.read())["messages"])
+            wait_until(lambda: all(stored(r["session"]) == 2 for r in run.raw_records()), timeout=30,
+                       what="the bot storing every first turn")
+            # nothing was acknowledged: nothing measured, which is bad input (2), not a PASS
             assert audit([str(run_dir), "--http-url", f"{url}/history/{{session}}", "--role-field", "role",
-                          "--content-field", "content", "--jobs", "1"]) == 0
+                          "--content-field", "content", "--jobs", "1"]) == 2
         finally:
             _kill_group(proc)
     summary = json.loads((run_dir / "audit" / "summary.json").read_text())
     assert summary["sessions"] == users and summary["turns"]["info"] == users
     assert summary["turns"]["info_stored"] == users and summary["anomalies"] == {}
+    assert summary["verdict"]["failed"] == ["nothing measured: no turn was acknowledged by the target (refused, "
+                                            "unreachable or always failing)"]
