@@ -30,7 +30,7 @@ import requests
 from contracts import codec
 from contracts.runfolder import RunFolder
 from oracle import judge, rootcause, verdict
-from oracle.history import MAX_PROBLEMS, PARTITIONS, Journal, JournalError
+from oracle.history import PARTITIONS, Journal, JournalError, Problems
 from oracle.judge import Context, Evidence, Fault
 from oracle.keys import ForeignKeys, SessionSet, diagnose_missing_keys, store_evidence
 from oracle.snapshot import SnapshotError, SnapshotWriter, options_from_meta, read_foreign, read_meta
@@ -93,7 +93,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
         tally, results = _judge(context, jobs)
         sessions, ok_sessions = sum(r.sessions for r in results), sum(r.ok_sessions for r in results)
         if not sessions:
-            first = next((p for r in results for p in r.problems), None)
+            first = next((p for r in results for p in r.problems.texts), None)
             raise JournalError(f"{folder.journal} holds no valid journal records"
                                + (f"; first problem: {first}" if first else ""))
         owned = SessionSet()
@@ -135,10 +135,12 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     (folder.audit / "anomalies.jsonl.tmp").replace(folder.anomalies)
     (folder.audit / "sessions.csv.tmp").replace(folder.sessions_csv)
     run = next((r.run for r in results if r.run), None) or folder.name
-    found = [p for r in results for p in r.problems] + problems
+    found = Problems()
+    for r in results:
+        found.merge(r.problems)
+    found.extend(problems)
     result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
-                           window_s, recovery_s, sum(r.entries for r in results), linked.misrouted,
-                           (found[:MAX_PROBLEMS], sum(r.problems_total for r in results) + len(problems)),
+                           window_s, recovery_s, sum(r.entries for r in results), linked.misrouted, found,
                            sum(r.unreadable for r in results))
     result["anomalies"] = dict(sorted(linked.classes.items()))
     result["causes"] = dict(sorted(linked.causes.items()))

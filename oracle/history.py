@@ -53,7 +53,32 @@ class SessionLines:
     lines: list = field(default_factory=list)
 
 
-MAX_PROBLEMS = 100  # problem texts kept per journal pass: the count is exact, the texts are examples
+MAX_PROBLEMS = 100  # problem texts kept: the count is exact, the texts are examples
+
+
+@dataclass
+class Problems:
+    """Warnings as the audit keeps them: the first MAX_PROBLEMS texts and how many there were (a journal
+    of a million bad lines is not a million warnings held in memory and written to summary.json)."""
+    texts: list = field(default_factory=list)
+    total: int = 0
+
+    def add(self, describe) -> None:
+        """One more problem; ``describe()`` gives its text, called only while there is room (describing
+        a bad line decodes it again)."""
+        if len(self.texts) < MAX_PROBLEMS:
+            self.texts.append(describe())
+        self.total += 1
+
+    def extend(self, texts: list[str]) -> None:
+        self.texts += texts[:MAX_PROBLEMS - len(self.texts)]
+        self.total += len(texts)
+
+    def merge(self, other: "Problems") -> None:
+        self.texts += other.texts[:MAX_PROBLEMS - len(self.texts)]
+        self.total += other.total
+
+
 PARTITIONS = 16  # the audit's fixed shares of the users (oracle/judge.py): its output never depends on jobs
 
 
@@ -66,12 +91,9 @@ def partition_of(key: str) -> int:
 class Journal:
     """A run's journal as a stream of completed sessions, and what reading it found."""
     folder: RunFolder
-    problems: list = field(default_factory=list)  # [(partition, "file:line: ...")], the first MAX_PROBLEMS
-    problems_total: int = 0                       # all of them
+    problems: Problems = field(default_factory=Problems)  # lines that name no session, copies not merged
     unreadable: int = 0                           # lines that are not a turn (blank and torn last lines are not)
     run: str | None = None
-    lines: int = 0
-    sessions: int = 0
     shards: list = field(default_factory=list)    # the files read, in order (journal_files)
     copies: list = field(default_factory=list)    # the workers' copies read instead of the master's
 
@@ -84,7 +106,7 @@ class Journal:
         if not shards:
             raise JournalError(f"{folder.path} has no journal: expected {folder.journal}/*.jsonl "
                                "(is this a run folder?)")
-        return cls(folder, [(0, text) for text in problems], len(problems), shards=shards, copies=copies)
+        return cls(folder, Problems(problems, len(problems)), shards=shards, copies=copies)
 
     def require_records(self) -> None:
         """JournalError unless some line of the journal is a turn (read until the first one)."""
@@ -113,10 +135,6 @@ class Journal:
         for before, lines, last_chunk in line_chunks(shard):
             yield from grouper.feed(before, lines, last_chunk)
         yield from grouper.finish()
-
-    def _done(self, p: int, entry: SessionLines) -> tuple[int, SessionLines]:
-        self.sessions += 1
-        return p, entry
 
     def sent_times(self, sessions: set[str]) -> dict[tuple[str, int], float]:
         """(session, turn) -> send time of every journaled turn of ``sessions`` (a second, cheap pass)."""
@@ -195,16 +213,11 @@ class Grouper:
         j = self.journal
         for i, (raw, key) in enumerate(zip(lines, _keys(lines))):
             if key is None:
-                if raw.strip():
-                    j.lines += 1
-                    if (self.partitions is None or 0 in self.partitions) and \
-                            not torn(raw, last_chunk and i == len(lines) - 1):
-                        j.unreadable += 1
-                        j.problems_total += 1
-                        if len(j.problems) < MAX_PROBLEMS:
-                            j.problems.append((0, problem(self.path, before + i + 1, _why(raw), raw)))
+                if raw.strip() and (self.partitions is None or 0 in self.partitions) and \
+                        not torn(raw, last_chunk and i == len(lines) - 1):  # counted once: by partition 0's judge
+                    j.unreadable += 1
+                    j.problems.add(lambda: problem(self.path, before + i + 1, _why(raw), raw))
                 continue
-            j.lines += 1
             owner = key.user if key.user is not None else key.session
             p = self.mine.get(owner, -1)
             if p == -1:
@@ -216,7 +229,7 @@ class Grouper:
             if key.user is not None:
                 previous = self.current.get(key.user)
                 if previous is not None and previous != key.session and previous in self.open:
-                    yield j._done(*self.open.pop(previous))
+                    yield self.open.pop(previous)
                 self.current[key.user] = key.session
             entry = self.open.get(key.session)
             if entry is None:
@@ -225,8 +238,7 @@ class Grouper:
 
     def finish(self) -> Iterator[tuple[int, SessionLines]]:
         """The sessions still open at the end of the shard: complete now."""
-        for p, entry in self.open.values():
-            yield self.journal._done(p, entry)
+        yield from self.open.values()
         self.open = {}
 
 
@@ -303,7 +315,7 @@ def read_journal(run_dir: str | Path) -> tuple[dict[str, list[Turn]], list[str]]
         problems += found
         if turns:
             sessions[entry.session] = turns
-    problems = [text for _, text in journal.problems] + problems
+    problems = journal.problems.texts + problems
     if not sessions:
         raise JournalError(f"{journal.folder.journal} holds no valid journal records"
                            + (f"; first problem: {problems[0]}" if problems else ""))

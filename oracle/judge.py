@@ -33,7 +33,7 @@ from oracle.attribution import first_fault_after, overlapping
 from oracle.checkers import check_session
 from oracle.clean import prove_clean
 from oracle.decode import Shape, decode_session
-from oracle.history import MAX_PROBLEMS, Journal, SessionLines, decode_turns
+from oracle.history import Journal, Problems, SessionLines, decode_turns
 from oracle.keys import SessionSet
 from oracle.snapshot import SnapshotError, session_lines, snapshot_lines, snapshot_session
 from oracle.redis_reader import digest
@@ -95,8 +95,7 @@ class PartitionResult:
     gone: list = field(default_factory=list)  # a sample of sessions whose key is gone
     gone_count: int = 0
     entries: int = 0             # stored entries read (a JSON blob counts as one)
-    problems: list = field(default_factory=list)  # the first MAX_PROBLEMS
-    problems_total: int = 0      # all of them
+    problems: Problems = field(default_factory=Problems)
     unreadable: int = 0          # journal lines that are not a turn
     run: str | None = None
     classes: Counter = field(default_factory=Counter)  # findings per class
@@ -163,9 +162,11 @@ class Judging:
     def results(self, journal: Journal) -> list[PartitionResult]:
         for part in self.parts.values():  # unreadable lines first, as they come in the journal
             r = part.result
-            if r.partition == 0:  # the journal's own problems: lines that name no session
-                r.problems[:0] = [text for _, text in journal.problems]
-                r.problems_total += journal.problems_total
+            if r.partition == 0:  # the journal's own problems (lines that name no session) come first
+                first = Problems()
+                first.merge(journal.problems)
+                first.merge(r.problems)
+                r.problems = first
                 r.unreadable += journal.unreadable
             r.run = journal.run
         return [part.result for part in self.parts.values()]
@@ -228,17 +229,10 @@ class _Partition:
             else:
                 turns, problems, unreadable = decode_turns(e)
                 self.result.unreadable += unreadable
-            self._problems(problems)
+            self.result.problems.extend(problems)
             if turns:
                 turns_by[e.session] = turns
         return turns_by
-
-    def _problems(self, texts: list[str]) -> None:
-        """Count them all, keep the first MAX_PROBLEMS (a journal of a million bad lines is not a
-        million warnings held in memory and written to summary.json)."""
-        r = self.result
-        r.problems += texts[:max(0, MAX_PROBLEMS - len(r.problems))]
-        r.problems_total += len(texts)
 
     def _reusable(self, entries: list[SessionLines]) -> dict[str, Judged]:
         """The rolling audit's clean judgements of these sessions whose journal lines are the same and whose
@@ -279,7 +273,7 @@ class _Partition:
                 f"{RunFolder(ctx.run_dir).snapshot_part(r.partition)} lacks {len(missing)} session(s) the journal has "
                 f"(for example {min(missing)}): the snapshot is damaged or from another run. Read the store again: "
                 "pass --store-url (or --http-url / --reader)")
-        self._problems([f"session {s} is journaled but not in the stored reads; not judged" for s in sorted(missing)])
+        r.problems.extend([f"session {s} is journaled but not in the stored reads; not judged" for s in sorted(missing)])
         if judged and self.rows is not None:
             r.judged.update(s for s, _, _, _ in judged)
             self._tally(judged, dirty)

@@ -259,10 +259,10 @@ def store_evidence(reader, folder: RunFolder) -> dict:
         keyspace = {}
     evictions = []
     if folder.telemetry.exists():
-        for record in read_jsonl(folder.telemetry, telemetry_sample, problems=[]):
-            redis_info = record.get("store") or {}  # locustfiles/telemetry.py's record (CONTRACTS.md)
-            if isinstance(record.get("time"), (int, float)) and isinstance(redis_info.get("evicted_keys"), int):
-                evictions.append((float(record["time"]), redis_info["evicted_keys"]))
+        for record in read_jsonl(folder.telemetry, telemetry_sample, problems=[]):  # checked: time, store's numbers
+            evicted = (record.get("store") or {}).get("evicted_keys")
+            if evicted is not None:
+                evictions.append((float(record["time"]), int(evicted)))
     evictions.append((time.time(), int(info.get("evicted_keys") or 0)))
     if len(evictions) == 1 and not evictions[0][1]:
         evictions = []  # never evicted anything

@@ -11,6 +11,7 @@ import pandas as pd
 from contracts import codec
 from contracts.runfolder import RunFolder
 from oracle.attribution import by_fault, by_step
+from oracle.history import Problems
 from oracle.metrics import wilson
 from oracle.tally import Tally, quantiles
 from oracle.timeline import Fault
@@ -28,9 +29,9 @@ STORE_COLUMNS = ["info_stored", "lost", "crosstalk", "reordered", "duplicated", 
 
 def summary(run_dir: Path, run: str | None, tally: Tally, faults: list[Fault], steps: list[dict],
             causes: Counter, by_window: tuple[Counter, Counter], window_s: float, recovery_s: float,
-            entries: int, misrouted: int, problems: tuple[list[str], int], unreadable: int = 0) -> dict:
-    """windows.csv, and the summary's counts, rates and attribution. ``problems``: (the first texts, how
-    many in all); ``unreadable``: journal lines that are not a turn."""
+            entries: int, misrouted: int, problems: Problems, unreadable: int = 0) -> dict:
+    """windows.csv, and the summary's counts, rates and attribution. ``unreadable``: journal lines that
+    are not a turn."""
     folder = RunFolder(run_dir)
     effective = [f for f in faults if f.effective]
     windows = window_table(tally.windows, window_s, effective, steps, *by_window)
@@ -60,7 +61,7 @@ def summary(run_dir: Path, run: str | None, tally: Tally, faults: list[Fault], s
         "anomalies": dict(sorted(Counter({c: n for c, n in causes.items() if c != "misroute"}).items())),
         "by_fault": fault_rows, "baseline": baseline, "steps": by_step_rows(tally, steps),
         "faults": [{**f.__dict__, "effective": f.effective} for f in faults],
-        "problems": problems[0], "problems_total": problems[1],
+        "problems": problems.texts, "problems_total": problems.total,
     }
 
 

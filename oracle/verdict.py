@@ -184,11 +184,15 @@ def legacy_overrides(max_probe_amnesia=None, max_stored_loss=None, max_crosstalk
     """The older ``--max-*`` options as gate limits (rates for amnesia and loss, a session count for
     cross-talk); None leaves the gate as the spec set it."""
     out = {}
-    if max_probe_amnesia is not None:
-        out["probe_amnesia"] = Limit(rate=float(max_probe_amnesia))
-    if max_stored_loss is not None:
-        out["stored_loss"] = Limit(rate=float(max_stored_loss))
+    for name, option, rate in (("probe_amnesia", "--max-probe-amnesia", max_probe_amnesia),
+                               ("stored_loss", "--max-stored-loss", max_stored_loss)):
+        if rate is not None:
+            if not 0 <= float(rate) <= 1:  # NaN too
+                raise GateError(f"{option} {short(rate)} is not a rate in [0, 1]")
+            out[name] = Limit(rate=float(rate))
     if max_crosstalk is not None:
+        if int(max_crosstalk) < 0:
+            raise GateError(f"--max-crosstalk {short(max_crosstalk)} is not a count >= 0")
         out["crosstalk"] = Limit(count=int(max_crosstalk))
     return out
 
