@@ -10,6 +10,8 @@ import json
 
 import msgspec
 
+from contracts.runfolder import open_regular
+
 
 class DecodeError(ValueError):
     """Not JSON we can read; the message says why."""
@@ -63,7 +65,7 @@ def dumps_document(value) -> str:
 
 def load_document(path) -> dict:
     """A JSON document (an object) from a file; DecodeError naming the file otherwise (OSError passes)."""
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         data = fh.read()
     try:
         return loads_object(data)

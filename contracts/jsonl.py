@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from contracts import codec
+from contracts.runfolder import open_regular
 
 CHUNK_BYTES = 8 << 20
 
@@ -33,7 +34,7 @@ def read_jsonl(path: str | Path, decode: Callable = record, problems: list[str] 
 def line_chunks(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, list[bytes], bool]]:
     """(number of lines before the chunk, its whole lines with their newlines, whether it is the last)."""
     number = 0
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         lines = fh.readlines(chunk_bytes)
         while lines:
             following = fh.readlines(chunk_bytes)

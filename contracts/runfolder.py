@@ -15,8 +15,12 @@
 """
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 
 @dataclass(frozen=True)
@@ -74,3 +78,17 @@ class RunFolder:
 
     def is_run(self) -> bool:
         return self.run_json.is_file() or self.journal.is_dir()
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """A run-folder file opened for reading; OSError (with the file name) when it is not a regular file:
+    a FIFO never opens without a writer, and a link to /dev/zero never ends. (A directory fails in open.)"""
+    mode = os.stat(path).st_mode
+    kind = next((name for test, name in _KINDS if test(mode)), None)
+    if kind is not None:
+        raise OSError(errno.EINVAL, f"not a regular file but {kind}", str(path))
+    return open(path, "rb")

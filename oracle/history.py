@@ -19,7 +19,7 @@ import msgspec
 
 from contracts.journal import RecordError, Turn, decode_chunk, decode_line, one_per_turn
 from contracts.jsonl import line_chunks, problem, torn
-from contracts.runfolder import RunFolder
+from contracts.runfolder import RunFolder, open_regular
 
 
 class JournalError(Exception):
@@ -175,9 +175,9 @@ def _lines_beyond(master: Path | None, copy: Path) -> int | None:
     master's lines are not the copy's first lines."""
     if master is not None and copy.stat().st_size <= master.stat().st_size:
         return 0  # nothing past the master's lines (a copy that is not one costs nothing: the master's is read)
-    with open(copy, "rb") as theirs:
+    with open_regular(copy) as theirs:
         if master is not None:
-            with open(master, "rb") as ours:
+            with open_regular(master) as ours:
                 ours.seek(0, 2)
                 size = ours.tell()
                 at = size  # the master's complete lines end at its last newline
@@ -256,7 +256,7 @@ class Tail:
         for shard in self.journal.folder.shards():
             path = str(shard)
             offset, count, grouper = self.shards.get(path) or (0, 0, Grouper(self.journal, path, self.partitions))
-            with open(shard, "rb") as fh:
+            with open_regular(shard) as fh:
                 fh.seek(offset)
                 data = fh.read()
             whole = data[:data.rfind(b"\n") + 1]  # a line still being written waits for the next poll

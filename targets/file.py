@@ -102,6 +102,10 @@ def parse(text: str, path: Path) -> Targets:
 def sync(targets: Targets) -> Path:
     """Write the targets into their registry, keeping the pid and start time recorded for each
     (a member's process survives edits to its file), and adopt what the pid files name."""
+    try:
+        targets.state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # the file's state_dir (or the default beside it) cannot be made here
+        raise TargetsError([f"{targets.path}: state_dir: cannot create {targets.state_dir}: {exc.strerror}"]) from None
     with registry.locked_state(targets.state_dir, missing_ok=True) as st:
         old = st.get("members", {})
         members = {}
@@ -173,8 +177,8 @@ def _env(node, bad) -> dict | None:
     for k, v in node.value:
         if not isinstance(k, yaml.ScalarNode) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k.value):
             return bad(f"{getattr(k, 'value', k)!r} is not an environment variable name")
-        if not _plain(v):
-            return bad(f"{k.value}: must be a plain value (string or number)")
+        if not _plain(v) or "\0" in v.value:
+            return bad(f"{k.value}: must be a plain value (string or number, no NUL character)")
         env[k.value] = v.value
     return env
 

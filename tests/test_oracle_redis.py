@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -277,13 +278,18 @@ def test_a_damaged_snapshot_or_run_folder_is_bad_input_never_a_quieter_verdict(t
     (damaged / "store" / parts[0].name).write_text(json.dumps(line) + "\n")
     code, _, err = in_process(capsys, damaged)
     assert code == 2 and f"{damaged / 'store' / parts[0].name}:1: not a snapshot line" in err, err
-    for where in ("journal/x.jsonl", "chaos.jsonl", "store/meta.json"):
-        broken = tmp_path / where.replace("/", "-")
-        shutil.copytree(run, broken)
-        (broken / where).unlink(missing_ok=True)
-        (broken / where).mkdir()
-        code, _, err = in_process(capsys, broken)
-        assert code == 2 and f"cannot read {broken / where}: Is a directory" in err, (where, err)
+    makers = {"Is a directory": os.mkdir, "not a regular file but a FIFO": os.mkfifo,  # a FIFO never opens alone
+              "not a regular file but a character device": lambda path: os.symlink("/dev/zero", path)}  # nor ends
+    for where, args in (("journal/x.jsonl", ()), ("chaos.jsonl", ()), ("store/meta.json", ()),
+                        ("workers/x.jsonl", ()), ("telemetry.jsonl", ("--store-url", redis_server.url))):
+        for n, (why, make) in enumerate(makers.items()):
+            broken = tmp_path / f"{where.replace('/', '-')}-{n}"
+            shutil.copytree(run, broken)
+            (broken / where).unlink(missing_ok=True)
+            (broken / where).parent.mkdir(exist_ok=True)
+            make(broken / where)
+            code, _, err = in_process(capsys, broken, *args)
+            assert code == 2 and f"cannot read {broken / where}: {why}" in err, (where, err)
 
 
 @pytest.mark.parametrize("option, value, fragment", [

@@ -197,6 +197,7 @@ BAD = [
     ("targets:\n  web:\n    pid_file: w.pid\n    health: {grpc: x}\n", ["t.yaml:4: health: unknown check 'grpc'"]),
     ("targets:\n  web:\n    pid_file: w.pid\n    env: {A: [1, 2]}\n", ["t.yaml:4: env: A: must be a plain value"]),
     ("targets:\n  web:\n    pid_file: w.pid\n    env: {A: ~}\n", ["t.yaml:4: env: A: must be a plain value"]),
+    ('targets:\n  web:\n    pid_file: w.pid\n    env: {A: "x\\0y"}\n', ["t.yaml:4: env: A: must be a plain value"]),
     ("targets:\n  web:\n    pid_file: w.pid\n    env: {1-A: x}\n", ["t.yaml:4: env: '1-A' is not an environment"]),
     ("targets:\n  web:\n    pid_file: w.pid\n    cwd: nowhere\n", ["t.yaml:4: cwd: nowhere is not a directory"]),
     ("targets:\n  web:\n    pid_file: w.pid\n    lb_server: web-1\n", ["t.yaml:4: lb_server: must be HAProxy's backend/server"]),
@@ -225,6 +226,15 @@ def test_a_bad_targets_file_names_file_line_and_field(tmp_path, text, messages):
     problems = str(err.value).replace(f"{tmp_path}/", "")
     for message in messages:
         assert message in problems, problems
+
+
+def test_a_state_dir_that_cannot_be_made_names_the_file_and_field(tmp_path):
+    (tmp_path / "blocker").write_text("a file, not a folder")
+    path = tmp_path / "t.yaml"
+    path.write_text("state_dir: blocker/state\ntargets:\n  web: {pid_file: w.pid}\n")
+    with pytest.raises(targets_file.TargetsError) as err:
+        targets_file.sync(targets_file.load(path))
+    assert f"{path}: state_dir: cannot create {tmp_path / 'blocker' / 'state'}: Not a directory" in str(err.value)
 
 
 def test_a_good_targets_file_becomes_registry_members(tmp_path):
