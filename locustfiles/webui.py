@@ -14,7 +14,6 @@ examples/extend_web_ui.py and examples/web_ui_cache_stats.py):
 """
 from __future__ import annotations
 
-import json
 import time
 from argparse import Namespace
 from pathlib import Path
@@ -26,6 +25,7 @@ from contracts import codec
 from contracts.runfolder import RunFolder
 from locustfiles import endofrun, options
 from locustfiles.script import ScriptError, load_script
+from oracle.timeline import load_faults
 
 TAB = "goldfish"
 STRUCTURE = [{"key": "section", "title": "Section"}, {"key": "item", "title": "What"},
@@ -208,44 +208,19 @@ def _chaos_rows(row, run) -> None:
     planned = len(run.controller.plan.faults) if run.controller is not None else 0
     row("chaos", "plan", Path(s.chaos).name, f"{planned} fault(s), armed from its beginning at the test start "
                                              f"on backend {s.chaos_backend}; everything is healed at the stop")
-    occurrences = fault_occurrences(Path(s.run_dir) / "chaos.jsonl")
-    now = [f"{o['kind']} on {o['instance']}" for o in occurrences if o["healed"] is None and o["error"] is None]
-    row("chaos", "in force now", ", ".join(now) or "nothing")
-    for o in occurrences:
-        at = lambda t: f"+{t - run.started:.1f} s"  # noqa: E731
-        if o["error"] is not None:
-            detail = f"apply failed at {at(o['applied'])}: {o['error']}"
-        elif o["healed"] is None:
-            detail = f"applied {at(o['applied'])} · in force"
-        else:
-            detail = f"applied {at(o['applied'])} · healed {at(o['healed'])}" + (f" ({o['via']})" if o["via"] else "")
-        row("chaos", o["fault"], f"{o['kind']} on {o['instance']}", detail)
-
-
-def fault_occurrences(timeline: Path) -> list[dict]:
-    """The chaos timeline paired up: one entry per applied fault instance, with when it was healed."""
+    problems: list[str] = []  # failed applies and damaged lines: the audit's own pairing and checks
     try:
-        lines = timeline.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    out, open_ = [], {}
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a line being written
-        key = (rec.get("fault"), rec.get("instance"))
-        if rec.get("event") == "apply":
-            entry = {"fault": rec.get("fault"), "kind": rec.get("kind"), "instance": rec.get("instance"),
-                     "applied": rec.get("time"), "healed": None, "via": None,
-                     "error": rec.get("error") if rec.get("outcome") != "ok" else None}
-            out.append(entry)
-            if entry["error"] is None:
-                open_[key] = entry
-        elif rec.get("event") == "recover" and key in open_:
-            entry = open_.pop(key)
-            entry["healed"], entry["via"] = rec.get("time"), rec.get("via")
-    return out
+        faults = load_faults(Path(s.run_dir), problems)
+    except OSError as exc:  # chaos.jsonl is a folder or a FIFO: say so, the page still shows
+        faults, problems = [], [f"cannot read {exc.filename}: {exc.strerror}"]
+    now = [f"{f.kind} on {f.instance}" for f in faults if f.end is None]
+    row("chaos", "in force now", ", ".join(now) or "nothing")
+    for f in faults:
+        at = lambda t: f"+{t - run.started:.1f} s"  # noqa: E731
+        healed = "in force" if f.end is None else f"healed {at(f.end)}" + (f" ({f.via})" if f.via else "")
+        row("chaos", f.fault, f"{f.kind} on {f.instance}", f"applied {at(f.start)} · {healed}")
+    for problem in problems:
+        row("chaos", "problem", "", problem)
 
 
 def _verdict_rows(row, run, base: str) -> None:

@@ -23,6 +23,7 @@ class Fault:
     start: float
     end: float | None  # None: never recovered
     touched: int | None = None  # what the apply hit, when the backend can tell (connections killed...)
+    via: str | None = None      # how it was healed (the recover record's ``via``: its own end, the stop's heal...)
 
     @property
     def effective(self) -> bool:
@@ -49,14 +50,14 @@ def load_faults(run_dir: Path, problems: list[str] | None = None) -> list[Fault]
         elif r.get("event") == "apply" and key not in open_:
             open_[key] = r
         elif r.get("event") == "recover" and key in open_:
-            faults.append(_fault(open_.pop(key), float(r["time"])))
-    faults += [_fault(r, None) for r in open_.values()]
+            faults.append(_fault(open_.pop(key), float(r["time"]), r.get("via")))
+    faults += [_fault(r, None, None) for r in open_.values()]
     return sorted(faults, key=lambda f: f.start)
 
 
-def _fault(apply: dict, end: float | None) -> Fault:
+def _fault(apply: dict, end: float | None, via: str | None) -> Fault:
     return Fault(str(apply.get("fault")), str(apply.get("kind") or "?"), apply.get("target"), apply.get("instance"),
-                 float(apply["time"]), end, _touched(apply.get("detail")))
+                 float(apply["time"]), end, _touched(apply.get("detail")), via)
 
 
 def _touched(detail) -> int | None:

@@ -181,3 +181,49 @@ def test_help_lists_goldfishs_options_in_their_groups_and_tags_are_refused_in_on
     assert "goldfish: error: -T/--tags and -E/--exclude-tags choose Locust tasks" in done.stderr
     assert "Traceback" not in done.stderr and "No tasks defined" not in done.stderr
     assert not (tmp_path / "results").exists() and (tmp_path / "bot.log").read_text() == ""  # no load
+
+
+CHAOS_ROWS = """
+import json, sys
+from types import SimpleNamespace
+from locustfiles.webui import _chaos_rows
+settings = SimpleNamespace(chaos="plan.yaml", chaos_backend="local", run_dir=sys.argv[1])
+out = []
+_chaos_rows(lambda section, item, value="", detail="": out.append([item, value, detail]),
+            SimpleNamespace(settings=settings, controller=None, started=100.0))
+print(json.dumps(out))
+"""
+
+
+def chaos_rows(run_dir) -> list[tuple]:
+    """The goldfish tab's chaos rows for a run folder (in a process of their own: importing Locust patches
+    this one with gevent)."""
+    done = subprocess.run([sys.executable, "-c", CHAOS_ROWS, str(run_dir)], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [tuple(row) for row in json.loads(done.stdout.splitlines()[-1])]
+
+
+def test_the_chaos_rows_pair_faults_as_the_audit_does_and_name_damaged_lines(tmp_path):
+    """The tab reads chaos.jsonl through the audit's pairing (oracle.timeline.load_faults): a damaged line is a
+    problem row naming file and line, never an error page; a FIFO where the timeline should be is one row."""
+    import os
+
+    apply = {"fault": "k#0", "kind": "kill", "target": "bot", "instance": "bot-2", "event": "apply", "outcome": "ok"}
+    lines = [{**apply, "time": 110.0}, {**apply, "event": "recover", "time": 113.0, "via": "duration"},
+             {**apply, "fault": "p#0", "kind": "pause", "time": 120.0},
+             {**apply, "fault": "x#0", "time": 121.0, "outcome": "error", "error": "no such instance"},
+             [1], {**apply, "time": "noon"}]
+    (tmp_path / "chaos.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = chaos_rows(tmp_path)
+    assert out[1] == ("in force now", "pause on bot-2", "")
+    assert ("k#0", "kill on bot-2", "applied +10.0 s · healed +13.0 s (duration)") in out
+    assert ("p#0", "pause on bot-2", "applied +20.0 s · in force") in out
+    problems = [detail for item, _, detail in out if item == "problem"]
+    assert f"{tmp_path / 'chaos.jsonl'}:5: not a JSON object" in problems[0], problems
+    assert f"{tmp_path / 'chaos.jsonl'}:6: time 'noon' is not a finite number" in problems[1], problems
+    assert "fault x#0 (kill on bot-2) failed to apply: no such instance" in problems[2], problems
+    (tmp_path / "chaos.jsonl").unlink()
+    os.mkfifo(tmp_path / "chaos.jsonl")
+    assert chaos_rows(tmp_path)[-1] == ("problem", "", f"cannot read {tmp_path / 'chaos.jsonl'}: not a regular "
+                                                       "file but a FIFO")
