@@ -10,6 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 PY="$VENV/bin/python"
+. scripts/closing.sh
 MODE="${MODE:-correct}"
 PLAN="${PLAN:-chaos/plans/gentle.yaml}"
 STEPS="${STEPS:-4}"
@@ -47,11 +48,5 @@ echo "demo: $STEPS load steps of +$STEP_USERS users x $STEP_DURATION against $UR
     --chaos "$PLAN" --chaos-backend local --stack-state "$STATE_DIR/state.json" \
     --store-url "$STORE_URL" --think 0.1-0.4 --replica-header X-Refbot-Replica
 status=$?
-echo
-if [ -f "$RUN_DIR/audit/summary.json" ]; then
-    "$PY" -c 'import sys; from oracle.report import terminal_summary; print(terminal_summary(sys.argv[1]))' "$RUN_DIR" || true
-    echo
-fi
-echo "demo: run folder  $RUN_DIR"
-[ -f "$RUN_DIR/report.html" ] && echo "demo: report      $RUN_DIR/report.html  (open it in a browser)"
+closing demo "$RUN_DIR"
 exit $status

@@ -14,6 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 PY="$VENV/bin/python"
+. scripts/closing.sh
 MODE="${MODE:-correct}"
 PLAN="${PLAN:-chaos/plans/soak.yaml}"
 DURATION="${DURATION:-2h}"
@@ -65,12 +66,6 @@ echo "soak: $USERS users ($DRIVERS) for $DURATION against $URL, chaos plan $PLAN
     --store-url "$STORE_URL" --think "$THINK" --telemetry-interval "$TELEMETRY_INTERVAL" \
     --audit-every "$AUDIT_EVERY" --replica-header X-Refbot-Replica "${DISTRIBUTED[@]}"
 status=$?
-echo
-if [ -f "$RUN_DIR/audit/summary.json" ]; then
-    "$PY" -c 'import sys; from oracle.report import terminal_summary; print(terminal_summary(sys.argv[1]))' "$RUN_DIR" || true
-    echo
-fi
-echo "soak: run folder  $RUN_DIR"
-[ -f "$RUN_DIR/report.html" ] && echo "soak: report      $RUN_DIR/report.html  (open it in a browser)"
+closing soak "$RUN_DIR"
 echo "soak: trend       $PY -m oracle trend results/* --html results/trend.html"
 exit $status
