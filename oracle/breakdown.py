@@ -19,25 +19,62 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Optional, Union
+
+import msgspec
 
 from contracts import codec
 from contracts.journal import Turn
 from contracts.jsonl import read_jsonl
-from contracts.runfolder import RunFolder
+from contracts.runfolder import RunFolder, open_regular
 from oracle.history import Journal, JournalError, decode_turns
 from oracle.metrics import wilson
+from oracle.report_data import anomaly_record
 
 FILE = "breakdown.json"
 SECOND_BINS = (0, 1, 2, 5, 10, 30, 60, 300)
 CLIFF_MIN_SHARE = 0.95  # a cliff explains at least this share of the probes on both sides of it
 
 
+class _Row(msgspec.Struct):
+    group: Union[int, float, str]
+    count: int
+    total: int
+    rate: Optional[float] = None
+    low: Optional[float] = None
+    high: Optional[float] = None
+
+
+class _Table(msgspec.Struct):
+    key: str
+    title: str
+    by: str
+    counts: str
+    over: str
+    rows: list[_Row]
+
+
+class _Cliff(msgspec.Struct):
+    k: int
+    recalled: tuple[int, int]
+    forgotten: tuple[int, int]
+
+
+class Breakdown(msgspec.Struct):
+    """breakdown.json's shape: what the report's template reads of it."""
+    probes: int
+    failed: int
+    replicas: bool
+    cliff: Optional[_Cliff]
+    tables: list[_Table]
+
+
 def _lost_turns(run_dir: Path) -> set[tuple[str, int]] | None:
     path = RunFolder(run_dir).anomalies
     if not path.is_file():
         return None
-    return {(rec["session"], int(rec["turn"])) for rec in read_jsonl(path, problems=[])
-            if rec.get("class") == "lost" and rec.get("session") is not None and isinstance(rec.get("turn"), int)}
+    return {(rec["session"], rec["turn"]) for rec in read_jsonl(path, anomaly_record, problems=[])
+            if rec["class"] == "lost" and rec.get("session") is not None and rec.get("turn") is not None}
 
 
 def _seconds_bin(seconds: float) -> str:
@@ -170,7 +207,20 @@ def load(run_dir: str | Path) -> dict | None:
     try:
         if newest is not None and (not path.is_file() or path.stat().st_mtime < newest):
             write(run_dir)
-        return codec.load_document(path) if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            return _checked(path)
+        except ValueError as exc:  # a damaged copy: it is derived, so it is made again from the journal
+            print(f"warning: {path}: {exc}; computed again from the journal", file=sys.stderr)
+            write(run_dir)
+            return _checked(path)
     except (OSError, ValueError, JournalError) as exc:
         print(f"warning: {path}: {exc}", file=sys.stderr)
         return None
+
+
+def _checked(path: Path) -> dict:
+    """The file as the template reads it; msgspec.ValidationError naming the field (``$.tables[0].rows``)."""
+    with open_regular(path) as fh:
+        return msgspec.to_builtins(msgspec.convert(codec.loads_object(fh.read()), Breakdown))

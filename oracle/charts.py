@@ -425,9 +425,11 @@ def fault_spans(data: RunData) -> dict[str, list[tuple[float, float]]]:
     """Each fault kind's intervals as (start, length) in seconds since the run start, as the timeline
     shades them: an instant fault (lb-drop, redis-client-kill) gets a sliver wide enough to see."""
     x_end = max(data.t_end - data.t0, 1)
+    low, high = -0.05 * x_end, 1.05 * x_end  # a time far from the run (a damaged timeline says 0) is drawn at its edge
     spans: dict[str, list[tuple[float, float]]] = {}
     for kind, start, end in zip(data.faults.get("kind", []), data.faults.get("start", []), data.faults.get("end", [])):
-        spans.setdefault(kind, []).append((start - data.t0, max(end - start, x_end * 0.004)))
+        start, end = (min(max(t - data.t0, low), high) for t in (start, end))
+        spans.setdefault(kind, []).append((start, max(end - start, x_end * 0.004)))
     return spans
 
 

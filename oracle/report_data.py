@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Optional
 
+import msgspec
+import numpy as np
 import pandas as pd
 
 from contracts import codec, redact
+from contracts.journal import MAX_EPOCH, Epoch
 from contracts.jsonl import read_jsonl, record
 from contracts.timeline import load_step
 from contracts.runfolder import RunFolder
@@ -32,6 +36,10 @@ WINDOW_COLUMNS = ["start", "end", "step", "acked", "throughput", "latency_p50", 
                   "anomalies", "faults"]
 
 
+RUN_FIELDS = {"run": str, "label": str, "target": str, "plan": str, "plan_text": str, "script": str, "script_sha": str,
+              "options": dict, "versions": dict}  # what the report and the comparison read of run.json
+
+
 class RunFolderError(Exception):
     """A folder the report cannot use; the message says what is wrong and where."""
 
@@ -50,7 +58,6 @@ class RunData:
     run: dict
     summary: dict
     windows: pd.DataFrame
-    sessions: pd.DataFrame
     anomalies: list[dict]
     steps: pd.DataFrame
     faults: pd.DataFrame  # one row per applied fault instance: fault, kind, instance, start, end, open, outcome
@@ -62,15 +69,12 @@ class RunData:
 
     @property
     def t0(self) -> float:
-        """Origin of every time axis: the run's start, else the first thing that happened."""
+        """Origin of every time axis: the run's start, else its first window, else its first fault."""
         if self.run.get("start") is not None:
             return float(self.run["start"])
-        values = []
         if not self.windows.empty:
-            values.append(float(self.windows["start"].min()))
-        if not self.faults.empty:
-            values.append(float(self.faults["start"].min()))
-        return min(values) if values else 0.0
+            return float(self.windows["start"].min())
+        return float(self.faults["start"].min()) if not self.faults.empty else 0.0
 
     @property
     def t_end(self) -> float:
@@ -117,6 +121,10 @@ def load_run(path: str | Path) -> RunData:
     run = _read_json(folder.run_json, warnings, default={}) if folder.run_json.is_file() else {}
     run = redact.deep(run) if isinstance(run, dict) else {}  # also a run.json written before redaction was
     run.update(start=_time(run.get("start")), end=_time(run.get("end")))
+    for name, kind in RUN_FIELDS.items():  # a hand-edited run.json: a field of the wrong type is left out
+        if run.get(name) is not None and not isinstance(run[name], kind):
+            warnings.append(f"{folder.run_json}: {name} {codec.short(run.pop(name))} is not "
+                            f"{'an object' if kind is dict else 'text'}; left out")
     if not run:
         warnings.append(f"{path / 'run.json'}: missing or empty; label and options unknown")
     summary = _read_json(summary_file, warnings, default=None)
@@ -127,13 +135,11 @@ def load_run(path: str | Path) -> RunData:
     if wrong:  # a hand-edited or truncated summary: no report that looks like a verdict
         raise NotAudited(f"{summary_file}: not an audit summary ({', '.join(wrong)}: missing or not an object) - "
                          f"re-run `python -m oracle audit {path}`")
-    windows = _read_csv(folder.windows_csv, WINDOW_COLUMNS, warnings)
-    windows["faults"] = [str(v) if pd.notna(v) else "" for v in windows["faults"]]
-    sessions = _read_csv(folder.sessions_csv, ["session"], warnings)
-    anomalies = _read_jsonl(folder.anomalies, warnings)
+    windows = read_windows(folder.windows_csv, warnings)
+    anomalies = _read_jsonl(folder.anomalies, warnings, anomaly_record)
     steps = pd.DataFrame(_read_jsonl(folder.steps, warnings, load_step), columns=["step", "users", "start", "end"])
     faults = fault_intervals(load_faults(path, warnings), run.get("end"), windows)
-    return RunData(path, run, summary, windows, sessions, anomalies, steps, faults, warnings)
+    return RunData(path, run, summary, windows, anomalies, steps, faults, warnings)
 
 
 def fault_intervals(faults: list[Fault], run_end, windows: pd.DataFrame) -> pd.DataFrame:
@@ -169,17 +175,55 @@ def _time(value) -> float | None:
     return float(value) if ok else None
 
 
-def _read_csv(file: Path, columns: list[str], warnings: list[str]) -> pd.DataFrame:
-    if not file.is_file():
-        return pd.DataFrame(columns=columns)
-    try:
-        frame = pd.read_csv(file)
-    except pd.errors.EmptyDataError:
-        return pd.DataFrame(columns=columns)
-    except (OSError, ValueError) as exc:
-        warnings.append(f"{file}: unreadable ({exc})")
-        return pd.DataFrame(columns=columns)
-    for column in columns:
-        if column not in frame.columns:
-            frame[column] = pd.NA
-    return frame
+class _Anomaly(msgspec.Struct):
+    """The fields of an anomaly record the report reads (docs/CONTRACTS.md "Anomalies")."""
+    class_: str = msgspec.field(name="class")
+    id: Optional[str] = None
+    session: Optional[str] = None
+    turn: Optional[Annotated[int, msgspec.Meta(ge=0)]] = None
+    time: Optional[Epoch] = None
+    explanation: Optional[str] = None
+    evidence: Optional[dict] = None
+
+
+def anomaly_record(raw: bytes) -> dict:
+    """One anomalies.jsonl line, its fields checked (a ValueError naming the field, ``$.time``, otherwise)."""
+    record = codec.loads_object(raw)
+    msgspec.convert(record, _Anomaly)
+    return record
+
+
+def read_windows(file: Path, warnings: list[str]) -> pd.DataFrame:
+    """audit/windows.csv, every value checked: a row with a value that is not a number, or a window that is not
+    a time span after the one before it, is left out with a warning naming the file's line."""
+    frame = pd.DataFrame(columns=WINDOW_COLUMNS)
+    if file.is_file():
+        try:
+            frame = pd.read_csv(file, dtype=str, keep_default_na=False, index_col=False, skip_blank_lines=False)
+        except pd.errors.EmptyDataError:
+            pass
+        except (OSError, ValueError) as exc:  # a ragged line, bytes that are not text...: the file:line is in exc
+            warnings.append(f"{file}: unreadable ({exc}); the window charts are left out")
+    missing = [c for c in WINDOW_COLUMNS if c not in frame.columns]
+    if missing:
+        if len(frame):
+            warnings.append(f"{file}: no column {', '.join(missing)}; the window charts are left out")
+        return pd.DataFrame(columns=WINDOW_COLUMNS)
+    text = frame[WINDOW_COLUMNS].copy()
+    numbers = text.drop(columns="faults").replace({"": None}).apply(pd.to_numeric, errors="coerce")
+    wrong = numbers.isna() & (text.drop(columns="faults") != "")
+    wrong[["start", "end"]] |= numbers[["start", "end"]].isna()
+    bad = wrong.any(axis=1) | ~(numbers["start"].between(0, MAX_EPOCH) & numbers["end"].between(0, MAX_EPOCH)
+                                & (numbers["end"] > numbers["start"]))
+    ends_before = numbers["end"].where(~bad).shift().cummax().fillna(0)  # of the good windows before each
+    bad |= numbers["start"] < ends_before
+    for i in np.flatnonzero(bad.to_numpy())[:5]:
+        columns = [c for c in wrong.columns if wrong.iat[i, wrong.columns.get_loc(c)]]
+        why = (f"{columns[0]} {text.at[i, columns[0]]!r} is not a number" if columns
+               else "not a time span after the window before it")
+        warnings.append(f"{file}:{i + 2}: {why}; the window is left out")
+    if bad.sum() > 5:
+        warnings.append(f"{file}: {int(bad.sum()) - 5} more windows left out")
+    windows = numbers[~bad].reset_index(drop=True)
+    windows["faults"] = text["faults"][~bad].reset_index(drop=True)
+    return windows[WINDOW_COLUMNS]

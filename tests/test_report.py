@@ -353,3 +353,76 @@ def test_a_damaged_summary_is_exit_2_naming_it_never_a_report(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert f"{run / 'audit' / 'summary.json'}" in err and "Traceback" not in err
     assert not (run / "report.html").exists()
+
+
+def _first_line_edited(path: Path, edit) -> None:
+    import json
+
+    lines = path.read_text().splitlines()
+    lines[0] = edit(json.loads(lines[0]))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _window_edited(path: Path, column: str, value: str, row: int = 0) -> None:
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[row + 1].split(",")
+    cells[header.index(column)] = value
+    lines[row + 1] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+
+
+DAMAGED_REPORT_INPUTS = [
+    ("window-start-a-word", lambda r: _window_edited(r / "audit" / "windows.csv", "start", "noon"),
+     "audit/windows.csv:2: start 'noon' is not a number; the window is left out"),
+    ("window-acked-a-word", lambda r: _window_edited(r / "audit" / "windows.csv", "acked", "x"),
+     "audit/windows.csv:2: acked 'x' is not a number"),
+    ("window-start-infinite", lambda r: _window_edited(r / "audit" / "windows.csv", "start", "inf"),
+     "audit/windows.csv:2: not a time span after the window before it"),
+    ("window-out-of-order", lambda r: _window_edited(r / "audit" / "windows.csv", "start", "1", row=3),
+     "audit/windows.csv:5: not a time span after the window before it"),
+    ("windows-ragged", lambda r: (r / "audit" / "windows.csv").write_text("start,end\n1,2\n3,4,5,6\n"),
+     "audit/windows.csv: unreadable (Error tokenizing data"),
+    ("windows-missing-columns", lambda r: (r / "audit" / "windows.csv").write_text("start,end\n1,2\n"),
+     "audit/windows.csv: no column step, acked"),
+    ("anomaly-time-empty", lambda r: _first_line_edited(r / "audit" / "anomalies.jsonl",
+                                                         lambda a: __import__("json").dumps({**a, "time": ""})),
+     "audit/anomalies.jsonl:1: Expected `float | null`, got `str` - at `$.time`"),
+    ("anomaly-session-a-list", lambda r: _first_line_edited(r / "audit" / "anomalies.jsonl",
+                                                             lambda a: __import__("json").dumps({**a, "session": [1]})),
+     "audit/anomalies.jsonl:1: Expected `str | null`, got `array` - at `$.session`"),
+    ("run-options-a-list", lambda r: (r / "run.json").write_text('{"options": [1], "versions": "x", "label": [2]}'),
+     "run.json: options [1] is not an object; left out"),
+    ("chaos-apply-at-time-0", lambda r: _first_line_edited(r / "chaos.jsonl",
+                                                            lambda a: __import__("json").dumps({**a, "time": 0})),
+     None),
+]
+
+
+@pytest.mark.parametrize("name, damage, warning", DAMAGED_REPORT_INPUTS, ids=[d[0] for d in DAMAGED_REPORT_INPUTS])
+def test_a_damaged_audit_file_is_a_warning_naming_file_and_line_and_the_report_still_renders(
+        name, damage, warning, amnesic_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(amnesic_run, run)
+    damage(run)
+    done = subprocess.run([sys.executable, "-m", "oracle", "report", str(run)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    html = (run / "report.html").read_text()
+    if warning is not None:
+        from html import unescape
+        assert f"{run}/{warning}" in unescape(html), [w for w in re.findall(r"<li>warning: ([^<]*)", html)]
+    assert len(DATA_URI.findall(html)) == len(CHART_NAMES)
+
+
+def test_a_damaged_breakdown_is_computed_again_from_the_journal(amnesic_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(amnesic_run, run)
+    good = (run / "audit" / "breakdown.json").read_text()
+    for damaged in ('{"probes": 1, "failed": 0, "replicas": false, "cliff": true, "tables": []}',
+                    '{"probes": 1, "failed": 0, "replicas": false, "cliff": null, "tables": [{"key": "a"}]}', "[1]"):
+        (run / "audit" / "breakdown.json").write_text(damaged)
+        done = subprocess.run([sys.executable, "-m", "oracle", "report", str(run)], cwd=REPO, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0 and "computed again from the journal" in done.stderr, done.stderr[-3000:]
+        assert (run / "audit" / "breakdown.json").read_text() == good
