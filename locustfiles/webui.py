@@ -25,7 +25,6 @@ from contracts import codec
 from contracts.runfolder import RunFolder
 from locustfiles import endofrun, options
 from locustfiles.script import ScriptError, load_script
-from oracle.timeline import load_faults
 
 TAB = "goldfish"
 STRUCTURE = [{"key": "section", "title": "Section"}, {"key": "item", "title": "What"},
@@ -208,6 +207,8 @@ def _chaos_rows(row, run) -> None:
     planned = len(run.controller.plan.faults) if run.controller is not None else 0
     row("chaos", "plan", Path(s.chaos).name, f"{planned} fault(s), armed from its beginning at the test start "
                                              f"on backend {s.chaos_backend}; everything is healed at the stop")
+    from oracle import load_faults
+
     problems: list[str] = []  # failed applies and damaged lines: the audit's own pairing and checks
     try:
         faults = load_faults(Path(s.run_dir), problems)

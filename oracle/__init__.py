@@ -10,6 +10,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     store_options(values) / gates(values)  those options parsed
     reach_store(options)                   reach the store they name now (before a run's load)
     headline, rule_line                    the verdict in words
+    load_faults(run_dir, problems)         chaos.jsonl paired into faults, as the audit pairs them
     NOTHING_ACKNOWLEDGED                   the failed rule of a run the target acknowledged nothing of
     AuditOptionError, JournalError, TemplateMismatch, StoreOptions, Gates
     FOLLOW_ENV                             how `python -m oracle follow` (the rolling audit) gets its store
@@ -30,7 +31,7 @@ _WHERE = {
     "NOTHING_ACKNOWLEDGED": ("oracle.verdict", "NOTHING_ACKNOWLEDGED"),
     "JournalError": ("oracle.history", "JournalError"), "TemplateMismatch": ("oracle.keys", "TemplateMismatch"),
     "StoreOptions": ("oracle.store", "StoreOptions"), "Gates": ("oracle.verdict", "Gates"),
-    "FOLLOW_ENV": ("oracle.follow", "ENV"),
+    "FOLLOW_ENV": ("oracle.follow", "ENV"), "load_faults": ("oracle.timeline", "load_faults"),
 }
 __all__ = sorted(_WHERE)
 
