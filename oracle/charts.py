@@ -27,7 +27,6 @@ INK = "#1f2933"
 SERIES = {"p50": "#2563eb", "p95": "#7c3aed", "p99": "#db2777", "throughput": "#0f766e",
           "probes_failed": "#dc2626", "lost": "#1e3a8a", "crosstalk": "#f59e0b",
           "other": "#64748b"}
-EVENT_CLASSES = ("lost", "crosstalk")  # the classes windows.csv counts; the others come from anomalies.jsonl
 _KNOWN_FAULTS = {"kill": "#f97316", "restart": "#ef4444", "pause": "#a855f7", "redis-restart": "#be123c",
                  "redis-client-kill": "#ec4899", "redis-stall": "#6366f1", "lb-drop": "#eab308",
                  "lb-disable": "#0ea5e9", "rolling-restart": "#92400e", "toxic": "#14b8a6"}  # chaos/faults.py kinds
@@ -131,10 +130,7 @@ def timeline(data: RunData, out: Path) -> Path:
             width = (w["end"] - w["start"]).to_numpy(float) * 0.8
             bottom = np.zeros(len(w))
             edges = np.append(w["start"].to_numpy(float), w["end"].to_numpy(float)[-1])
-            other_times = [float(a["time"]) for a in data.anomalies
-                           if a.get("class") not in EVENT_CLASSES and a.get("class") != "foreign"
-                           and isinstance(a.get("time"), (int, float))]
-            other = np.histogram(other_times, bins=edges)[0].astype(float) if len(edges) > 1 else np.zeros(len(w))
+            other = np.histogram(data.anomalies.other_times, bins=edges)[0].astype(float) if len(edges) > 1 else np.zeros(len(w))
             series = [("probes_failed", "failed probes", w["probes_failed"]), ("lost", "lost turns", w["lost"]),
                       ("crosstalk", "cross-talk", w["crosstalk"])]
             if other.any():

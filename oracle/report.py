@@ -18,12 +18,12 @@ import jinja2
 
 from contracts.runfolder import RunFolder
 from oracle import breakdown, charts, telemetry
-from oracle.report_data import RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run, rate
+from oracle.report_data import (EXAMPLES_PER_CLASS, RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run,
+                                rate)
 from oracle.report_format import interval, ms, number, pct, verdict
 from oracle.explain import journal_copy_line
 from oracle.verdict import of_summary, rule_line
 
-EXAMPLES_PER_CLASS = 10
 CHARTS = {
     "timeline": ("Timeline", charts.timeline,
                  "Throughput, latency quantiles and amnesia events per window. Each fault's interval is shaded in "
@@ -116,12 +116,9 @@ def render(run_dir: str | Path) -> Path:
 def context(data: RunData) -> dict:
     s = data.summary
     level, headline, detail = verdict(s)
-    by_class: dict[str, list[dict]] = {}
-    for a in sorted(data.anomalies, key=lambda a: (a.get("time") or 0)):
-        by_class.setdefault(str(a.get("class") or "unknown"), []).append(a)
     counts = dict(s.get("anomalies") or {})
-    for cls, items in by_class.items():
-        counts.setdefault(cls, len(items))
+    for cls, n in data.anomalies.counts.items():
+        counts.setdefault(cls, n)
     warnings = list(data.warnings)
     problems = [str(p) for p in s.get("problems") or []]
     warnings += [f"audit: {p}" for p in problems[:10]]
@@ -144,7 +141,7 @@ def context(data: RunData) -> dict:
         "verdict": of_summary(s), "information": information(s), "warnings": warnings,
         "fault_rows": charts.fault_rows(data), "faults": faults.to_dict("records"),
         "steps": steps.to_dict("records"), "anomaly_counts": {k: v for k, v in counts.items() if v},
-        "examples": {k: v[:EXAMPLES_PER_CLASS] for k, v in by_class.items()}, "examples_n": EXAMPLES_PER_CLASS,
+        "examples": data.anomalies.examples, "examples_n": EXAMPLES_PER_CLASS,
         "options": data.run.get("options") or {}, "versions": data.run.get("versions") or {},
         "started": _utc(data.run.get("start")), "fault_color": charts.fault_color, "attributed": [
             m for m in (*charts.ATTRIBUTED, "lost_after") if any((r.get(m) or {}).get("total") for r in charts.fault_rows(data))], "duration": data.t_end - data.t0, "rate_titles": RATE_TITLES,

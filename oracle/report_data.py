@@ -6,6 +6,7 @@ Optional pieces (no chaos, no steps, an empty window table) load as empty frames
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Optional
@@ -58,7 +59,7 @@ class RunData:
     run: dict
     summary: dict
     windows: pd.DataFrame
-    anomalies: list[dict]
+    anomalies: "Anomalies"
     steps: pd.DataFrame
     faults: pd.DataFrame  # one row per applied fault instance: fault, kind, instance, start, end, open, outcome
     warnings: list[str] = field(default_factory=list)
@@ -136,7 +137,7 @@ def load_run(path: str | Path) -> RunData:
         raise NotAudited(f"{summary_file}: not an audit summary ({', '.join(wrong)}: missing or not an object) - "
                          f"re-run `python -m oracle audit {path}`")
     windows = read_windows(folder.windows_csv, warnings)
-    anomalies = _read_jsonl(folder.anomalies, warnings, anomaly_record)
+    anomalies = read_anomalies(folder.anomalies, warnings)
     steps = pd.DataFrame(_read_jsonl(folder.steps, warnings, load_step), columns=["step", "users", "start", "end"])
     faults = fault_intervals(load_faults(path, warnings), run.get("end"), windows)
     return RunData(path, run, summary, windows, anomalies, steps, faults, warnings)
@@ -191,6 +192,41 @@ def anomaly_record(raw: bytes) -> dict:
     record = codec.loads_object(raw)
     msgspec.convert(record, _Anomaly)
     return record
+
+
+EXAMPLES_PER_CLASS = 10        # anomalies the report shows of each class, the earliest
+WINDOW_CLASSES = ("lost", "crosstalk")  # the classes windows.csv counts per window; the charts count the others here
+
+
+@dataclass
+class Anomalies:
+    """What the report draws from audit/anomalies.jsonl, read in one pass: a soak whose store lost everything
+    writes millions of records, and the report keeps a few of each class, not all of them."""
+    examples: dict[str, list[dict]] = field(default_factory=dict)  # class -> its earliest records, by time
+    counts: Counter = field(default_factory=Counter)                # class -> records in the file
+    other_times: list = field(default_factory=list)  # times of the records of classes windows.csv does not count
+
+
+def read_anomalies(file: Path, warnings: list[str]) -> Anomalies:
+    out = Anomalies()
+    if not file.is_file():
+        return out
+    for found in read_jsonl(file, anomaly_record, problems=warnings):
+        cls = found["class"]
+        out.counts[cls] += 1
+        if cls not in WINDOW_CLASSES and cls != "foreign" and found.get("time") is not None:
+            out.other_times.append(float(found["time"]))
+        kept = out.examples.setdefault(cls, [])
+        kept.append(found)
+        if len(kept) >= 4 * EXAMPLES_PER_CLASS:  # keep the earliest: sorted by time, stable for ties
+            kept[:] = sorted(kept, key=_when)[:EXAMPLES_PER_CLASS]
+    for cls, kept in out.examples.items():
+        kept[:] = sorted(kept, key=_when)[:EXAMPLES_PER_CLASS]
+    return out
+
+
+def _when(record: dict) -> float:
+    return record.get("time") or 0.0
 
 
 def read_windows(file: Path, warnings: list[str]) -> pd.DataFrame:

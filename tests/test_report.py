@@ -426,3 +426,26 @@ def test_a_damaged_breakdown_is_computed_again_from_the_journal(amnesic_run, tmp
                               text=True, timeout=300)
         assert done.returncode == 0 and "computed again from the journal" in done.stderr, done.stderr[-3000:]
         assert (run / "audit" / "breakdown.json").read_text() == good
+
+
+def test_the_report_keeps_the_earliest_examples_of_each_class_in_one_pass(tmp_path):
+    """A soak whose store lost everything writes millions of anomaly records: the report reads them once and
+    keeps the earliest EXAMPLES_PER_CLASS of each class (ties in file order), their counts and the times of the
+    classes windows.csv does not count, not every record."""
+    import json
+    import random
+
+    from oracle.report_data import EXAMPLES_PER_CLASS, read_anomalies
+
+    rng = random.Random(7)
+    records = [{"id": f"{cls}-{i}", "class": cls, "time": float(rng.randrange(50)), "session": "s", "turn": i}
+               for i in range(2000) for cls in ("lost", "reordered", "foreign")]
+    rng.shuffle(records)
+    path = tmp_path / "anomalies.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    got = read_anomalies(path, [])
+    for cls in ("lost", "reordered", "foreign"):
+        mine = [r for r in records if r["class"] == cls]
+        assert got.examples[cls] == sorted(mine, key=lambda r: r["time"])[:EXAMPLES_PER_CLASS]
+        assert got.counts[cls] == len(mine)
+    assert sorted(got.other_times) == sorted(r["time"] for r in records if r["class"] == "reordered")
