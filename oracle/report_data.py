@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, Union
 
 import msgspec
 import numpy as np
@@ -39,6 +39,44 @@ WINDOW_COLUMNS = ["start", "end", "step", "acked", "throughput", "latency_p50", 
 
 RUN_FIELDS = {"run": str, "label": str, "target": str, "plan": str, "plan_text": str, "script": str, "script_sha": str,
               "options": dict, "versions": dict}  # what the report and the comparison read of run.json
+
+
+Count = Annotated[int, msgspec.Meta(ge=0)]
+Share = Optional[Annotated[float, msgspec.Meta(ge=0, le=1)]]
+
+
+class _Rate(msgspec.Struct):
+    count: Optional[Count] = None
+    total: Optional[Count] = None
+    rate: Share = None
+    low: Share = None
+    high: Share = None
+
+
+class _Verdict(msgspec.Struct):
+    result: Optional[str] = None
+    rules: list[dict] = []
+    failed: list[str] = []
+    root_causes: list[dict] = []
+
+
+class _Summary(msgspec.Struct):
+    """summary.json's parts as the report and the comparison read them (an older summary lacks some)."""
+    metrics: dict[str, _Rate]
+    turns: dict[str, Optional[Count]]
+    observed: dict[str, _Rate] = {}
+    anomalies: dict[str, Count] = {}
+    verdict: Optional[_Verdict] = None
+    throughput: Optional[float] = None
+    latency: dict[str, Optional[float]] = {}
+    by_fault: list[dict] = []
+    steps: list[dict] = []
+    faults: list[dict] = []
+    baseline: Optional[dict] = None
+    store: dict = {}
+    information: dict[str, Union[dict, list]] = {}
+    problems: list[str] = []
+    problems_total: Optional[Count] = None
 
 
 class RunFolderError(Exception):
@@ -136,6 +174,10 @@ def load_run(path: str | Path) -> RunData:
     if wrong:  # a hand-edited or truncated summary: no report that looks like a verdict
         raise NotAudited(f"{summary_file}: not an audit summary ({', '.join(wrong)}: missing or not an object) - "
                          f"re-run `python -m oracle audit {path}`")
+    try:  # the parts every rate, headline and table is made of, by type
+        msgspec.convert(summary, _Summary)
+    except msgspec.ValidationError as exc:
+        raise NotAudited(f"{summary_file}: {exc} - re-run `python -m oracle audit {path}`") from None
     windows = read_windows(folder.windows_csv, warnings)
     anomalies = read_anomalies(folder.anomalies, warnings)
     steps = pd.DataFrame(_read_jsonl(folder.steps, warnings, load_step), columns=["step", "users", "start", "end"])

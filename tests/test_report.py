@@ -449,3 +449,24 @@ def test_the_report_keeps_the_earliest_examples_of_each_class_in_one_pass(tmp_pa
         assert got.examples[cls] == sorted(mine, key=lambda r: r["time"])[:EXAMPLES_PER_CLASS]
         assert got.counts[cls] == len(mine)
     assert sorted(got.other_times) == sorted(r["time"] for r in records if r["class"] == "reordered")
+
+
+SUMMARY_DAMAGE = [("throughput", "x", "at `$.throughput`"), ("latency", [1], "at `$.latency`"),
+                  ("by_fault", [1], "at `$.by_fault[0]`"), ("problems_total", "x", "at `$.problems_total`"),
+                  ("anomalies", {"lost": "x"}, "at `$.anomalies[...]`")]
+
+
+@pytest.mark.parametrize("field, value, where", SUMMARY_DAMAGE, ids=[d[0] for d in SUMMARY_DAMAGE])
+def test_a_damaged_summary_is_exit_2_naming_the_field_in_report_and_compare(field, value, where, amnesic_run,
+                                                                            tmp_path):
+    import json
+
+    run = tmp_path / "run"
+    shutil.copytree(amnesic_run, run)
+    summary = json.loads((run / "audit" / "summary.json").read_text())
+    (run / "audit" / "summary.json").write_text(json.dumps({**summary, field: value}))
+    for argv in (["report", str(run)], ["compare", str(amnesic_run), str(run)]):
+        done = subprocess.run([sys.executable, "-m", "oracle", *argv], cwd=REPO, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 2 and f"{run / 'audit' / 'summary.json'}: " in done.stderr, done.stderr[-2000:]
+        assert where in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
