@@ -148,7 +148,7 @@ def rate(metric: dict | None) -> dict:
 def load_run(path: str | Path) -> RunData:
     path = Path(path)
     if not path.is_dir():
-        raise NotARun(f"{path}: no such folder")
+        raise NotARun(f"{path}: {'not a folder' if path.exists() else 'no such folder'}")
     if not is_run_folder(path):
         raise NotARun(f"{path}: not a run folder (it has neither run.json nor journal/)")
     folder = RunFolder(path)

@@ -144,6 +144,8 @@ def test_folder_that_is_not_a_run_exits_2(tmp_path, capsys):
     assert f"{tmp_path}: not a run folder (it has neither run.json nor journal/)" in capsys.readouterr().err
     assert report.main([str(tmp_path / "missing")]) == 2
     assert "no such folder" in capsys.readouterr().err
+    assert report.main([str(tmp_path / "notes.txt")]) == 2
+    assert f"{tmp_path / 'notes.txt'}: not a folder" in capsys.readouterr().err
 
 
 def test_unaudited_run_says_to_audit_first(tmp_path, capsys):
