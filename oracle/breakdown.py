@@ -29,20 +29,15 @@ from contracts.jsonl import read_jsonl
 from contracts.runfolder import RunFolder, open_regular
 from oracle.history import Journal, JournalError, decode_turns
 from oracle.metrics import wilson
-from oracle.report_data import anomaly_record
+from oracle.report_data import Rate, anomaly_record
 
 FILE = "breakdown.json"
 SECOND_BINS = (0, 1, 2, 5, 10, 30, 60, 300)
 CLIFF_MIN_SHARE = 0.95  # a cliff explains at least this share of the probes on both sides of it
 
 
-class _Row(msgspec.Struct):
+class _Row(Rate, kw_only=True):
     group: Union[int, float, str]
-    count: int
-    total: int
-    rate: Optional[float] = None
-    low: Optional[float] = None
-    high: Optional[float] = None
 
 
 class _Table(msgspec.Struct):
@@ -197,8 +192,12 @@ def write(run_dir: str | Path) -> Path:
     return out
 
 
-def load(run_dir: str | Path) -> dict | None:
-    """``audit/breakdown.json``, written afresh when the journal or the audit is newer (or it is missing)."""
+def load(run_dir: str | Path, warnings: list[str] | None = None) -> dict | None:
+    """``audit/breakdown.json``, written afresh when the journal or the audit is newer (or it is missing); what
+    went wrong goes to ``warnings`` (the report's), else to stderr."""
+    def warn(text: str) -> None:
+        warnings.append(text) if warnings is not None else print(f"warning: {text}", file=sys.stderr)
+
     run_dir = Path(run_dir)
     path = run_dir / "audit" / FILE
     folder = RunFolder(run_dir)
@@ -212,11 +211,11 @@ def load(run_dir: str | Path) -> dict | None:
         try:
             return _checked(path)
         except ValueError as exc:  # a damaged copy: it is derived, so it is made again from the journal
-            print(f"warning: {path}: {exc}; computed again from the journal", file=sys.stderr)
+            warn(f"{path}: {exc}; computed again from the journal")
             write(run_dir)
             return _checked(path)
     except (OSError, ValueError, JournalError) as exc:
-        print(f"warning: {path}: {exc}", file=sys.stderr)
+        warn(f"{path}: {exc}; the breakdown is left out")
         return None
 
 

@@ -327,19 +327,19 @@ def attribution(data: RunData, out: Path) -> Path:
 
 def fault_rows(data: RunData) -> list[dict]:
     """Baseline first, then each fault kind; from summary.json, else recomputed from windows.csv."""
-    from oracle.report_data import rate
+    from oracle.report_data import ATTRIBUTED_RATES, rate
 
     s = data.summary
     rows = []
     if s.get("baseline") is not None or s.get("by_fault"):
         baseline = s.get("baseline") or {}
         rows.append({"name": "quiet baseline", "kind": None, "windows": baseline.get("windows"),
-                     **{k: rate(v) for k, v in baseline.items() if isinstance(v, dict)}})
+                     **{k: rate(baseline[k]) for k in ATTRIBUTED_RATES if baseline.get(k) is not None}})
         for f in s.get("by_fault") or []:
             name = f"during {f.get('kind')}" + (" (ineffective: touched nothing)" if f.get("ineffective") else "")
             rows.append({"name": name, "kind": str(f.get("kind")), "windows": f.get("windows"),
                          "charged": f.get("charged"), "ineffective": bool(f.get("ineffective")),
-                         **{k: rate(v) for k, v in f.items() if isinstance(v, dict)}})
+                         **{k: rate(f[k]) for k in ATTRIBUTED_RATES if f.get(k) is not None}})
         return rows
     w = data.windows
     if w.empty:

@@ -120,6 +120,7 @@ def context(data: RunData) -> dict:
     for cls, n in data.anomalies.counts.items():
         counts.setdefault(cls, n)
     warnings = list(data.warnings)
+    amnesia_breakdown = breakdown.load(data.path, warnings)
     problems = [str(p) for p in s.get("problems") or []]
     warnings += [f"audit: {p}" for p in problems[:10]]
     total = s.get("problems_total", len(problems))
@@ -134,7 +135,7 @@ def context(data: RunData) -> dict:
                                 length=data.faults["end"] - data.faults["start"])
     steps = data.steps.assign(start_s=data.steps["start"] - data.t0, end_s=data.steps["end"] - data.t0)
     return {
-        "locust_files": locust_files(data.path), "breakdown": breakdown.load(data.path),
+        "locust_files": locust_files(data.path), "breakdown": amnesia_breakdown,
         "run": data.run, "label": data.label, "run_id": data.run.get("run") or data.path.name, "summary": s,
         "level": level, "headline": headline, "detail": detail, "headline_rows": headline_rows(s),
         "turns": turn_counts(s), "latency": s.get("latency") or {}, "throughput": s.get("throughput"),

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Optional, Union
+from typing import Annotated, Literal, Optional
 
 import msgspec
 import numpy as np
@@ -22,6 +23,7 @@ from contracts.timeline import load_step
 from contracts.runfolder import RunFolder
 from oracle.metrics import wilson
 from oracle.timeline import Fault, load_faults
+from oracle.verdict import GATES
 
 RATE_METRICS = ("probe_amnesia", "stored_loss", "session_amnesia", "crosstalk")
 RATE_TITLES = {
@@ -35,48 +37,150 @@ RATE_TITLES = {
 WINDOW_COLUMNS = ["start", "end", "step", "acked", "throughput", "latency_p50", "latency_p95",
                   "latency_p99", "errors", "probes", "probes_failed", "lost", "crosstalk",
                   "anomalies", "faults"]
+WINDOW_COUNTS = ["step", "acked", "errors", "probes", "probes_failed", "lost", "crosstalk", "anomalies"]
+WINDOW_AMOUNTS = ["throughput", "latency_p50", "latency_p95", "latency_p99"]
 
 
 RUN_FIELDS = {"run": str, "label": str, "target": str, "plan": str, "plan_text": str, "script": str, "script_sha": str,
               "options": dict, "versions": dict}  # what the report and the comparison read of run.json
 
 
-Count = Annotated[int, msgspec.Meta(ge=0)]
+HUGE = 10**15  # beyond any real count; far below where a chart's or a statistical test's arithmetic overflows
+Count = Annotated[int, msgspec.Meta(ge=0, le=HUGE)]
+Amount = Annotated[float, msgspec.Meta(ge=0, le=HUGE)]  # finite: NaN and infinity are out of range
 Share = Optional[Annotated[float, msgspec.Meta(ge=0, le=1)]]
+ATTRIBUTED_RATES = ("probe_amnesia", "stored_loss", "anomalies", "lost_after")  # of the baseline and by_fault rows
 
 
-class _Rate(msgspec.Struct):
+def _check_rate(count, total, rate, low, high) -> None:
+    """A rate as oracle.metrics.wilson writes it: count <= total, and rate, low and high null together or
+    numbers with low <= rate <= high."""
+    if count is not None and total is not None and count > total:
+        raise ValueError(f"count {count} is more than total {total}")
+    if (rate, low, high).count(None) not in (0, 3):
+        raise ValueError("rate, low and high are not all numbers or all null")
+    if rate is not None and not low <= rate <= high:
+        raise ValueError(f"rate {rate} is not within its interval [{low}, {high}]")
+
+
+class Rate(msgspec.Struct):
+    """A rate with its 95% interval, as summary.json and breakdown.json hold it (oracle.metrics.wilson)."""
     count: Optional[Count] = None
     total: Optional[Count] = None
     rate: Share = None
     low: Share = None
     high: Share = None
 
+    def __post_init__(self):
+        _check_rate(self.count, self.total, self.rate, self.low, self.high)
+
+
+class _Observed(msgspec.Struct):
+    count: Count
+    total: Count
+
+    def __post_init__(self):
+        _check_rate(self.count, self.total, None, None, None)
+
+
+class _Rule(msgspec.Struct):
+    """One rule of the verdict (oracle.verdict.evaluate); rule_line and the template read every key."""
+    gate: str
+    counts: str
+    over: str
+    limit: str
+    count: Optional[Count]
+    total: Optional[Count]
+    rate: Share
+    low: Share
+    high: Share
+    result: str
+
+    def __post_init__(self):
+        if (self.count is None) != (self.total is None):
+            raise ValueError("count and total are not both numbers or both null")
+        _check_rate(self.count, self.total, self.rate, self.low, self.high)
+
+
+class _Cause(msgspec.Struct):
+    count: Count
+    text: str
+
 
 class _Verdict(msgspec.Struct):
-    result: Optional[str] = None
-    rules: list[dict] = []
-    failed: list[str] = []
-    root_causes: list[dict] = []
+    result: Literal["pass", "fail"]
+    gates: str
+    rules: list[_Rule]
+    failed: list[str]
+    root_causes: list[_Cause] = []
+
+
+class _Attributed(msgspec.Struct, kw_only=True):
+    """The baseline, and a by_fault row: what charts.fault_rows and the attribution table read."""
+    windows: Optional[Count] = None
+    charged: Optional[Count] = None
+    probe_amnesia: Optional[Rate] = None
+    stored_loss: Optional[Rate] = None
+    anomalies: Optional[Rate] = None
+    lost_after: Optional[Rate] = None
+
+
+class _FaultRow(_Attributed, kw_only=True):
+    kind: str
+    occurrences: Count
+    ineffective: bool = False
+
+
+class _Foreign(msgspec.Struct):
+    other_goldfish_runs: Count
+    not_goldfish: Count
+    examples: list[str] = []
+
+
+class _JournalCopy(msgspec.Struct):
+    shard: str
+    read: str
+    master: Optional[str]
+    lines_added: Count
+
+
+class _Information(msgspec.Struct):
+    foreign_keys: Optional[_Foreign] = None
+    journal_copies: list[_JournalCopy] = []
+
+
+class _Turns(msgspec.Struct):
+    total: Count = 0
+    ok: Count = 0
+    fail: Count = 0
+    info: Count = 0
+    interrupted: Count = 0
+    errors: Count = 0
+    info_stored: Optional[Count] = None
+
+
+# by name, so that a message names the one that is damaged (``$.metrics.stored_loss.total``, not ``$.metrics[...]``)
+_Metrics = msgspec.defstruct("_Metrics", [(name, Optional[Rate], None) for name in RATE_METRICS])
+_ObservedGates = msgspec.defstruct("_ObservedGates", [(gate.name, Optional[_Observed], None) for gate in GATES])
+_Latency = msgspec.defstruct("_Latency", [(q, Optional[Amount], None) for q in ("p50", "p95", "p99")])
 
 
 class _Summary(msgspec.Struct):
-    """summary.json's parts as the report and the comparison read them (an older summary lacks some)."""
-    metrics: dict[str, _Rate]
-    turns: dict[str, Optional[Count]]
-    observed: dict[str, _Rate] = {}
+    """summary.json's parts as the report, the comparison and the trend read them, key by key (an older
+    summary lacks some); the raw dict is what they read, so a key they index is required here."""
+    metrics: _Metrics
+    turns: _Turns
+    observed: Optional[_ObservedGates] = None
     anomalies: dict[str, Count] = {}
     verdict: Optional[_Verdict] = None
-    throughput: Optional[float] = None
-    latency: dict[str, Optional[float]] = {}
-    by_fault: list[dict] = []
-    steps: list[dict] = []
-    faults: list[dict] = []
-    baseline: Optional[dict] = None
+    throughput: Optional[Amount] = None
+    latency: Optional[_Latency] = None
+    by_fault: list[_FaultRow] = []
+    baseline: Optional[_Attributed] = None
     store: dict = {}
-    information: dict[str, Union[dict, list]] = {}
+    information: Optional[_Information] = None
     problems: list[str] = []
-    problems_total: Optional[Count] = None
+    problems_total: Count = 0
 
 
 class RunFolderError(Exception):
@@ -159,12 +263,17 @@ def load_run(path: str | Path) -> RunData:
     warnings: list[str] = []
     run = _read_json(folder.run_json, warnings, default={}) if folder.run_json.is_file() else {}
     run = redact.deep(run) if isinstance(run, dict) else {}  # also a run.json written before redaction was
-    run.update(start=_time(run.get("start")), end=_time(run.get("end")))
+    for name in ("start", "end"):  # wall times: finite epochs, or the field is left out
+        try:
+            run[name] = msgspec.convert(run.get(name), Optional[Epoch])
+        except msgspec.ValidationError as exc:
+            warnings.append(f"{folder.run_json}: {name} {codec.short(run[name])}: {exc}; left out")
+            run[name] = None
     for name, kind in RUN_FIELDS.items():  # a hand-edited run.json: a field of the wrong type is left out
         if run.get(name) is not None and not isinstance(run[name], kind):
             warnings.append(f"{folder.run_json}: {name} {codec.short(run.pop(name))} is not "
                             f"{'an object' if kind is dict else 'text'}; left out")
-    if not run:
+    if all(value is None for value in run.values()):
         warnings.append(f"{path / 'run.json'}: missing or empty; label and options unknown")
     summary = _read_json(summary_file, warnings, default=None)
     if not isinstance(summary, dict):
@@ -179,10 +288,85 @@ def load_run(path: str | Path) -> RunData:
     except msgspec.ValidationError as exc:
         raise NotAudited(f"{summary_file}: {exc} - re-run `python -m oracle audit {path}`") from None
     windows = read_windows(folder.windows_csv, warnings)
-    anomalies = read_anomalies(folder.anomalies, warnings)
-    steps = pd.DataFrame(_read_jsonl(folder.steps, warnings, load_step), columns=["step", "users", "start", "end"])
-    faults = fault_intervals(load_faults(path, warnings), run.get("end"), windows)
+    span = run_span(run, windows, folder.run_json, warnings)
+    try:
+        anomalies = read_anomalies(folder.anomalies, warnings)
+    except OSError as exc:  # a directory, no permission...: contracts.runfolder names it
+        warnings.append(f"{folder.anomalies}: unreadable ({exc}); no anomalies shown")
+        anomalies = Anomalies()
+    steps = pd.DataFrame(_read_jsonl(folder.steps, warnings, _step_within(span)),
+                         columns=["step", "users", "start", "end"])
+    try:
+        timeline = load_faults(path, warnings)
+    except OSError as exc:
+        warnings.append(f"{folder.chaos}: unreadable ({exc}); no faults shown")
+        timeline = []
+    faults = _faults_within(fault_intervals(timeline, run.get("end"), windows), span, folder.chaos, warnings)
     return RunData(path, run, summary, windows, anomalies, steps, faults, warnings)
+
+
+SLACK_S = 60.0  # how far outside the run a time may lie (a heal just after its end) when the run is shorter
+
+
+@dataclass(frozen=True)
+class Span:
+    """The run's start and end (run.json's, else the audit's windows'; infinite when unknown) and how far outside
+    them a time may still lie: the run's length, or SLACK_S. A step or fault farther out is a damaged line: on a
+    chart it would stretch the time axis back to 1970."""
+    start: float
+    end: float
+    slack: float
+
+    def far(self, t) -> bool:
+        return t < self.start - self.slack or t > self.end + self.slack
+
+
+def run_span(run: dict, windows: pd.DataFrame, file: Path, warnings: list[str]) -> Span:
+    """The run's span; a run.json start or end that far from the audit's windows is left out (hand-edited)."""
+    first, last = (float(windows["start"].min()), float(windows["end"].max())) if not windows.empty else (None, None)
+    for name, near in (("start", first), ("end", last)):
+        if near is not None and run.get(name) is not None and abs(run[name] - near) > max(SLACK_S, last - first):
+            warnings.append(f"{file}: {name} {_at(run[name])} is far from the audit's windows ({_at(first)} to "
+                            f"{_at(last)}); left out")
+            run[name] = None
+    start = run["start"] if run.get("start") is not None else first
+    end = run["end"] if run.get("end") is not None else last
+    slack = max(SLACK_S, end - start) if start is not None and end is not None else SLACK_S
+    return Span(-np.inf if start is None else start, np.inf if end is None else end, slack)
+
+
+def _step_within(span: Span):
+    """steps.jsonl's decode: contracts.timeline.load_step, and a start and end within the run's span."""
+    def decode(raw: bytes) -> dict:
+        step = load_step(raw)
+        for name in ("start", "end"):
+            if step.get(name) is not None and span.far(step[name]):
+                raise ValueError(f"{name} {_at(step[name])} is far outside the run; the step is left out")
+        return step
+    return decode
+
+
+def _faults_within(faults: pd.DataFrame, span: Span, file: Path, warnings: list[str]) -> pd.DataFrame:
+    """The faults within the run's span: one wholly far outside it is left out, one partly is cut at the run's
+    start and end."""
+    far_start, far_end = faults["start"].map(span.far).astype(bool), faults["end"].map(span.far).astype(bool)
+    outside = (far_start & (faults["start"] > span.end)) | (far_end & (faults["end"] < span.start))
+    partly = (far_start | far_end) & ~outside
+    for row, whole in [(r, True) for r in faults[outside].itertuples()] + \
+            [(r, False) for r in faults[partly].itertuples()]:
+        warnings.append(f"{file}: fault {row.fault} ({row.kind}) from {_at(row.start)} to {_at(row.end)} is "
+                        + ("far outside the run; left out" if whole else "partly far outside the run; cut at its edge"))
+    cut = faults.assign(start=faults["start"].where(~partly, faults["start"].clip(span.start, span.end)),
+                        end=faults["end"].where(~partly, faults["end"].clip(span.start, span.end)))
+    return cut[~outside].reset_index(drop=True)
+
+
+def _at(epoch: float) -> str:
+    """An epoch in a message: the number and its UTC time, when it is one."""
+    try:
+        return f"{epoch:.0f} ({datetime.fromtimestamp(epoch, tz=timezone.utc):%Y-%m-%d %H:%M:%S} UTC)"
+    except (OverflowError, OSError, ValueError):
+        return f"{epoch:g}"
 
 
 def fault_intervals(faults: list[Fault], run_end, windows: pd.DataFrame) -> pd.DataFrame:
@@ -209,13 +393,11 @@ def _read_json(file: Path, warnings: list[str], default):
 
 def _read_jsonl(file: Path, warnings: list[str], decode=record) -> list[dict]:
     """The records of a JSON Lines file (contracts.jsonl: a torn last line skipped, others reported)."""
-    return list(read_jsonl(file, decode, problems=warnings)) if file.is_file() else []
-
-
-def _time(value) -> float | None:
-    """run.json's ``end`` when it is a finite epoch (a hand-edited run.json may hold anything)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e12
-    return float(value) if ok else None
+    try:
+        return list(read_jsonl(file, decode, problems=warnings)) if file.is_file() else []
+    except OSError as exc:
+        warnings.append(f"{file}: unreadable ({exc}); left out")
+        return []
 
 
 class _Anomaly(msgspec.Struct):
@@ -283,22 +465,28 @@ def read_windows(file: Path, warnings: list[str]) -> pd.DataFrame:
         except (OSError, ValueError) as exc:  # a ragged line, bytes that are not text...: the file:line is in exc
             warnings.append(f"{file}: unreadable ({exc}); the window charts are left out")
     missing = [c for c in WINDOW_COLUMNS if c not in frame.columns]
-    if missing:
-        if len(frame):
-            warnings.append(f"{file}: no column {', '.join(missing)}; the window charts are left out")
+    if missing and len(frame):
+        warnings.append(f"{file}: no column {', '.join(missing)}; the window charts are left out")
+    if missing or frame.empty:
         return pd.DataFrame(columns=WINDOW_COLUMNS)
     text = frame[WINDOW_COLUMNS].copy()
     numbers = text.drop(columns="faults").replace({"": None}).apply(pd.to_numeric, errors="coerce")
     wrong = numbers.isna() & (text.drop(columns="faults") != "")
     wrong[["start", "end"]] |= numbers[["start", "end"]].isna()
-    bad = wrong.any(axis=1) | ~(numbers["start"].between(0, MAX_EPOCH) & numbers["end"].between(0, MAX_EPOCH)
-                                & (numbers["end"] > numbers["start"]))
+    sizes = numbers[WINDOW_COUNTS + WINDOW_AMOUNTS]  # counts whole, both finite and >= 0 (NaN: not measured)
+    in_range = sizes.apply(lambda column: column.between(0, HUGE))
+    in_range[WINDOW_COUNTS] &= sizes[WINDOW_COUNTS] % 1 == 0
+    out_of_range = sizes.notna() & ~in_range
+    bad = wrong.any(axis=1) | out_of_range.any(axis=1) | ~(
+        numbers["start"].between(0, MAX_EPOCH) & numbers["end"].between(0, MAX_EPOCH) & (numbers["end"] > numbers["start"]))
     ends_before = numbers["end"].where(~bad).shift().cummax().fillna(0)  # of the good windows before each
     bad |= numbers["start"] < ends_before
     for i in np.flatnonzero(bad.to_numpy())[:5]:
         columns = [c for c in wrong.columns if wrong.iat[i, wrong.columns.get_loc(c)]]
-        why = (f"{columns[0]} {text.at[i, columns[0]]!r} is not a number" if columns
-               else "not a time span after the window before it")
+        ranged = [c for c in out_of_range.columns if out_of_range.iat[i, out_of_range.columns.get_loc(c)]]
+        why = (f"{columns[0]} {text.at[i, columns[0]]!r} is not a number" if columns else
+               f"{ranged[0]} {text.at[i, ranged[0]]!r} is not a {'whole ' if ranged[0] in WINDOW_COUNTS else ''}"
+               f"number from 0 to {HUGE:.0e}" if ranged else "not a time span after the window before it")
         warnings.append(f"{file}:{i + 2}: {why}; the window is left out")
     if bad.sum() > 5:
         warnings.append(f"{file}: {int(bad.sum()) - 5} more windows left out")

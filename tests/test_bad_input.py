@@ -10,6 +10,7 @@ A line marked ``#!`` in a YAML case is the line the message must name.
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from pathlib import Path
 
@@ -615,7 +616,7 @@ def test_a_bad_chaos_timeline_record_is_one_problem(name, record, fragment, tmp_
     assert len(problems) == 1 and problems[0].startswith(f"{path}:2: ") and fragment in problems[0], problems
     (tmp_path / "run.json").write_text("{}")  # the report's: an audited run folder with that timeline
     (tmp_path / "audit").mkdir()
-    (tmp_path / "audit" / "summary.json").write_text('{"metrics": {}, "turns": {}, "observed": {}, "verdict": {}}')
+    (tmp_path / "audit" / "summary.json").write_text('{"metrics": {}, "turns": {}, "observed": {}}')
     data = load_run(tmp_path)
     assert list(data.faults["start"]) == [10.0]
     assert [w for w in data.warnings if w.startswith(f"{path}:2: ")], data.warnings
@@ -646,7 +647,7 @@ def test_a_bad_load_step_record_is_one_problem(name, record, fragment, tmp_path)
     assert len(problems) == 1 and problems[0].startswith(f"{path}:2: ") and fragment in problems[0], problems
     (tmp_path / "run.json").write_text("{}")  # the report's: an audited run folder with those steps
     (tmp_path / "audit").mkdir()
-    (tmp_path / "audit" / "summary.json").write_text('{"metrics": {}, "turns": {}, "observed": {}, "verdict": {}}')
+    (tmp_path / "audit" / "summary.json").write_text('{"metrics": {}, "turns": {}, "observed": {}}')
     data = load_run(tmp_path)
     assert list(data.steps["step"]) == [0]
     assert [w for w in data.warnings if w.startswith(f"{path}:2: ")], data.warnings
@@ -746,8 +747,169 @@ def test_a_damaged_store_snapshot_is_exit_2_naming_the_file(name, file, content,
     assert {p: p.read_bytes() for p in (run / "journal").iterdir()} == before
 
 
+# ---- audited run folders: what `python -m oracle report` and `compare` read ---------------------
+def _json_edit(name: str, edit):
+    """A damage: the run folder's JSON document ``name`` as ``edit`` leaves it (edit may change it in place)."""
+    def damage(run: Path) -> None:
+        doc = json.loads((run / name).read_text())
+        changed = edit(doc)
+        (run / name).write_text(json.dumps(doc if changed is None else changed))
+    return damage
+
+
+def _line_edit(name: str, edit, line: int = 0):
+    """A damage: line ``line`` (0-based) of the run folder's JSON Lines file ``name`` as ``edit`` returns it."""
+    def damage(run: Path) -> None:
+        lines = (run / name).read_text().splitlines()
+        lines[line] = json.dumps(edit(json.loads(lines[line])))
+        (run / name).write_text("\n".join(lines) + "\n")
+    return damage
+
+
+def _window_edit(column: str, value: str):
+    """A damage: one cell of audit/windows.csv's first row."""
+    def damage(run: Path) -> None:
+        path = run / "audit" / "windows.csv"
+        lines = path.read_text().splitlines()
+        cells = lines[1].split(",")
+        cells[lines[0].split(",").index(column)] = value
+        lines[1] = ",".join(cells)
+        path.write_text("\n".join(lines) + "\n")
+    return damage
+
+
+def _replace(name: str, content: bytes):
+    def damage(run: Path) -> None:
+        (run / name).write_bytes(content)
+    return damage
+
+
+def _a_directory(name: str):
+    def damage(run: Path) -> None:
+        (run / name).unlink()
+        (run / name).mkdir()
+    return damage
+
+
+def _verdict(**changes):
+    """summary.json with a verdict (the synthetic summary predates them) that ``changes`` damage."""
+    def edit(summary: dict) -> None:
+        rule = {"gate": "stored_loss", "counts": "lost turns", "over": "acked turns", "limit": "0", "count": 60,
+                "total": 2000, "rate": 0.03, "low": 0.02, "high": 0.04, "result": "fail"}
+        summary["verdict"] = {"result": "fail", "gates": "strict", "rules": [rule], "failed": ["stored_loss: 60"],
+                              "root_causes": [{"cause": "lost", "count": 60, "text": "lost turns"}]}
+        for key, value in changes.items():
+            if value is None:
+                summary["verdict"].pop(key)
+            else:
+                summary["verdict"][key] = value
+    return _json_edit("audit/summary.json", edit)
+
+
+T0 = 1_700_000_000.0  # support_report.T0: the synthetic run's start
+# (name, damage, exit code, the file the message names, what it says); optional parts: exit 0 and a warning in the
+# report, which renders without them; summary.json (the verdict): exit 2 and no report
+REPORT_FILES = [
+    ("breakdown-cliff-true", _replace("audit/breakdown.json", b'{"probes": 1, "failed": 0, "replicas": false, '
+                                                              b'"cliff": true, "tables": []}'),
+     0, "audit/breakdown.json", "Expected `object | null`, got `bool` - at `$.cliff`; computed again from the journal"),
+    ("breakdown-tables-a-number", _replace("audit/breakdown.json", b'{"probes": 1, "failed": 0, "replicas": false, '
+                                                                   b'"cliff": null, "tables": 1e308}'),
+     0, "audit/breakdown.json", "Expected `array`, got `float` - at `$.tables`"),
+    ("breakdown-row-count-over-total", _replace(
+        "audit/breakdown.json", b'{"probes": 1, "failed": 0, "replicas": false, "cliff": null, "tables": [{"key": "a", '
+                                b'"title": "t", "by": "b", "counts": "c", "over": "o", "rows": [{"group": "x", '
+                                b'"count": 3, "total": 2}]}]}'),
+     0, "audit/breakdown.json", "count 3 is more than total 2 - at `$.tables[0].rows[0]`"),
+    ("breakdown-a-directory", _a_directory("audit/breakdown.json"), 0, "audit/breakdown.json", "Is a directory"),
+    ("window-lost-negative", _window_edit("lost", "-1"), 0, "audit/windows.csv",
+     ":2: lost '-1' is not a whole number from 0 to 1e+15; the window is left out"),
+    ("window-acked-infinite", _window_edit("acked", "inf"), 0, "audit/windows.csv", ":2: acked 'inf' is not a whole"),
+    ("window-step-a-fraction", _window_edit("step", "1.5"), 0, "audit/windows.csv", ":2: step '1.5' is not a whole"),
+    ("window-throughput-a-word", _window_edit("throughput", "fast"), 0, "audit/windows.csv",
+     ":2: throughput 'fast' is not a number"),
+    ("anomaly-time-empty", _line_edit("audit/anomalies.jsonl", lambda a: {**a, "time": ""}), 0,
+     "audit/anomalies.jsonl", ":1: Expected `float | null`, got `str` - at `$.time`"),
+    ("anomaly-turn-negative", _line_edit("audit/anomalies.jsonl", lambda a: {**a, "turn": -1}), 0,
+     "audit/anomalies.jsonl", ":1: Expected `int` >= 0 - at `$.turn`"),
+    ("run-label-a-list", _json_edit("run.json", lambda r: {**r, "label": [1]}), 0, "run.json",
+     "label [1] is not text; left out"),
+    ("run-options-a-number", _json_edit("run.json", lambda r: {**r, "options": 1e308}), 0, "run.json",
+     "options 1e+308 is not an object; left out"),
+    ("run-start-a-word", _json_edit("run.json", lambda r: {**r, "start": "noon"}), 0, "run.json",
+     "start 'noon': Expected `float | null`, got `str`; left out"),
+    ("run-start-1970", _json_edit("run.json", lambda r: {**r, "start": 0}), 0, "run.json",
+     "start 0 (1970-01-01 00:00:00 UTC) is far from the audit's windows"),
+    ("chaos-apply-at-time-0", _line_edit("chaos.jsonl", lambda e: {**e, "time": 0}), 0, "chaos.jsonl",
+     "fault f1#1 (kill) from 0 (1970-01-01 00:00:00 UTC) to "),
+    ("chaos-a-directory", _a_directory("chaos.jsonl"), 0, "chaos.jsonl", "Is a directory"),
+    ("step-start-at-time-0", _line_edit("steps.jsonl", lambda s: {**s, "start": 0}), 0, "steps.jsonl",
+     ":1: start 0 (1970-01-01 00:00:00 UTC) is far outside the run; the step is left out"),
+    ("step-end-in-the-year-5000", _line_edit("steps.jsonl", lambda s: {**s, "end": 1e11}, line=2), 0, "steps.jsonl",
+     ":3: end 100000000000"),
+    ("summary-total-too-big", _json_edit("audit/summary.json", lambda s: s["metrics"]["probe_amnesia"].update(
+        total=10**19)), 2, "audit/summary.json", "at `$.metrics.probe_amnesia.total`"),
+    ("summary-turns-fail-null", _json_edit("audit/summary.json", lambda s: s["turns"].update(fail=None)), 2,
+     "audit/summary.json", "Expected `int`, got `null` - at `$.turns.fail`"),
+    ("summary-baseline-high-a-word", _json_edit("audit/summary.json", lambda s: s["baseline"]["probe_amnesia"].update(
+        high="x")), 2, "audit/summary.json", "at `$.baseline.probe_amnesia.high`"),
+    ("summary-rate-outside-its-interval", _json_edit("audit/summary.json", lambda s: s["by_fault"][0]["stored_loss"]
+                                                     .update(rate=0.9)), 2, "audit/summary.json",
+     "is not within its interval"),
+    ("summary-by-fault-row-a-list", _json_edit("audit/summary.json", lambda s: s["by_fault"].__setitem__(0, [])), 2,
+     "audit/summary.json", "Expected `object`, got `array` - at `$.by_fault[0]`"),
+    ("summary-verdict-without-result", _verdict(result=None), 2, "audit/summary.json",
+     "Object missing required field `result` - at `$.verdict`"),
+    ("summary-verdict-rule-not-a-rule", _verdict(rules=[{"a": 1}]), 2, "audit/summary.json",
+     "Object missing required field `gate` - at `$.verdict.rules[0]`"),
+    ("summary-foreign-keys-half", _json_edit("audit/summary.json", lambda s: {
+        **s, "information": {"foreign_keys": {"not_goldfish": 1}}}), 2, "audit/summary.json",
+     "at `$.information.foreign_keys`"),
+    ("summary-problems-a-number", _json_edit("audit/summary.json", lambda s: {**s, "problems": 1e308}), 2,
+     "audit/summary.json", "Expected `array`, got `float` - at `$.problems`"),
+]
+
+
+@pytest.fixture(scope="module")
+def audited_run(tmp_path_factory):
+    """A synthetic audited run (tests/support_report.py): three faults, three load steps, losses, a breakdown."""
+    from oracle import breakdown
+    from support_report import synthetic
+
+    run = synthetic(tmp_path_factory.mktemp("audited") / "run", lost=6, probes_failed=3, crosstalk=1)
+    breakdown.write(run)
+    return run
+
+
+@pytest.mark.parametrize("name, damage, code, file, fragment", REPORT_FILES, ids=[r[0] for r in REPORT_FILES])
+def test_a_damaged_run_folder_file_is_a_warning_or_exit_2_never_a_traceback(name, damage, code, file, fragment,
+                                                                            audited_run, tmp_path, capsys):
+    import shutil
+    from html import unescape
+
+    from oracle.__main__ import main
+
+    run = tmp_path / "run"
+    shutil.copytree(audited_run, run)
+    damage(run)
+    assert main(["report", str(run), "--quiet"]) == code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    if code == 2:  # the verdict: no report that looks like one; compare refuses it too
+        assert_named(err, f"{run / file}: ", fragment)
+        assert not (run / "report.html").exists()
+        assert main(["compare", str(audited_run), str(run)]) == 2
+        assert_named(capsys.readouterr().err, f"{run / file}: ", fragment)
+        return
+    html = unescape((run / "report.html").read_text())
+    warnings = re.findall(r"<li>warning: (.*?)</li>", html, re.S)
+    assert [w for w in warnings if w.startswith(str(run / file)) and fragment in w], warnings
+    assert html.count('src="data:image/png;base64,') >= 3  # every chart still drawn
+    assert "<h2>Verdict" in html
+
+
 def test_the_corpus_holds_at_least_150_cases():
     cases = (len(PLANS) + len(OUTSTANDING) + 3 + len(BACKEND_OPTS) + len(SCRIPTS) + len(OPTIONS) + 1 +
              len(STORE_OPTIONS) + 5 + len(REPLIES) + len(JOURNAL_LINES) + len(JOURNAL_QUIRKS) + len(JOURNAL_FOLDERS) +
-             len(TIMELINE) + len(STEPS) + len(TELEMETRY) + len(SNAPSHOTS))
+             len(TIMELINE) + len(STEPS) + len(TELEMETRY) + len(SNAPSHOTS) + len(REPORT_FILES))
     assert cases >= 150, cases
