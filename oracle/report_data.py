@@ -322,15 +322,17 @@ class Span:
 
 
 def run_span(run: dict, windows: pd.DataFrame, file: Path, warnings: list[str]) -> Span:
-    """The run's span; a run.json start or end that far from the audit's windows is left out (hand-edited)."""
+    """The run's span: run.json's start and end, or the audit's windows' where those are far from the windows
+    (hand-edited); run.json's own values stay, for the run's label and order."""
     first, last = (float(windows["start"].min()), float(windows["end"].max())) if not windows.empty else (None, None)
+    given = {"start": run.get("start"), "end": run.get("end")}
     for name, near in (("start", first), ("end", last)):
-        if near is not None and run.get(name) is not None and abs(run[name] - near) > max(SLACK_S, last - first):
-            warnings.append(f"{file}: {name} {_at(run[name])} is far from the audit's windows ({_at(first)} to "
-                            f"{_at(last)}); left out")
-            run[name] = None
-    start = run["start"] if run.get("start") is not None else first
-    end = run["end"] if run.get("end") is not None else last
+        if near is not None and given[name] is not None and abs(given[name] - near) > max(SLACK_S, last - first):
+            warnings.append(f"{file}: {name} {_at(given[name])} is far from the audit's windows ({_at(first)} to "
+                            f"{_at(last)}); the charts use the windows' span")
+            given[name] = None
+    start = given["start"] if given["start"] is not None else first
+    end = given["end"] if given["end"] is not None else last
     slack = max(SLACK_S, end - start) if start is not None and end is not None else SLACK_S
     return Span(-np.inf if start is None else start, np.inf if end is None else end, slack)
 
