@@ -5,7 +5,8 @@ URLs are parsed (``urllib.parse``), never matched with a regular expression: the
 value of every query or fragment parameter whose name looks like a credential (``password``,
 ``token``, ``secret``, ``api_key``, ``sig``...) becomes ``***``. Everything else is kept as
 written, so the redacted URL still says where. A URL that does not parse keeps only its scheme.
-Header values are all hidden: a header is added to carry a credential more often than not.
+Header values are all hidden: a header is added to carry a credential more often than not. A
+request body template keeps its shape; the values under credential-like keys are hidden.
 ``text`` redacts every URL inside free text (error lines).
 """
 from __future__ import annotations
@@ -47,6 +48,16 @@ def url(value: str | None) -> str:
 def headers(values: dict[str, str] | None) -> dict[str, str]:
     """Header names kept, every value masked."""
     return {name: MASK for name in (values or {})}
+
+
+def json_value(value):
+    """A JSON value (a request body template) with the value of every key that looks like a credential
+    masked, at any depth: ``{"api_key": "***", "model": "m"}``."""
+    if isinstance(value, dict):
+        return {k: MASK if _SECRET_NAME.search(str(k)) else json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_value(v) for v in value]
+    return value
 
 
 def header_line(line: str) -> str:

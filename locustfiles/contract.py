@@ -1,18 +1,33 @@
 """The chat API contract, from options: where the message and session id go, where the reply is.
 
-Real bots differ in path, field names (dotted paths for nested JSON, e.g. ``input.text``),
-whether the session id travels in the body or a header, extra headers (auth), and where the
-reply sits in the response (``data.answer.text``). All of it is data, so a team with an
-unusual bot writes a Locust config file, not Python.
+Real bots differ in path (the session id may be part of it: ``/v1/sessions/{session}/messages``
+or ``/chat?conversation={session}``), field names (dotted paths for nested JSON, ``input.text``;
+a number indexes a list, ``messages.0.content``), constant fields every request carries (a
+model name, LangServe's ``config``: ``--body``), whether the session id travels in the body, a
+header or the path, extra headers (auth), and how the reply comes back: a JSON field
+(``data.answer.text``), the whole body as text, or streamed as server-sent events or JSON lines
+whose pieces are put together (``--reply-format``). All of it is data, so a team with an unusual
+bot writes a Locust config file, not Python.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
+
+from contracts import codec
+
+SESSION = "{session}"  # where the session id goes in --chat-path
+REPLY_FORMATS = ("json", "text", "sse", "ndjson")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # server-sent events' line ends (not str.splitlines': no \x0b, \u2028...)
 
 
 class NoReply(ValueError):
     """The response has no reply text at the configured place (not JSON, or the field is missing)."""
+
+
+class PathError(ValueError):
+    """A dotted path that cannot be set in the request body (through a text value, a list index too far)."""
 
 
 @dataclass(frozen=True)
@@ -23,54 +38,177 @@ class ChatContract:
     session_header: str = ""
     headers: tuple[tuple[str, str], ...] = ()
     reply_field: str = "reply"
+    reply_format: str = "json"
+    body: str = ""  # a JSON object: the constant fields of every request body
 
     @classmethod
     def from_settings(cls, s) -> "ChatContract":
         return cls(path=s.chat_path, message_field=s.message_field,
                    session_field="" if s.session_header else s.session_field,
                    session_header=s.session_header, headers=tuple(s.headers.items()),
-                   reply_field=s.reply_field)
+                   reply_field=s.reply_field, reply_format=getattr(s, "reply_format", "json"),
+                   body=getattr(s, "body", ""))
+
+    @cached_property
+    def _template(self) -> bytes | None:
+        return codec.dumps(codec.loads(self.body)) if self.body else None
+
+    @cached_property
+    def _simple(self) -> bool:
+        return not (self.session_header or self.headers or self.body or not self.session_field
+                    or "." in self.message_field + self.session_field or self.reply_format == "sse")
 
     def request(self, session: str, message: str) -> tuple[dict, dict | None]:
         """The JSON body and the headers (None when there are none) of one turn."""
-        if not self.session_header and not self.headers and "." not in self.message_field + self.session_field:
+        if self._simple:
             return {self.session_field: session, self.message_field: message}, None  # the hot, common case
-        body: dict = {}
+        body: dict = codec.loads(self._template) if self._template else {}  # a fresh copy per turn
         set_dotted(body, self.message_field, message)
         headers = dict(self.headers)
+        if self.reply_format == "sse" and not any(name.lower() == "accept" for name in headers):
+            headers["Accept"] = "text/event-stream"
         if self.session_header:
             headers[self.session_header] = session
-        else:
+        elif self.session_field:
             set_dotted(body, self.session_field, session)
         return body, headers or None
 
     @cached_property
     def reply_path(self) -> tuple[str, ...]:
-        return tuple(self.reply_field.split("."))
+        return tuple(self.reply_field.split(".")) if self.reply_field else ()
 
-    def reply(self, payload) -> str:
-        """The reply text inside a decoded JSON response; NoReply when it is not there."""
+    def reply(self, content: bytes) -> str:
+        """The reply text of a 2xx response body; NoReply when it holds none where the contract says."""
+        if self.reply_format == "text":
+            text = content.decode("utf-8", "replace")
+        elif self.reply_format == "json":
+            try:
+                payload = codec.loads(content)
+            except codec.DecodeError:
+                hint = " (it looks like an event stream: --reply-format sse)" \
+                    if content.lstrip().startswith((b"data:", b"event:", b":")) else ""
+                raise NoReply("reply is not JSON" + hint) from None
+            text = self.field_of(payload)
+        else:
+            pieces = sse_data(content) if self.reply_format == "sse" else ndjson_lines(content)
+            text = self._joined(pieces)
+        if not text.isascii():  # a JSON "\ud800" escape decodes to a lone surrogate, which no UTF-8 file can hold
+            text = text.encode("utf-8", "replace").decode("utf-8")
+        return text
+
+    def field_of(self, payload) -> str:
+        """The text at --reply-field in a decoded JSON value."""
         value = payload
         for part in self.reply_path:
             if isinstance(value, dict) and part in value:
                 value = value[part]
-            elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-                value = value[int(part)]
+            elif isinstance(value, list) and _index(part) is not None and _index(part) < len(value):
+                value = value[_index(part)]
             else:
                 raise NoReply(f"no reply field {self.reply_field!r}")
         if not isinstance(value, str):
             raise NoReply(f"reply field {self.reply_field!r} is not text")
-        if not value.isascii():  # a JSON "\ud800" escape decodes to a lone surrogate, which no UTF-8 file can hold
-            value = value.encode("utf-8", "replace").decode("utf-8")
         return value
+
+    def _joined(self, pieces) -> str:
+        """A streamed reply: the text of each piece, in order. A piece that is a JSON string is text
+        itself; a JSON object or list gives the text at --reply-field, and is skipped when it has none
+        there (a role-only delta, a metadata event, a final chunk with ``content: null``)."""
+        texts, seen = [], 0
+        for piece in pieces:
+            seen += 1
+            if isinstance(piece, str):
+                texts.append(piece)
+            elif isinstance(piece, (dict, list)):
+                try:
+                    texts.append(self.field_of(piece))
+                except NoReply:
+                    continue
+        if not texts:
+            raise NoReply(f"no reply field {self.reply_field!r} in any of the stream's {seen} piece(s)" if seen
+                          else "the stream holds no data")
+        return "".join(texts)
+
+
+def sse_data(content: bytes) -> list:
+    """The data of each server-sent event (WHATWG's framing: ``data:`` lines joined by newlines, an
+    event ends at a blank line, ``:`` starts a comment), decoded: JSON where it is JSON, else its text;
+    OpenAI's ``[DONE]`` and empty events are left out. An ``error`` event is NoReply."""
+    out, event, data = [], "", []
+    for line in _LINE_BREAK.split(content.decode("utf-8", "replace")) + [""]:
+        if not line:
+            if data:
+                text = "\n".join(data)
+                if event == "error":
+                    raise NoReply(f"the stream sent an error event: {text[:200]!r}")
+                if text.strip() != "[DONE]":
+                    out.append(_json_or_text(text))
+            event, data = "", []
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+    return out
+
+
+def ndjson_lines(content: bytes) -> list:
+    """Each line of a JSON Lines stream (Ollama's), decoded; a line that is not JSON is NoReply."""
+    out = []
+    for number, line in enumerate(content.splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(codec.loads(line))
+            except codec.DecodeError:
+                raise NoReply(f"line {number} of the stream is not JSON") from None
+    return out
+
+
+def _json_or_text(text: str):
+    try:
+        value = codec.loads(text)
+    except codec.DecodeError:
+        return text
+    return value if isinstance(value, (str, dict, list)) else text
+
+
+def _index(part: str) -> int | None:
+    return int(part) if part.isascii() and part.isdigit() else None
 
 
 def set_dotted(target: dict, path: str, value) -> None:
-    """``set_dotted(d, "a.b", v)`` -> ``d["a"]["b"] = v``."""
-    *parents, last = path.split(".")
-    for part in parents:
-        target = target.setdefault(part, {})
-    target[last] = value
+    """``set_dotted(d, "a.b", v)`` -> ``d["a"]["b"] = v``. A number indexes a list (``messages.0.content``):
+    an item that is there, or the next one, appended; a container that is not there yet is made an
+    object, or a list when the part after it is a number. PathError when the path runs through a value
+    that is neither (a text of the --body template) or past a list's end."""
+    parts = path.split(".")
+    for part, after in zip(parts, parts[1:]):
+        key = _slot(target, part, path)
+        missing = key == len(target) if isinstance(target, list) else key not in target
+        if missing:
+            _put(target, key, [] if _index(after) is not None else {})
+        target = target[key]
+    _put(target, _slot(target, parts[-1], path), value)
+
+
+def _slot(container, part: str, path: str):
+    if isinstance(container, dict):
+        return part
+    if isinstance(container, list):
+        index = _index(part)
+        if index is None or index > len(container):
+            raise PathError(f"{path!r}: {part!r} is not an index of a list of {len(container)} item(s)")
+        return index
+    raise PathError(f"{path!r}: {part!r} is inside a {type(container).__name__} value, not an object or a list")
+
+
+def _put(container, key, value) -> None:
+    if isinstance(container, list) and key == len(container):
+        container.append(value)
+    else:
+        container[key] = value
 
 
 def check_fields(message: str, session: str, reply: str) -> None:

@@ -34,7 +34,7 @@ from locust import FastHttpUser, task
 from locust.contrib.fasthttp import FAILURE_EXCEPTIONS, ErrorResponse, FastHttpSession, FastRequest, FastResponse
 from locust.exception import CatchResponseError
 
-from locustfiles.contract import ChatContract
+from locustfiles.contract import SESSION, ChatContract
 from contracts.codec import dumps
 from contracts.journal import Turn, in_flight
 from locustfiles.judge import crosstalk, recall
@@ -45,6 +45,7 @@ from contracts.tokens import make_token, new_nonce, new_session_id
 log = logging.getLogger("goldfish")
 CROSSTALK_LOG_LIMIT = 10  # per process: the first few cross-talks are logged with their source
 INTERRUPTED = "interrupted: the test stopped with this turn in flight"
+SESSION_MARK = "GOLDFISH-SESSION-ID"  # stands for {session} in a URL until a turn knows its session
 REQUEST_NAMES = {kind: f"chat {kind}" for kind in ("plant", "probe", "chatter", "burst")}
 # What FastHttpSession.request adds to a ``json=`` request unless the caller set it (pinned
 # against Locust itself by tests/test_locust_wire.py).
@@ -73,16 +74,25 @@ def with_body(resp, status: int, error: BaseException | None = None) -> tuple:
 
 class Wire:
     """What a turn sends, worked out once per contract (the web UI or a worker's test_start may
-    swap the contract between runs): the URL and the headers template."""
+    swap the contract between runs): the URL and the headers template. A ``{session}`` in the path
+    is built with a URL-safe stand-in, which each turn replaces with its session id (``target``)."""
 
     def __init__(self, contract: ChatContract, client: FastHttpSession):
         self.contract = contract
-        self.url = client._build_url(contract.path)  # noqa: SLF001 - Locust's own base-URL join (pinned by a test)
+        self.per_session = SESSION in contract.path
+        # Locust's own base-URL join (pinned by a test)
+        self.url = client._build_url(contract.path.replace(SESSION, SESSION_MARK))  # noqa: SLF001
         self.url_split = URL(self.url)
         # the request target LocustUserAgent._urlopen sends (quoted_uri since geventhttpclient 2.3.4)
         self.uri = getattr(self.url_split, "quoted_uri", self.url_split.request_uri)
         self.auth_header = client.auth_header
         self.headers = locust_headers(None, self.auth_header)  # for a contract without headers, copied per turn
+
+    def target(self, session: str) -> tuple[str, str]:
+        """(URL, request target) of a turn of ``session`` (session ids are URL-safe: contracts/tokens.py)."""
+        if not self.per_session:
+            return self.url, self.uri
+        return self.url.replace(SESSION_MARK, session), self.uri.replace(SESSION_MARK, session)
 
     def request(self, session: str, message: str) -> tuple[bytes, dict]:
         """The body and a fresh headers dict (urlopen's error path writes into the dict it is given)."""
@@ -174,13 +184,14 @@ class ChatUser(FastHttpUser):
             nonce = facts[fact][0][-1]
         wire = self.wire()
         payload, headers = wire.request(session, message)
+        url, uri = wire.target(session)
         sent = time()
         if turn == 0 and rt.journal is not None:  # the session is journaled before its first turn leaves
             rt.journal.record(in_flight(Turn(rt.settings.run_id, session, 0, kind, token, message, fact, nonce, sent,
                                              step=rt.step, user=self.user_id)))
         start = perf_counter()
         try:
-            resp, status, content, error = self.send(wire, payload, headers)
+            resp, status, content, error = self.send(wire, url, uri, payload, headers)
         except GreenletExit:
             self.finish(session, turn, token, kind, message, fact, nonce, sent, time(), "info", None, None,
                         INTERRUPTED, facts, 0.0)
@@ -192,11 +203,11 @@ class ChatUser(FastHttpUser):
             request_type="POST", name=REQUEST_NAMES[kind], response_time=response_ms,
             response_length=len(content) if content else 0,
             exception=None if outcome == "ok" else CatchResponseError(error_text),
-            context=self.context(), response=resp, start_time=sent, url=wire.url)
+            context=self.context(), response=resp, start_time=sent, url=url)
         self.finish(session, turn, token, kind, message, fact, nonce, sent, received, outcome, status or None, reply,
                     error_text, facts, response_ms)
 
-    def send(self, wire: Wire, payload: bytes, headers: dict) -> tuple:
+    def send(self, wire: Wire, url: str, uri: str, payload: bytes, headers: dict) -> tuple:
         """POST one turn: (response, status (0: no HTTP response), body, error).
 
         What ``UserAgent.urlopen`` does for a POST, minus the layers a turn does not need while
@@ -209,36 +220,36 @@ class ChatUser(FastHttpUser):
         ua = self.client.client
         jar = ua.cookiejar
         if not self._lean or (jar is not None and len(jar)):
-            return self.send_urlopen(wire.url, payload, headers)
+            return self.send_urlopen(url, payload, headers)
         req_headers = ua.default_headers.copy()  # a new Headers each turn, as urlopen builds it
         req_headers.update(headers)
         try:
             try:
-                raw = ua.clientpool.get_client(wire.url_split).request("POST", wire.uri, body=payload,
+                raw = ua.clientpool.get_client(wire.url_split).request("POST", uri, body=payload,
                                                                        headers=req_headers)
             except GreenletExit:
                 raise
             except BaseException as exc:  # noqa: BLE001 - exactly urlopen's handling of a POST that failed
-                raise ua._handle_retries_exceeded(wire.url, last_error=ua._handle_error(exc, url=wire.url))  # noqa: SLF001
+                raise ua._handle_retries_exceeded(url, last_error=ua._handle_error(exc, url=url))  # noqa: SLF001
             resp = FastResponse(raw, sent_request=getattr(raw, "_sent_request", None))
             if jar is not None and ("set-cookie" in resp.headers or "set-cookie2" in resp.headers):
-                jar.extract_cookies(resp, FastRequest(wire.url, method="POST", headers=req_headers, payload=payload))
+                jar.extract_cookies(resp, FastRequest(url, method="POST", headers=req_headers, payload=payload))
             status = resp.status_code
             if status in ua.redirect_response_codes and ua.max_redirects > 0 and \
                     isinstance(resp.headers.get("location"), str):
                 self._lean = False  # a redirecting bot: urlopen from now on; this turn goes on as urlopen would
-                request = FastRequest(wire.url, method="POST", headers=req_headers, payload=payload)
+                request = FastRequest(url, method="POST", headers=req_headers, payload=payload)
                 resp.release()
                 request.redirect(status, resp.headers.get("location"))
                 return self.send_urlopen(request.url, request.payload, request.headers, request.method,
                                          ua.max_redirects - 1)
             try:
-                ua._verify_status(status, url=wire.url)  # noqa: SLF001 - Locust's accepted codes
+                ua._verify_status(status, url=url)  # noqa: SLF001 - Locust's accepted codes
             except Exception as exc:  # noqa: BLE001
                 exc.response = resp
                 raise
         except FAILURE_EXCEPTIONS as exc:
-            return self.error_response(wire.url, payload, headers, exc)
+            return self.error_response(url, payload, headers, exc)
         return with_body(resp, status)
 
     def send_urlopen(self, url: str, payload, headers, method: str = "POST", max_redirects: int | None = None) -> tuple:

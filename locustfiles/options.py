@@ -14,8 +14,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 from pathlib import Path
 
-from contracts import durations, redact
-from locustfiles.contract import check_fields
+from contracts import codec, durations, redact
+from locustfiles.contract import REPLY_FORMATS, SESSION, ChatContract, PathError, check_fields
 from oracle import AuditOptionError, StoreOptions, add_gate_options, add_store_options, gates, store_options
 
 if TYPE_CHECKING:
@@ -81,12 +81,22 @@ def add_arguments(parser) -> None:
              "--settle ago (a Redis store only; the final audit then re-checks them cheaply). 0: off")
     add("store", "--telemetry-interval", default="5s",
         help="sample the store's INFO and the Locust processes' RSS this often into telemetry.jsonl (0: off)")
-    add("contract", "--chat-path", default="/chat", help="path of the chat endpoint")
-    add("contract", "--message-field", default="message", help="dotted JSON path of the user message in the request")
+    add("contract", "--chat-path", default="/chat",
+        help="path of the chat endpoint; {session} in it is replaced by the session id (/v1/chats/{session}, "
+             "/chat?id={session})")
+    add("contract", "--message-field", default="message",
+        help="dotted JSON path of the user message in the request (a number indexes a list: messages.0.content)")
     add("contract", "--session-field", default="session_id",
         help="dotted JSON path of the session id in the request body (empty: not in the body)")
     add("contract", "--session-header", default="", help="send the session id in this header instead of the body")
-    add("contract", "--reply-field", default="reply", help="dotted JSON path of the reply text in the response")
+    add("contract", "--body", default="",
+        help="a JSON object every request body starts from (constant fields: a model, LangServe's config); the "
+             "message and session id are set into it")
+    add("contract", "--reply-format", default="json",
+        help="how the reply comes back: json (at --reply-field), text (the whole body), sse (server-sent events) "
+             "or ndjson (JSON lines): a stream's pieces are put together")
+    add("contract", "--reply-field", default="reply",
+        help="dotted JSON path of the reply text in the response (in each event or line of a stream)")
     add("contract", "--replica-header", default="",
         help="response header naming the replica that answered (e.g. X-Refbot-Replica): journaled per turn, "
              "and failed probes are broken down by it")
@@ -115,17 +125,37 @@ def parse_duration(text, name: str, limit: float = durations.DEFAULT_LIMIT) -> f
 
 
 def check_request(get) -> None:
-    """What every turn sends must be sendable: field paths that do not collide, a clean path and headers."""
+    """What every turn sends must be sendable: field paths that do not collide, a clean path and headers, a
+    body template the paths can be set in, a reply format there is."""
+    session_field = "" if get("session_header") else str(get("session_field") or "")
     try:
-        check_fields(message=get("message_field"), session="" if get("session_header") else get("session_field"),
-                     reply=get("reply_field"))
+        check_fields(message=get("message_field"), session=session_field, reply=get("reply_field"))
     except ValueError as exc:
         raise OptionError(str(exc)) from None
     path = str(get("chat_path", "/chat"))
     if any(c.isspace() or not c.isprintable() for c in path):
         raise OptionError(f"--chat-path: {path!r} must not hold spaces or control characters (percent-encode them)")
+    if "{" in path.replace(SESSION, "") or "}" in path.replace(SESSION, ""):
+        raise OptionError(f"--chat-path: {path!r}: the only placeholder is {SESSION} (percent-encode other braces)")
     if get("session_header") and not _TOKEN.match(str(get("session_header"))):
         raise OptionError(f"--session-header: {get('session_header')!r} is not a header name (letters, digits and -)")
+    reply_format = str(get("reply_format") or "json")
+    if reply_format not in REPLY_FORMATS:
+        raise OptionError(f"--reply-format: {reply_format!r} is not one of {', '.join(REPLY_FORMATS)}")
+    body = str(get("body") or "")
+    if body:
+        try:
+            template = codec.loads(body)
+        except codec.DecodeError as exc:
+            raise OptionError(f"--body: not JSON ({exc})") from None
+        if not isinstance(template, dict):
+            raise OptionError(f"--body: {body[:80]!r} is not a JSON object")
+    contract = ChatContract(message_field=str(get("message_field")), session_field=session_field, body=body)
+    try:
+        contract.request("gf0000000000000000", "message")
+    except PathError as exc:
+        where = "--message-field" if str(exc).startswith(repr(contract.message_field)) else "--session-field"
+        raise OptionError(f"{where}: {exc}" + (" (in --body)" if body else "")) from None
 
 
 def _bounded(value, name: str, high: int) -> int:
@@ -206,6 +236,8 @@ class Settings:
     steps: int
     telemetry_interval: float = 5.0
     audit_every: float = 0.0
+    reply_format: str = "json"
+    body: str = ""
     extra: dict = field(default_factory=dict)
 
     @cached_property
@@ -223,10 +255,11 @@ class Settings:
             raise OptionError(f"--chat-path: {get('chat_path')!r} must start with '/'")
         if not get("message_field"):
             raise OptionError("--message-field must not be empty")
-        if not get("reply_field"):
-            raise OptionError("--reply-field must not be empty")
-        if not get("session_field") and not get("session_header"):
-            raise OptionError("the session id must go somewhere: set --session-field or --session-header")
+        if not get("reply_field") and str(get("reply_format") or "json") != "text":
+            raise OptionError("--reply-field must not be empty (or --reply-format text: the whole body is the reply)")
+        if not get("session_field") and not get("session_header") and SESSION not in str(get("chat_path", "")):
+            raise OptionError("the session id must go somewhere: set --session-field or --session-header, or put "
+                              f"{SESSION} in --chat-path")
         check_request(get)
         timeout = parse_duration(get("timeout", 30.0), "timeout", limit=durations.DAY)
         if timeout <= 0:
@@ -245,7 +278,9 @@ class Settings:
             session_field=str(get("session_field") or ""),
             session_header=str(get("session_header") or ""),
             headers=dict(parse_header(h) for h in (get("header") or [])),
-            reply_field=str(get("reply_field")),
+            reply_field=str(get("reply_field") or ""),
+            reply_format=str(get("reply_format") or "json"),
+            body=str(get("body") or ""),
             replica_header=str(get("replica_header") or "").strip(),
             timeout=timeout,
             store=_audit_option(store_options, o),
@@ -267,6 +302,7 @@ class Settings:
         d = {k: v for k, v in self.__dict__.items() if k != "extra"}
         d["gates"] = self.gates.spec
         d["headers"] = redact.headers(self.headers)
+        d["body"] = redact.json_value(codec.loads(self.body)) if self.body else None
         d["think"] = list(self.think)
         d["store"] = None if self.store is None else {**self.store.__dict__, "url": redact.url(self.store.url),
                                                       "http_url": redact.url(self.store.http_url), "on_batch": None}

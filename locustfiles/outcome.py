@@ -2,7 +2,7 @@
 
 ``ok`` 2xx with a reply; ``fail`` the request never left (connection refused, name not
 resolved); ``info`` anything after which the bot may or may not have stored the turn
-(timeout, reset, any non-2xx status, a 2xx without a readable reply).
+(timeout, reset, any non-2xx status, a 2xx without a readable reply: locustfiles/contract.py).
 """
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import socket
 from gevent import Timeout as GeventTimeout
 
 from locustfiles.contract import ChatContract, NoReply
-from contracts import codec
 
 
 def classify_error(exc: BaseException | None) -> tuple[str, str]:
@@ -40,10 +39,6 @@ def judge_response(status: int, content: bytes | None, error: BaseException | No
     if not 200 <= status < 300:
         return "info", None, f"HTTP {status}"
     try:
-        payload = codec.loads(content or b"")
-    except codec.DecodeError:
-        return "info", None, "reply is not JSON"
-    try:
-        return "ok", contract.reply(payload), None
+        return "ok", contract.reply(content or b""), None
     except NoReply as exc:
         return "info", None, str(exc)

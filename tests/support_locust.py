@@ -10,6 +10,14 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
     slow       remembers, but sleeps --delay seconds first (timeouts)
     contract2  a different API: POST /api/v2/converse, session id in header X-Conversation-Id,
                message at input.text, reply at data.answer.text, needs `Authorization: Bearer t0k`
+    openai     OpenAI-like streaming: POST /v1/chats/<session>/completions, {"model": "gf", "stream": true,
+               "messages": [{"role": "user", "content": ...}]} (400 without the model), answers server-sent
+               events of chunks (choices.0.delta.content, a role-only first chunk, [DONE]), chunked
+    langserve  LangServe-like streaming: POST /chat/stream, {"input": {"question": ..., "language": ...},
+               "config": {"configurable": {"session_id": ...}}} (422 without the language), answers
+               metadata, data ({"content": piece}) and end events
+    plaintext  POST /chat?session=<session> with {"message": ...}, answers text/plain
+    forgetful-stream  the openai API, with no memory (every probe is amnesia)
 
 Every mode serves what it stored at ``GET /history/<session>``: ``{"messages": [{"role": "user",
 "content": ...}, {"role": "assistant", ...}]}`` (a layout other than LangChain's, for audit tests).
@@ -69,7 +77,24 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             stored = histories.get(path[len("/history/"):], [])
             return respond(start, "200 OK", json.dumps({"messages": stored}).encode())
         raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
-        if mode == "contract2":
+        if mode in ("openai", "forgetful-stream"):
+            parts = path.split("/")  # /v1/chats/<session>/completions
+            body = json.loads(raw)
+            if len(parts) != 5 or parts[:3] != ["", "v1", "chats"] or parts[4] != "completions":
+                return respond(start, "404 Not Found", b'{"error": "no such path"}')
+            if body.get("model") != "gf" or body.get("stream") is not True:
+                return respond(start, "400 Bad Request", b'{"error": "model and stream are required"}')
+            session, message = parts[3], body["messages"][0]["content"]
+        elif mode == "langserve":
+            body = json.loads(raw)
+            if path != "/chat/stream":
+                return respond(start, "404 Not Found", b'{"error": "no such path"}')
+            if "language" not in body["input"]:
+                return respond(start, "422 Unprocessable Entity", b'{"detail": "input.language is required"}')
+            session, message = body["config"]["configurable"]["session_id"], body["input"]["question"]
+        elif mode == "plaintext":
+            session, message = environ.get("QUERY_STRING", "").partition("session=")[2], json.loads(raw)["message"]
+        elif mode == "contract2":
             if environ.get("PATH_INFO") != "/api/v2/converse":
                 return respond(start, "404 Not Found", b'{"error": "no such path"}')
             if environ.get("HTTP_AUTHORIZATION") != "Bearer t0k":
@@ -90,7 +115,7 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
                 return respond(start, "200 OK", b"hello, not json", "text/plain", extra)
             if kind == 2:
                 return respond(start, "200 OK", b'{"answer": "the reply is under another name"}', extra=extra)
-        if mode == "forget":
+        if mode in ("forget", "forgetful-stream"):
             text = answer({}, message)
         elif mode == "leaky":
             text = answer(shared, message)
@@ -102,9 +127,29 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             return respond(start, "500 Internal Server Error", b'{"error": "boom"}', extra=extra)
         if mode == "contract2":
             return respond(start, "200 OK", json.dumps({"data": {"answer": {"text": text}}}).encode(), extra=extra)
+        if mode in ("openai", "forgetful-stream", "langserve"):
+            return stream(start, mode, text, extra)
+        if mode == "plaintext":
+            return respond(start, "200 OK", text.encode(), "text/plain; charset=utf-8", extra)
         return respond(start, "200 OK", json.dumps({"reply": text}).encode(), extra=extra)
 
     return app
+
+
+def stream(start, mode: str, text: str, extra) -> list[bytes]:
+    """Server-sent events, each a chunk of its own (no Content-Length: chunked transfer encoding)."""
+    pieces = [text[i:i + 4] for i in range(0, len(text), 4)]
+    if mode == "langserve":
+        events = [b'event: metadata\r\ndata: {"run_id": "r"}\r\n\r\n']
+        events += [b"event: data\r\ndata: " + json.dumps({"content": p, "type": "AIMessageChunk"}).encode()
+                   + b"\r\n\r\n" for p in pieces]
+        events.append(b"event: end\r\n\r\n")
+    else:
+        chunks = [{"delta": {"role": "assistant"}}] + [{"delta": {"content": p}} for p in pieces] + \
+            [{"delta": {}, "finish_reason": "stop"}]
+        events = [b"data: " + json.dumps({"choices": [c]}).encode() + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
+    start("200 OK", [("Content-Type", "text/event-stream"), *extra])
+    return events
 
 
 def main() -> None:

@@ -9,6 +9,8 @@ import csv
 import json
 from collections import Counter
 
+import pytest
+
 from support_locust import REPO, chat_bot, quick_script, run_locust
 
 
@@ -169,6 +171,46 @@ def test_the_end_of_run_audit_takes_the_oracles_store_options(tmp_path):
     assert summary["metrics"]["stored_loss"]["total"] > 0 and summary["anomalies"] == {}
     meta = json.loads((run.run_dir / "run.json").read_text())
     assert meta["options"]["store"]["role_field"] == "role"
+
+
+STREAMING_BOTS = {
+    "openai": ["--chat-path", "/v1/chats/{session}/completions", "--session-field", "", "--reply-format", "sse",
+               "--body", '{"model": "gf", "stream": true, "messages": [{"role": "user"}]}',
+               "--message-field", "messages.0.content", "--reply-field", "choices.0.delta.content"],
+    "langserve": ["--chat-path", "/chat/stream", "--body", '{"input": {"language": "Italian"}}',
+                  "--message-field", "input.question", "--session-field", "config.configurable.session_id",
+                  "--reply-format", "sse", "--reply-field", "content"],
+    "plaintext": ["--chat-path", "/chat?session={session}", "--session-field", "", "--reply-format", "text"],
+}
+
+
+@pytest.mark.parametrize("mode", sorted(STREAMING_BOTS))
+def test_bots_with_the_session_in_the_path_constant_fields_and_streamed_replies_are_audited(tmp_path, mode):
+    """Three API shapes by options alone: the session id in the path or the query, a body template with the
+    fields the bot requires (a model, a prompt variable), replies streamed as server-sent events or plain
+    text. The journal holds each reply put together, which is what the bot stored: the audit passes."""
+    with chat_bot(mode) as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), *STREAMING_BOTS[mode],
+                         "--http-url", f"{url}/history/{{session}}", "--role-field", "role",
+                         "--content-field", "content", "--settle", "0", time_s="3s")
+    assert run.returncode == 0, run.output[-3000:]
+    records = run.records()
+    assert_journal_matches_locust(run, records)
+    assert {r["outcome"] for r in records if not (r["error"] or "").startswith("interrupted")} == {"ok"}
+    probes = [r for r in records if r["kind"] == "probe" and r["outcome"] == "ok"]
+    assert probes and {r["verdict"] for r in probes} == {"pass"} and all(" is " in r["reply"] for r in probes)
+    summary = json.loads((run.run_dir / "audit" / "summary.json").read_text())
+    assert summary["verdict"]["result"] == "pass" and summary["anomalies"] == {}
+    assert summary["metrics"]["stored_loss"]["total"] > 0
+
+
+def test_a_streaming_bot_that_forgets_fails_the_run(tmp_path):
+    with chat_bot("forgetful-stream") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), *STREAMING_BOTS["openai"],
+                         time_s="3s")
+    assert run.returncode == 1, run.output[-3000:]
+    assert {r["verdict"] for r in run.records() if r["kind"] == "probe" and r["outcome"] == "ok"} == {"amnesia"}
+    assert "FAIL  probe_amnesia:" in run.output
 
 
 def test_a_target_that_acknowledges_nothing_is_still_audited_and_never_passes(tmp_path):

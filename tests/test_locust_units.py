@@ -65,12 +65,71 @@ def test_contract_default_and_nested_with_header():
     c = ChatContract(path="/v2", message_field="input.text", session_field="", session_header="X-Conv",
                      headers=(("Authorization", "Bearer x"),), reply_field="data.answer.text")
     assert c.request("gf1", "hi") == ({"input": {"text": "hi"}}, {"Authorization": "Bearer x", "X-Conv": "gf1"})
-    assert c.reply({"data": {"answer": {"text": "yo"}}}) == "yo"
+    assert c.reply(b'{"data": {"answer": {"text": "yo"}}}') == "yo"
+    with pytest.raises(NoReply, match="no reply field 'data.answer.text'"):
+        c.reply(b'{"data": {"answer": {}}}')
     with pytest.raises(NoReply):
-        c.reply({"data": {"answer": {}}})
-    with pytest.raises(NoReply):
-        c.reply(["not", "a", "dict"])
-    assert ChatContract(reply_field="choices.0.text").reply({"choices": [{"text": "a"}]}) == "a"
+        c.reply(b'["not", "a", "dict"]')
+    with pytest.raises(NoReply, match="^reply is not JSON$"):
+        c.reply(b"hello")
+    with pytest.raises(NoReply, match="looks like an event stream: --reply-format sse"):
+        c.reply(b'data: {"reply": "x"}\n\n')
+    assert ChatContract(reply_field="choices.0.text").reply(b'{"choices": [{"text": "a"}]}') == "a"
+
+
+def test_contract_body_template_lists_and_session_in_the_path():
+    openai = ChatContract(message_field="messages.0.content", session_field="user",
+                          body='{"model": "m", "messages": [{"role": "user"}], "stream": false}')
+    body, headers = openai.request("gf1", "hi")
+    assert body == {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False, "user": "gf1"}
+    assert headers is None
+    assert openai.request("gf2", "yo")[0]["messages"] == [{"role": "user", "content": "yo"}]  # a fresh copy per turn
+    langserve = ChatContract(message_field="input.question", session_field="config.configurable.session_id",
+                             body='{"input": {"language": "Italian"}}')
+    assert langserve.request("gf1", "hi")[0] == {"input": {"language": "Italian", "question": "hi"},
+                                                  "config": {"configurable": {"session_id": "gf1"}}}
+    # no template: a number makes a list
+    assert ChatContract(message_field="messages.0.content").request("gf1", "hi")[0] == \
+        {"messages": [{"content": "hi"}], "session_id": "gf1"}
+    assert ChatContract(path="/c/{session}", session_field="").request("gf1", "hi") == ({"message": "hi"}, None)
+
+
+@pytest.mark.parametrize("field,body,what", [
+    ("input.text", '{"input": "fixed"}', "'text' is inside a str value"),
+    ("messages.3.content", '{"messages": []}', "'3' is not an index of a list of 0 item"),
+    ("messages.x", '{"messages": [1]}', "'x' is not an index"),
+    ("a.1", "", "'1' is not an index of a list of 0 item"),
+])
+def test_contract_paths_that_cannot_be_set_are_named(field, body, what):
+    from locustfiles.contract import PathError
+    with pytest.raises(PathError, match=what):
+        ChatContract(message_field=field, body=body).request("gf1", "hi")
+
+
+def test_streamed_replies_langserve_openai_plain_and_errors():
+    langserve = ChatContract(reply_format="sse", reply_field="content")
+    stream = (b'event: metadata\r\ndata: {"run_id": "r1"}\r\n\r\n'
+              b'event: data\r\ndata: {"content": "Your pin", "type": "AIMessageChunk"}\r\n\r\n'
+              b': a comment\r\nevent: data\r\ndata: {"content": " is 12.", "type": "AIMessageChunk"}\r\n\r\n'
+              b"event: end\r\n\r\n")
+    assert langserve.reply(stream) == "Your pin is 12."
+    strings = b'event: data\ndata: "Hel"\n\nevent: data\ndata: "lo"\n\nevent: end\n\n'  # a string output
+    assert langserve.reply(strings) == "Hello"
+    assert langserve.reply(b"data: line one\ndata: line two\n\ndata:[DONE]\n\n") == "line one\nline two"
+    with pytest.raises(NoReply, match="error event: .*boom"):
+        langserve.reply(b'event: data\ndata: "a"\n\nevent: error\ndata: {"status_code": 500, "message": "boom"}\n\n')
+    with pytest.raises(NoReply, match="no reply field 'content' in any of the stream's 1 piece"):
+        langserve.reply(b'data: {"other": 1}\n\n')
+    with pytest.raises(NoReply, match="the stream holds no data"):
+        langserve.reply(b"")
+    with pytest.raises(NoReply, match="the stream holds no data"):
+        langserve.reply(b"data: [DONE]\n\n")
+    ollama = ChatContract(reply_format="ndjson", reply_field="message.content")
+    assert ollama.reply(b'{"message": {"content": "No"}}\n\n{"message": {"content": "ted."}, "done": true}') == "Noted."
+    with pytest.raises(NoReply, match="line 2 of the stream is not JSON"):
+        ollama.reply(b'{"message": {"content": "No"}}\nnope\n')
+    assert ChatContract(reply_format="text", reply_field="").reply("ünï\ud800".encode("utf-8", "surrogatepass")) \
+        == "ünï\ufffd\ufffd\ufffd"
 
 
 def test_crosstalk_by_token_and_by_nonce_but_not_own():
@@ -120,6 +179,38 @@ def test_options_parse_and_reject_with_the_option_name():
     O.header = ["no colon"]
     with pytest.raises(OptionError, match="--header"):
         Settings.from_options(O)
+
+
+@pytest.mark.parametrize("options,what", [
+    ({"body": "{nope"}, "--body: not JSON"),
+    ({"body": "[1, 2]"}, "--body: '\\[1, 2\\]' is not a JSON object"),
+    ({"body": '{"input": "x"}', "message_field": "input.text"}, "--message-field: 'input.text': 'text' is inside a str"),
+    ({"body": '{"c": 1}', "session_field": "c.id"}, "--session-field: 'c.id': 'id' is inside a int value.*in --body"),
+    ({"reply_format": "xml"}, "--reply-format: 'xml' is not one of json, text, sse, ndjson"),
+    ({"chat_path": "/chat/{sesion}"}, "--chat-path: .*the only placeholder is {session}"),
+    ({"session_field": ""}, "set --session-field or --session-header, or put {session} in --chat-path"),
+    ({"reply_field": ""}, "--reply-field must not be empty .or --reply-format text"),
+])
+def test_contract_options_that_cannot_work_are_refused_by_name(options, what):
+    class O:
+        chat_path, message_field, session_field, reply_field = "/chat", "message", "session_id", "reply"
+
+    for name, value in options.items():
+        setattr(O, name, value)
+    with pytest.raises(OptionError, match=what):
+        Settings.from_options(O)
+
+
+def test_contract_options_for_a_streaming_bot_with_the_session_in_its_path():
+    class O:
+        chat_path, message_field, session_field, reply_field = "/v1/chats/{session}", "messages.0.content", "", "text"
+        reply_format, body = "sse", '{"model": "m", "api_key": "sk-123", "nested": {"token": "t"}}'
+
+    s = Settings.from_options(O)
+    assert (s.reply_format, s.chat_path) == ("sse", "/v1/chats/{session}")
+    assert s.public()["body"] == {"model": "m", "api_key": "***", "nested": {"token": "***"}}
+    O.reply_format, O.reply_field = "text", ""
+    assert Settings.from_options(O).reply_field == ""
 
 
 def test_journal_appends_lines_and_readers_skip_a_torn_last_line(tmp_path):

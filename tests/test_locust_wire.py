@@ -132,7 +132,8 @@ def send(user: ChatUser, lean: bool, session: str = "gf0123456789abcdef", messag
     user._lean = lean
     wire = user.wire()
     payload, headers = wire.request(session, message)
-    _resp, status, content, error = user.send(wire, payload, headers)
+    url, uri = wire.target(session)
+    _resp, status, content, error = user.send(wire, url, uri, payload, headers)
     return (status,) + judge_response(status, content, error, user.rt.contract) + (type(error).__name__,)
 
 
@@ -194,6 +195,51 @@ def test_contract_with_headers_and_credentials_in_the_host_sends_what_locust_sen
     strip = lambda head: [h for h in head.split(b"\r\n") if not h.lower().startswith(b"content-length")]  # noqa: E731
     assert strip(lean_head) == strip(locust_head)
     assert lean_head.startswith(b"POST /v2/chat?x=1 HTTP/1.1")
+
+
+def test_session_in_the_path_and_query_is_sent_as_locust_sends_it(raw_server):
+    server = raw_server(lambda path, head, body: response())
+    user = make_user(server.url, "--chat-path", "/v1/chats/{session}/messages?conversation={session}",
+                     "--session-field", "")
+    assert send(user, lean=True) == send(user, lean=False) == (200, "ok", "Noted.", None, "NoneType")
+    assert send(user, lean=True, session="gffedcba9876543210")[1] == "ok"
+    user.client.post("/v1/chats/gf0123456789abcdef/messages?conversation=gf0123456789abcdef",
+                     json={"message": "[gf0123456789abcdeft0] hi"})
+    (lean_head, lean_body), (urlopen_head, urlopen_body), (other_head, _), (locust_head, _) = server.requests
+    assert lean_head == urlopen_head and lean_body == urlopen_body
+    assert json.loads(lean_body) == {"message": "[gf0123456789abcdeft0] hi"}  # not in the body
+    strip = lambda head: [h for h in head.split(b"\r\n") if not h.lower().startswith(b"content-length")]  # noqa: E731
+    assert strip(lean_head) == strip(locust_head)
+    assert lean_head.startswith(b"POST /v1/chats/gf0123456789abcdef/messages?conversation=gf0123456789abcdef ")
+    assert other_head.startswith(b"POST /v1/chats/gffedcba9876543210/messages?conversation=gffedcba9876543210 ")
+
+
+def chunked(*chunks: bytes, content_type: str = "text/event-stream") -> bytes:
+    """A streamed response: chunked transfer encoding, one chunk per piece."""
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+    return head + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+
+
+def test_streamed_replies_are_read_whole_and_put_together(raw_server):
+    openai = [b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n',
+              b'data: {"choices":[{"delta":{"content":"Your pin "}}]}\n\n',
+              b'data: {"choices":[{"delta":{"content":"is 1234-ABCD."}}]}\n\n',
+              b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n', b"data: [DONE]\n\n"]
+    server = raw_server(lambda path, head, body: chunked(*openai))
+    user = make_user(server.url, "--reply-format", "sse", "--reply-field", "choices.0.delta.content",
+                     "--body", '{"model": "m", "stream": true}', "--message-field", "messages.0.content")
+    assert send(user, lean=True) == send(user, lean=False) == (200, "ok", "Your pin is 1234-ABCD.", None, "NoneType")
+    head, body = server.requests[0]
+    assert b"Accept: text/event-stream" in head.split(b"\r\n")
+    assert json.loads(body) == {"model": "m", "stream": True, "messages": [{"content": "[gf0123456789abcdeft0] hi"}],
+                                "session_id": "gf0123456789abcdef"}
+    lines = [b'{"message":{"content":"Noted"},"done":false}\n', b'{"message":{"content":"."},"done":true}\n']
+    server = raw_server(lambda path, head, body: chunked(*lines, content_type="application/x-ndjson"))
+    user = make_user(server.url, "--reply-format", "ndjson", "--reply-field", "message.content")
+    assert send(user, lean=True) == (200, "ok", "Noted.", None, "NoneType")
+    server = raw_server(lambda path, head, body: chunked(b"Noted", b", thanks.", content_type="text/plain"))
+    user = make_user(server.url, "--reply-format", "text")
+    assert send(user, lean=True) == (200, "ok", "Noted, thanks.", None, "NoneType")
 
 
 def test_headers_template_is_never_written_into_by_any_path(raw_server):
