@@ -4,7 +4,9 @@ Per key the pipeline sends TTL (which also says whether the key exists: -2) and 
 (or GET for the blob layout). A key of the other layout answers WRONGTYPE and is re-read
 with the right command in a second, rare round trip, so a store holding both shapes (the
 reference bot's read-modify-write mode writes a JSON blob or a rewritten list) reads fine
-with ``format="auto"``.
+with ``format="auto"``. Two more layouts are read the same way: a sorted set (ZRANGE, score
+order: messages scored by time) and a stream (XRANGE: each entry's fields are one message,
+``{"role": ..., "content": ...}``, or its one field holds the message's JSON).
 """
 from __future__ import annotations
 
@@ -42,6 +44,20 @@ def digest(raw: RawSession) -> list:
 # RESP for "TTL key" then "LRANGE key 0 -1" (or "GET key"): %d is the key's length in bytes, %s the key
 _TTL_LRANGE = b"*2\r\n$3\r\nTTL\r\n$%d\r\n%s\r\n*4\r\n$6\r\nLRANGE\r\n$%d\r\n%s\r\n$1\r\n0\r\n$2\r\n-1\r\n"
 _TTL_GET = b"*2\r\n$3\r\nTTL\r\n$%d\r\n%s\r\n*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n"
+
+
+def stream_message(fields: dict):
+    """A stream entry as a message: its one field's value when that is a JSON object (``XADD k * msg
+    '{"role": ...}'``), else its fields as an object of texts (``XADD k * role user content ...``)."""
+    if len(fields) == 1:
+        value = next(iter(fields.values()))
+        if isinstance(value, bytes) and value.lstrip()[:1] == b"{":
+            return value
+    return {_text(k): _text(v) for k, v in fields.items()}
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 class RedisReader:
@@ -140,9 +156,16 @@ class RedisReader:
         strings = [r for r in raws if r.type == "string"]
         for raw, value in zip(strings, self._pipe(lambda p, r: p.get(r.key), strings)):
             raw.entries = [] if value is None else [value]
+        zsets = [r for r in raws if r.type == "zset"]
+        for raw, value in zip(zsets, self._pipe(lambda p, r: p.zrange(r.key, 0, -1), zsets)):
+            raw.entries = value
+        streams = [r for r in raws if r.type == "stream"]
+        for raw, value in zip(streams, self._pipe(lambda p, r: p.xrange(r.key), streams)):
+            raw.entries = [stream_message(fields) for _, fields in value]
         for raw in raws:
-            if raw.type not in ("list", "string"):
-                raw.entries = [f"<a Redis {raw.type} key; expected a list or a string>".encode()]
+            if raw.type not in ("list", "string", "zset", "stream"):
+                raw.entries = [f"<a Redis {raw.type} key; expected a list, a string, a sorted set or a "
+                               "stream>".encode()]
                 raw.type = "other"
 
     def _pipe(self, add, items) -> list:
@@ -175,8 +198,8 @@ class RedisReader:
             if kind in ("list", "string"):
                 length, first, last = next(replies), next(replies), next(replies)
                 out[session] = [kind, int(length), zlib.crc32(first or b""), zlib.crc32(last or b"")]
-            else:
-                out[session] = [kind]
+            else:  # a sorted set or a stream has no cheap digest here: never matches, so it is read again
+                out[session] = [kind, "not digested"]
         return out
 
     def foreign(self, owned) -> Iterable[dict]:

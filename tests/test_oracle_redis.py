@@ -107,6 +107,43 @@ def test_blob_layout_and_custom_shape(tmp_path, redis_server):
     assert {f["turn"] for f in found if f["session"] == other and f["class"] == "lost"} == ok_turns
 
 
+def test_sorted_set_and_stream_layouts(tmp_path, redis_server):
+    """A history kept in a stream (fields per message, or one field holding its JSON) or a sorted set
+    scored by time reads as the messages in order: a clean one is clean, a lost turn is found, and the
+    snapshot re-audits to the same findings."""
+    world = build_world(simple_specs(3), seed=5)
+    expected = inject(world, world.order[0], "lost", random.Random(1))
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    client = redis_server.client()
+
+    def plain(m):
+        return {"role": "user" if m["type"] == "human" else "assistant", "content": m["data"]["content"]}
+
+    fields, zset, one_field = world.order
+    for _, m in world.stored[fields]:
+        client.xadd(f"chat:{fields}", plain(m))
+    client.zadd(f"chat:{zset}", {json.dumps(plain(m)): i for i, (_, m) in enumerate(world.stored[zset])})
+    for _, m in world.stored[one_field]:
+        client.xadd(f"chat:{one_field}", {"message": json.dumps(plain(m))})
+    options = StoreOptions(url=redis_server.url, key_template="chat:{session}", direction="rpush",
+                           role_field="role", content_field="content")
+    summary = audit_run(run, options)
+    assert expected and finding_keys(run) == expected
+    assert summary["metrics"]["stored_loss"]["count"] == len(expected)
+    meta = [json.loads(line) for part in sorted((run / "store").glob("sessions*.jsonl"))
+            for line in part.read_text().splitlines()]
+    assert {m["session"]: m["type"] for m in meta} == {fields: "stream", zset: "zset", one_field: "stream"}
+    again = audit_run(run)  # from the snapshot, no store
+    assert finding_keys(run) == expected and again["metrics"] == summary["metrics"]
+    # the rolling audit has no cheap digest of these: a judgement of one never stands unread
+    from oracle.redis_reader import RedisReader, digest
+    reader = RedisReader(options)
+    raws = next(reader.read([zset, fields]))
+    assert [digest(r) for r in raws] == [["zset"], ["stream"]]
+    assert reader.digests([zset, fields]) == {zset: ["zset", "not digested"], fields: ["stream", "not digested"]}
+
+
 def test_redis_killed_mid_audit_keeps_partial_snapshot_and_rerun_completes(tmp_path, redis_factory):
     server = redis_factory("aof-always")
     run, world, _ = make_run(tmp_path, server, sessions=24)
