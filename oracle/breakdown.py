@@ -7,12 +7,12 @@ Failed probes (of the probes with a verdict) by
 - the replica that answered the probe, and whether it is the one that took the plant (journal ``replica``,
   with ``--replica-header``): memory kept per process fails exactly when they differ;
 - what came between plant and probe: a double-send (burst) in between, or not;
-and acknowledged turns the store lost (the audit's ``lost`` findings) by turn kind: a read-modify-write
-race loses the turns of a double-send.
+and acknowledged turns the store lost by turn kind (counted by the audit as it judges:
+``summary.turns.lost_by_kind``): a read-modify-write race loses the turns of a double-send.
 
-Computed from the journal alone (plus ``audit/anomalies.jsonl`` when the run was audited), streaming each
+Computed from the journal alone (plus the audit's summary when the run was audited), streaming each
 shard once: a session's plants are kept only while its user holds it (a user holds one conversation at a
-time), so memory grows with the number of users, not of sessions.
+time), so memory grows with the number of users, not of sessions or of lost turns.
 """
 from __future__ import annotations
 
@@ -25,11 +25,10 @@ import msgspec
 
 from contracts import codec
 from contracts.journal import Turn
-from contracts.jsonl import read_jsonl
 from contracts.runfolder import RunFolder, open_regular
 from oracle.history import Journal, JournalError, decode_turns
 from oracle.metrics import wilson
-from oracle.report_data import Rate, anomaly_record
+from oracle.report_data import Rate
 
 FILE = "breakdown.json"
 SECOND_BINS = (0, 1, 2, 5, 10, 30, 60, 300)
@@ -64,12 +63,22 @@ class Breakdown(msgspec.Struct):
     tables: list[_Table]
 
 
-def _lost_turns(run_dir: Path) -> set[tuple[str, int]] | None:
-    path = RunFolder(run_dir).anomalies
-    if not path.is_file():
+class _KindCounts(msgspec.Struct):
+    lost: int
+    acknowledged: int
+
+
+def _lost_by_kind(run_dir: Path) -> dict[str, list[int]] | None:
+    """turn kind -> [lost, acknowledged] as the audit counted them; None when the run was not audited (or
+    by a goldfish that did not count them, or the summary is damaged: the report says so itself)."""
+    try:
+        with open_regular(RunFolder(run_dir).summary) as fh:
+            counts = codec.loads_object(fh.read()).get("turns", {}).get("lost_by_kind")
+        counts = msgspec.convert(counts, dict[str, _KindCounts])
+    except (OSError, ValueError, AttributeError, msgspec.ValidationError):
         return None
-    return {(rec["session"], rec["turn"]) for rec in read_jsonl(path, anomaly_record, problems=[])
-            if rec["class"] == "lost" and rec.get("session") is not None and rec.get("turn") is not None}
+    return {kind: [c.lost, c.acknowledged] for kind, c in counts.items()
+            if 0 <= c.lost <= c.acknowledged and c.acknowledged > 0}
 
 
 def _seconds_bin(seconds: float) -> str:
@@ -81,9 +90,8 @@ def _seconds_bin(seconds: float) -> str:
 
 def compute(run_dir: str | Path) -> dict:
     run_dir = Path(run_dir)
-    lost = _lost_turns(run_dir)
+    lost = _lost_by_kind(run_dir)
     groups: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: [0, 0]))  # table -> group -> [failed, probes]
-    kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # kind -> [lost, acknowledged]
     replicas_seen = False
     for _, entry in Journal.open(run_dir).completed():  # one session at a time, as the audit reads them
         turns, _, _ = decode_turns(entry)
@@ -93,9 +101,6 @@ def compute(run_dir: str | Path) -> dict:
             if r.interrupted:
                 continue
             replicas_seen = replicas_seen or r.replica is not None
-            if r.outcome == "ok" and lost is not None:
-                kinds[r.kind][1] += 1
-                kinds[r.kind][0] += (r.session, r.turn) in lost
             if r.kind == "burst":
                 bursts.append(r.turn)
             elif r.kind == "plant" and r.outcome != "fail" and r.fact:
@@ -134,7 +139,7 @@ def compute(run_dir: str | Path) -> dict:
                           groups["replica_match"])]
     if lost is not None:
         tables.append(_table("lost_by_kind", "Acknowledged turns the store lost, by turn kind", "turn kind",
-                             {k: v for k, v in kinds.items() if v[1]}, counts="lost turns", over="acknowledged turns"))
+                             lost, counts="lost turns", over="acknowledged turns"))
     probes = sum(v[1] for v in groups["fact"].values())
     failed = sum(v[0] for v in groups["fact"].values())
     return {"probes": probes, "failed": failed, "replicas": replicas_seen,
@@ -201,7 +206,7 @@ def load(run_dir: str | Path, warnings: list[str] | None = None) -> dict | None:
     run_dir = Path(run_dir)
     path = run_dir / "audit" / FILE
     folder = RunFolder(run_dir)
-    sources = folder.shards() + list(folder.workers.glob("*.jsonl")) + [folder.anomalies]
+    sources = folder.shards() + list(folder.workers.glob("*.jsonl")) + [folder.summary]
     newest = max((p.stat().st_mtime for p in sources if p.is_file()), default=None)
     try:
         if newest is not None and (not path.is_file() or path.stat().st_mtime < newest):

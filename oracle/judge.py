@@ -305,7 +305,8 @@ class _Partition:
         sent, received = np.array(sent, float), np.array(received, float)  # None -> NaN
         outcome, verdict = np.array(outcome), np.array(verdict, dtype=object)
         ok, fail = outcome == "ok", outcome == "fail"
-        probe = np.array(kind) == "probe"
+        kind = np.array(kind)
+        probe = kind == "probe"
         failed = ok & (verdict == "amnesia")
         answered = ok & ((verdict == "pass") | failed)
         interrupted = np.zeros(len(turns), bool)
@@ -323,7 +324,7 @@ class _Partition:
         error = ~ok & ~interrupted
         arrays = {"sent": sent, "done": done, "ok": ok, "error": error, "answered": answered, "failed": failed,
                   "online": np.fromiter(map(bool, crosstalk), bool, len(turns)), "lost": lost, "anomalous": anomalous,
-                  "step": _numbers(step),
+                  "step": _numbers(step), "kind": kind,
                   "latency": received - sent}
         margins = [(f.start, f.end + ctx.recovery_s) for f in ctx.faults]
         during = np.zeros((len(turns), len(ctx.kinds)), bool)

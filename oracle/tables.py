@@ -53,7 +53,9 @@ def summary(run_dir: Path, run: str | None, tally: Tally, faults: list[Fault], s
         "run": run, "label": _label(folder), "window_s": window_s, "recovery_s": recovery_s,
         "sessions": t["sessions"],
         "turns": {"total": t["turns"], "ok": t["ok"], "fail": t["fail"], "info": t["info"], "errors": t["errors"],
-                  "interrupted": t["interrupted"], "info_stored": t["info_stored"]},
+                  "interrupted": t["interrupted"], "info_stored": t["info_stored"],
+                  "lost_by_kind": {kind: {"lost": lost, "acknowledged": acked}
+                                   for kind, (lost, acked) in sorted(tally.lost_by_kind.items())}},
         "metrics": metrics,
         "observed": observed(t, metrics, causes, entries, misrouted, unreadable),
         "throughput": t["ok"] / span if span > 0 else 0.0,

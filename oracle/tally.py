@@ -125,6 +125,7 @@ class Tally:
     during: np.ndarray | None = None     # (kinds + baseline, DURING)
     exposure: np.ndarray | None = None   # (kinds + quiet, [ok acknowledged before it, of them lost])
     steps: dict = field(default_factory=dict)  # step -> {"counts": Counter, "latency": hist, "start", "end"}
+    lost_by_kind: dict = field(default_factory=dict)  # turn kind -> [lost, acknowledged] (the breakdown's)
     first_sent: float | None = None
     last_done: float | None = None
     first_ack: float | None = None
@@ -140,7 +141,8 @@ class Tally:
         """One batch's turns as parallel arrays (``t``: sent, done, ok, error, answered, failed,
         online, lost, anomalous, step, latency), with which fault kinds each was sent under
         (``during``: bool (turns, kinds)), the kind of the first fault after each ack
-        (``exposure``: index, len(kinds) for none) and whether no fault overlapped it (``quiet``)."""
+        (``exposure``: index, len(kinds) for none) and whether no fault overlapped it (``quiet``); ``t["kind"]``
+        is each turn's kind (plant, probe, chatter, burst)."""
         ok, lost = t["ok"], t["lost"] & t["ok"]
         n = len(ok)
         if n == 0:
@@ -161,6 +163,12 @@ class Tally:
         self.exposure[:, 0] += np.bincount(exposure[ok], minlength=len(self.kinds) + 1)
         self.exposure[:, 1] += np.bincount(exposure[lost], minlength=len(self.kinds) + 1)
         self.totals.update({"errors_quiet": int((t["error"] & quiet).sum()), "turns_quiet": int(quiet.sum())})
+        kinds, index = np.unique(t["kind"][ok], return_inverse=True)
+        for kind, acked, lost_ in zip(kinds.tolist(), np.bincount(index, minlength=len(kinds)).tolist(),
+                                      np.bincount(index, weights=lost[ok], minlength=len(kinds)).tolist()):
+            counts = self.lost_by_kind.setdefault(str(kind), [0, 0])
+            counts[0] += int(lost_)
+            counts[1] += acked
         for step in np.unique(t["step"][~np.isnan(t["step"])]).tolist():
             mask = t["step"] == step
             s = self.steps.setdefault(int(step), {"counts": Counter(), "latency": np.zeros(LATENCY_BINS, np.int64),
@@ -173,6 +181,10 @@ class Tally:
 
     def merge(self, other: "Tally") -> None:
         self.totals.update(other.totals)
+        for kind, (lost, acked) in other.lost_by_kind.items():
+            counts = self.lost_by_kind.setdefault(kind, [0, 0])
+            counts[0] += lost
+            counts[1] += acked
         self.windows.merge(other.windows)
         self.latency += other.latency
         self.during += other.during

@@ -74,20 +74,40 @@ def test_memory_kept_per_process_fails_exactly_when_the_probe_lands_on_another_r
     assert set(table(data, "replica")) == {"bot-1", "bot-2"}
 
 
-def test_lost_turns_by_kind_and_interrupted_turns_are_left_out(tmp_path):
-    lines = window_journal(tmp_path, k=99)
-    bursts = [r for r in lines if r["kind"] == "burst"]
-    (tmp_path / "audit").mkdir()
-    (tmp_path / "audit" / "anomalies.jsonl").write_text("".join(
-        json.dumps({"id": f"lost-{i}", "class": "lost", "session": r["session"], "turn": r["turn"]}) + "\n"
-        for i, r in enumerate(bursts)))
+def test_lost_turns_by_kind_are_the_audits_counts(tmp_path, redis_server):
+    """The audit counts acknowledged and lost turns by kind as it judges (summary.turns.lost_by_kind, flat
+    memory however many turns were lost); the breakdown shows those counts, which agree with the lost
+    findings in anomalies.jsonl."""
+    from collections import Counter
+
+    from oracle.audit import audit_run
+    from oracle.store import StoreOptions
+    from support_oracle import build_world, inject, simple_specs, store_with_langchain, write_journal
+
+    world = build_world(simple_specs(8), seed=11)
+    rng = random.Random(2)
+    for session in world.order[:5]:
+        inject(world, session, "lost", rng)
+    write_journal(tmp_path, world.records)
+    store_with_langchain(redis_server.url, world)
+    summary = audit_run(tmp_path, StoreOptions(url=redis_server.url))
+    kind_of = {(r["session"], r["turn"]): r["kind"] for r in world.records}
+    findings = [json.loads(line) for line in (tmp_path / "audit" / "anomalies.jsonl").read_text().splitlines()]
+    lost = Counter(kind_of[(f["session"], f["turn"])] for f in findings if f["class"] == "lost")
+    acked = Counter(r["kind"] for r in world.records if r["outcome"] == "ok")
+    assert sum(lost.values()) == summary["metrics"]["stored_loss"]["count"] > 0
+    assert summary["turns"]["lost_by_kind"] == {k: {"lost": lost[k], "acknowledged": acked[k]} for k in acked}
+    assert table(breakdown.compute(tmp_path), "lost_by_kind") == {k: (lost[k], acked[k]) for k in acked}
+    (tmp_path / "audit" / "summary.json").unlink()  # not audited: no table
+    assert "lost_by_kind" not in {t["key"] for t in breakdown.compute(tmp_path)["tables"]}
+
+
+def test_interrupted_turns_are_left_out(tmp_path):
+    window_journal(tmp_path, k=99)
     with open(tmp_path / "journal" / "local-1.jsonl", "a") as f:
         f.write(json.dumps(record("gfffff", 0, "probe", T0, "9-u0", fact="x", verdict="amnesia",
                                   error="interrupted: the test stopped with this turn in flight")) + "\n")
-    data = breakdown.compute(tmp_path)
-    lost = table(data, "lost_by_kind")
-    assert lost["burst"] == (len(bursts), len(bursts)) and lost["chatter"][0] == 0 and lost["plant"][0] == 0
-    assert "x" not in table(data, "fact")
+    assert "x" not in table(breakdown.compute(tmp_path), "fact")
 
 
 def test_the_report_shows_the_breakdown_and_rewrites_it_when_the_journal_changes(tmp_path):
