@@ -107,7 +107,8 @@ class ChatContract:
             else:
                 raise NoReply(f"no reply field {self.reply_field!r}")
         if not isinstance(value, str):
-            raise NoReply(f"reply field {self.reply_field!r} is not text")
+            raise NoReply(f"reply field {self.reply_field!r} is not text" if self.reply_path else
+                          f"the reply is a JSON {type(value).__name__}, not text: set --reply-field")
         return value
 
     def _joined(self, pieces) -> str:

@@ -96,7 +96,8 @@ def add_arguments(parser) -> None:
         help="how the reply comes back: json (at --reply-field), text (the whole body), sse (server-sent events) "
              "or ndjson (JSON lines): a stream's pieces are put together")
     add("contract", "--reply-field", default="reply",
-        help="dotted JSON path of the reply text in the response (in each event or line of a stream)")
+        help="dotted JSON path of the reply text in the response (in each event or line of a stream); empty: "
+             "the JSON value itself is the text")
     add("contract", "--replica-header", default="",
         help="response header naming the replica that answered (e.g. X-Refbot-Replica): journaled per turn, "
              "and failed probes are broken down by it")
@@ -255,8 +256,6 @@ class Settings:
             raise OptionError(f"--chat-path: {get('chat_path')!r} must start with '/'")
         if not get("message_field"):
             raise OptionError("--message-field must not be empty")
-        if not get("reply_field") and str(get("reply_format") or "json") != "text":
-            raise OptionError("--reply-field must not be empty (or --reply-format text: the whole body is the reply)")
         if not get("session_field") and not get("session_header") and SESSION not in str(get("chat_path", "")):
             raise OptionError("the session id must go somewhere: set --session-field or --session-header, or put "
                               f"{SESSION} in --chat-path")

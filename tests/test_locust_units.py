@@ -75,6 +75,9 @@ def test_contract_default_and_nested_with_header():
     with pytest.raises(NoReply, match="looks like an event stream: --reply-format sse"):
         c.reply(b'data: {"reply": "x"}\n\n')
     assert ChatContract(reply_field="choices.0.text").reply(b'{"choices": [{"text": "a"}]}') == "a"
+    assert ChatContract(reply_field="").reply(b'"the body is a JSON string"') == "the body is a JSON string"
+    with pytest.raises(NoReply, match="the reply is a JSON dict, not text: set --reply-field"):
+        ChatContract(reply_field="").reply(b'{"reply": "x"}')
 
 
 def test_contract_body_template_lists_and_session_in_the_path():
@@ -189,7 +192,6 @@ def test_options_parse_and_reject_with_the_option_name():
     ({"reply_format": "xml"}, "--reply-format: 'xml' is not one of json, text, sse, ndjson"),
     ({"chat_path": "/chat/{sesion}"}, "--chat-path: .*the only placeholder is {session}"),
     ({"session_field": ""}, "set --session-field or --session-header, or put {session} in --chat-path"),
-    ({"reply_field": ""}, "--reply-field must not be empty .or --reply-format text"),
 ])
 def test_contract_options_that_cannot_work_are_refused_by_name(options, what):
     class O:
@@ -209,7 +211,7 @@ def test_contract_options_for_a_streaming_bot_with_the_session_in_its_path():
     s = Settings.from_options(O)
     assert (s.reply_format, s.chat_path) == ("sse", "/v1/chats/{session}")
     assert s.public()["body"] == {"model": "m", "api_key": "***", "nested": {"token": "***"}}
-    O.reply_format, O.reply_field = "text", ""
+    O.reply_format, O.reply_field = "json", ""  # a body that is a JSON string
     assert Settings.from_options(O).reply_field == ""
 
 
