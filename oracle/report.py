@@ -95,9 +95,10 @@ def locust_files(run_dir: Path) -> list[dict]:
             if (run_dir / "locust" / name).is_file()]
 
 
-def render(run_dir: str | Path) -> Path:
-    """Write ``charts/*.png`` and ``report.html`` into the run folder; return the HTML's path."""
-    data = load_run(run_dir)
+def render(run_dir: str | Path, data: RunData | None = None) -> Path:
+    """Write ``charts/*.png`` and ``report.html`` into the run folder; return the HTML's path.
+    ``data``: the run as ``load_run`` read it, when the caller has it already."""
+    data = data or load_run(run_dir)
     out = RunFolder(data.path).charts
     figures = []
     for name, (title, draw, caption) in CHARTS.items():
@@ -183,9 +184,9 @@ def _utc(epoch) -> str | None:
     return datetime.fromtimestamp(float(epoch), tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def terminal_summary(run_dir: str | Path) -> str:
+def terminal_summary(run_dir: str | Path, data: RunData | None = None) -> str:
     """A compact text table of the headline numbers, for headless runs and Locust's end-of-run hook."""
-    data = load_run(run_dir)
+    data = data or load_run(run_dir)
     s = data.summary
     level, headline, detail = verdict(s)
     lines = [f"goldfish · {data.label} · run {data.run.get('run') or data.path.name} · target {data.run.get('target')}",
@@ -225,9 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         ensure_audited(args.run, args.audit)
-        page = render(args.run)
+        data = load_run(args.run)  # once: the page and the terminal summary show the same reading
+        page = render(args.run, data)
         if not args.quiet:
-            print(terminal_summary(args.run))
+            print(terminal_summary(args.run, data))
     except RunFolderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
