@@ -81,6 +81,19 @@ def test_wilson_intervals_and_empty_totals():
     assert wilson(0, 100)["low"] == 0.0 and wilson(0, 100)["high"] > 0
 
 
+def test_wilson_is_scipys_wilson_interval():
+    """The closed form against scipy's binomtest(...).proportion_ci(method="wilson"), edges included."""
+    from scipy.stats import binomtest
+
+    cases = [(k, n) for n in range(1, 41) for k in range(n + 1)]
+    cases += [(k, n) for n in (10 ** 6, 10 ** 9) for k in (0, 1, 7, n // 3, n - 1, n)]
+    for k, n in cases:
+        ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+        w = wilson(k, n)
+        assert abs(w["low"] - ci.low) < 1e-12 and abs(w["high"] - ci.high) < 1e-12, (k, n, w, ci)
+    assert wilson(12, 10)["rate"] == 1.2 and wilson(12, 10)["high"] == 1.0  # a count over its total is kept
+
+
 def test_windows_faults_and_attribution(tmp_path):
     """Losses planted inside a fault window are attributed to its kind, against a clean baseline."""
     world = build_world([[support_oracle.TurnSpec("chatter", "ok")] * 6 for _ in range(8)], seed=1)
