@@ -135,8 +135,6 @@ def child(sessions: int, repeat: int = 1) -> dict:
     On a shared machine the load changes from second to second; alternating the runs and
     keeping each one's best time compares them under the same conditions.
     """
-    import scipy.stats  # noqa: F401 - import once before timing: seconds of import are not throughput
-
     from oracle.audit import audit_run
     from oracle.store import StoreOptions
     work = Path(tempfile.mkdtemp(prefix="bench-audit-"))
