@@ -77,17 +77,23 @@ def test_expired_when_keys_carry_a_ttl_and_foreign_keys(tmp_path, redis_server):
     assert foreign == [{"key": "message_store:not-ours", "type": "list", "length": 1}]
 
 
-def test_blob_layout_and_custom_shape(tmp_path, redis_server):
-    """A JSON-blob key (read-modify-write bots) next to rewritten lists, RPUSH order, role/content shape."""
+def three_sessions_one_lost(tmp_path):
+    """A journaled world of three sessions, the first of which lost a turn: (world, expected, run)."""
     world = build_world(simple_specs(3), seed=5)
     expected = inject(world, world.order[0], "lost", random.Random(1))
-    run = tmp_path / "run"
-    write_journal(run, world.records)
+    write_journal(tmp_path / "run", world.records)
+    return world, expected, tmp_path / "run"
+
+
+def plain(m: dict) -> dict:
+    """A stored LangChain message as an OpenAI-style one."""
+    return {"role": "user" if m["type"] == "human" else "assistant", "content": m["data"]["content"]}
+
+
+def test_blob_layout_and_custom_shape(tmp_path, redis_server):
+    """A JSON-blob key (read-modify-write bots) next to rewritten lists, RPUSH order, role/content shape."""
+    world, expected, run = three_sessions_one_lost(tmp_path)
     client = redis_server.client()
-
-    def plain(m):
-        return {"role": "user" if m["type"] == "human" else "assistant", "content": m["data"]["content"]}
-
     blob_session, list_session, other = world.order
     client.set(f"chat:{blob_session}", json.dumps([plain(m) for _, m in world.stored[blob_session]]))
     client.rpush(f"chat:{list_session}", *[json.dumps(plain(m)) for _, m in world.stored[list_session]])
@@ -111,15 +117,8 @@ def test_sorted_set_and_stream_layouts(tmp_path, redis_server):
     """A history kept in a stream (fields per message, or one field holding its JSON) or a sorted set
     scored by time reads as the messages in order: a clean one is clean, a lost turn is found, and the
     snapshot re-audits to the same findings."""
-    world = build_world(simple_specs(3), seed=5)
-    expected = inject(world, world.order[0], "lost", random.Random(1))
-    run = tmp_path / "run"
-    write_journal(run, world.records)
+    world, expected, run = three_sessions_one_lost(tmp_path)
     client = redis_server.client()
-
-    def plain(m):
-        return {"role": "user" if m["type"] == "human" else "assistant", "content": m["data"]["content"]}
-
     fields, zset, one_field = world.order
     for _, m in world.stored[fields]:
         client.xadd(f"chat:{fields}", plain(m))
