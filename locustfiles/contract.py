@@ -46,8 +46,7 @@ class ChatContract:
         return cls(path=s.chat_path, message_field=s.message_field,
                    session_field="" if s.session_header else s.session_field,
                    session_header=s.session_header, headers=tuple(s.headers.items()),
-                   reply_field=s.reply_field, reply_format=getattr(s, "reply_format", "json"),
-                   body=getattr(s, "body", ""))
+                   reply_field=s.reply_field, reply_format=s.reply_format, body=s.body)
 
     @cached_property
     def _template(self) -> bytes | None:

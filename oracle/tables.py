@@ -54,8 +54,8 @@ def summary(run_dir: Path, run: str | None, tally: Tally, faults: list[Fault], s
         "sessions": t["sessions"],
         "turns": {"total": t["turns"], "ok": t["ok"], "fail": t["fail"], "info": t["info"], "errors": t["errors"],
                   "interrupted": t["interrupted"], "info_stored": t["info_stored"],
-                  "lost_by_kind": {kind: {"lost": lost, "acknowledged": acked}
-                                   for kind, (lost, acked) in sorted(tally.lost_by_kind.items())}},
+                  "lost_by_kind": {kind: {"lost": tally.lost_by_kind[kind], "acknowledged": acked}
+                                   for kind, acked in sorted(tally.acked_by_kind.items())}},
         "metrics": metrics,
         "observed": observed(t, metrics, causes, entries, misrouted, unreadable),
         "throughput": t["ok"] / span if span > 0 else 0.0,

@@ -125,7 +125,8 @@ class Tally:
     during: np.ndarray | None = None     # (kinds + baseline, DURING)
     exposure: np.ndarray | None = None   # (kinds + quiet, [ok acknowledged before it, of them lost])
     steps: dict = field(default_factory=dict)  # step -> {"counts": Counter, "latency": hist, "start", "end"}
-    lost_by_kind: dict = field(default_factory=dict)  # turn kind -> [lost, acknowledged] (the breakdown's)
+    acked_by_kind: Counter = field(default_factory=Counter)  # turn kind -> acknowledged turns (the breakdown's)
+    lost_by_kind: Counter = field(default_factory=Counter)   # turn kind -> of them lost
     first_sent: float | None = None
     last_done: float | None = None
     first_ack: float | None = None
@@ -163,12 +164,8 @@ class Tally:
         self.exposure[:, 0] += np.bincount(exposure[ok], minlength=len(self.kinds) + 1)
         self.exposure[:, 1] += np.bincount(exposure[lost], minlength=len(self.kinds) + 1)
         self.totals.update({"errors_quiet": int((t["error"] & quiet).sum()), "turns_quiet": int(quiet.sum())})
-        kinds, index = np.unique(t["kind"][ok], return_inverse=True)
-        for kind, acked, lost_ in zip(kinds.tolist(), np.bincount(index, minlength=len(kinds)).tolist(),
-                                      np.bincount(index, weights=lost[ok], minlength=len(kinds)).tolist()):
-            counts = self.lost_by_kind.setdefault(str(kind), [0, 0])
-            counts[0] += int(lost_)
-            counts[1] += acked
+        self.acked_by_kind.update(t["kind"][ok].tolist())
+        self.lost_by_kind.update(t["kind"][lost].tolist())
         for step in np.unique(t["step"][~np.isnan(t["step"])]).tolist():
             mask = t["step"] == step
             s = self.steps.setdefault(int(step), {"counts": Counter(), "latency": np.zeros(LATENCY_BINS, np.int64),
@@ -181,10 +178,8 @@ class Tally:
 
     def merge(self, other: "Tally") -> None:
         self.totals.update(other.totals)
-        for kind, (lost, acked) in other.lost_by_kind.items():
-            counts = self.lost_by_kind.setdefault(kind, [0, 0])
-            counts[0] += lost
-            counts[1] += acked
+        self.acked_by_kind.update(other.acked_by_kind)
+        self.lost_by_kind.update(other.lost_by_kind)
         self.windows.merge(other.windows)
         self.latency += other.latency
         self.during += other.during
