@@ -20,14 +20,14 @@ import operator
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, repeat
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from contracts import codec
-from contracts.journal import INTERRUPTED_PREFIX, Turn, decode_chunk, one_per_turn
+from contracts.journal import Turn, decode_chunk, one_per_turn
 from contracts.runfolder import RunFolder
 from oracle.attribution import first_fault_after, overlapping
 from oracle.checkers import check_session
@@ -43,7 +43,8 @@ from oracle.tables import SESSION_COLUMNS, STORE_COLUMNS
 from oracle.tally import Tally
 
 GONE_SAMPLE = 20
-_COLUMNS = operator.attrgetter("sent", "received", "outcome", "kind", "verdict", "crosstalk", "step", "error")
+_SENT, _RECEIVED, _OUTCOME, _KIND, _VERDICT, _CROSSTALK, _STEP, _ERROR = map(
+    operator.attrgetter, ("sent", "received", "outcome", "kind", "verdict", "crosstalk", "step", "error"))
 
 
 @dataclass(frozen=True)
@@ -301,33 +302,33 @@ class _Partition:
         ctx, r = self.ctx, self.result
         turns = [t for _, ts, _, _ in judged for t in ts]
         index = np.repeat(np.arange(len(judged)), [len(ts) for _, ts, _, _ in judged])
-        sent, received, outcome, kind, verdict, crosstalk, step, error = zip(*map(_COLUMNS, turns))
-        sent, received = np.array(sent, float), np.array(received, float)  # None -> NaN
-        outcome, verdict = np.array(outcome), np.array(verdict, dtype=object)
-        ok, fail = outcome == "ok", outcome == "fail"
-        kind = np.array(kind)
-        probe = kind == "probe"
-        failed = ok & (verdict == "amnesia")
-        answered = ok & ((verdict == "pass") | failed)
-        interrupted = np.zeros(len(turns), bool)
+        n = len(turns)
+        sent, received = np.fromiter(map(_SENT, turns), float, n), np.array(list(map(_RECEIVED, turns)), float)
+        outcome, kind = list(map(_OUTCOME, turns)), np.array(list(map(_KIND, turns)), dtype=object)
+        ok, fail = _equal(outcome, "ok"), _equal(outcome, "fail")
+        probe = _equal(kind, "probe")
+        verdict = list(map(_VERDICT, turns))
+        failed = ok & _equal(verdict, "amnesia")
+        answered = ok & (_equal(verdict, "pass") | failed)
+        interrupted = np.zeros(n, bool)
         for i in np.flatnonzero(~ok).tolist():  # a turn the stop cut short is no failed request
-            interrupted[i] = isinstance(error[i], str) and error[i].startswith(INTERRUPTED_PREFIX)
-        lost, anomalous = np.zeros(len(turns), bool), np.zeros(len(turns), bool)
+            interrupted[i] = turns[i].interrupted
+        lost, anomalous = np.zeros(n, bool), np.zeros(n, bool)
         at = 0
         for _, ts, ls, an in judged:  # only judged sessions that were not proven clean have any
             if ls or an:
                 numbers = [t.turn for t in ts]
-                lost[at:at + len(ts)] = [n in ls for n in numbers]
-                anomalous[at:at + len(ts)] = [n in an for n in numbers]
+                lost[at:at + len(ts)] = [number in ls for number in numbers]
+                anomalous[at:at + len(ts)] = [number in an for number in numbers]
             at += len(ts)
         done = np.where(np.isnan(received), sent, received)
         error = ~ok & ~interrupted
         arrays = {"sent": sent, "done": done, "ok": ok, "error": error, "answered": answered, "failed": failed,
-                  "online": np.fromiter(map(bool, crosstalk), bool, len(turns)), "lost": lost, "anomalous": anomalous,
-                  "step": _numbers(step), "kind": kind,
+                  "online": np.fromiter(map(bool, map(_CROSSTALK, turns)), bool, n), "lost": lost,
+                  "anomalous": anomalous, "step": _numbers(list(map(_STEP, turns))), "kind": kind,
                   "latency": received - sent}
         margins = [(f.start, f.end + ctx.recovery_s) for f in ctx.faults]
-        during = np.zeros((len(turns), len(ctx.kinds)), bool)
+        during = np.zeros((n, len(ctx.kinds)), bool)
         for f, (start, end) in zip(ctx.faults, margins):
             during[:, f.kind] |= (sent >= start) & (sent < end)
         self.tally.add_turns(arrays, during, first_fault_after(ok, done, ctx.faults, len(ctx.kinds)),
@@ -340,7 +341,7 @@ class _Partition:
         r.sessions += len(judged)
         r.ok_sessions += int((rows["ok"] > 0).sum())
         self.tally.totals.update({
-            "turns": len(turns), "ok": int(ok.sum()), "fail": int(fail.sum()), "info": int((outcome == "info").sum()),
+            "turns": len(turns), "ok": int(ok.sum()), "fail": int(fail.sum()), "info": int((~ok & ~fail).sum()),
             "errors": int(error.sum()), "interrupted": int(interrupted.sum()), "answered": int(answered.sum()),
             "failed_probes": int(failed.sum()), "sessions": len(judged),
             "anomalous_sessions": int(rows["anomalous"].sum()), "info_stored": int(rows["info_stored"].sum()),
@@ -354,7 +355,12 @@ class _Partition:
                 fh.close()
 
 
-def _numbers(values: tuple) -> np.ndarray:
+def _equal(values, value: str) -> np.ndarray:
+    """values == value, element by element, as a bool array (None equals nothing)."""
+    return np.fromiter(map(operator.eq, values, repeat(value)), bool, len(values))
+
+
+def _numbers(values: list) -> np.ndarray:
     """Floats, NaN for None and for anything that is not a number (a step is a label)."""
     try:
         return np.array(values, float)
