@@ -65,6 +65,7 @@ class Turn(msgspec.Struct, gc=False):
     step: Optional[Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]] = None  # load step index
     user: Optional[str] = None
     replica: Optional[str] = None     # the replica that answered (--replica-header), when the bot says
+    bot_session: Optional[str] = None  # the id the bot issued for this conversation (--session-from), once known
 
     @property
     def latency(self) -> float | None:
@@ -172,7 +173,8 @@ def from_dict(record: dict) -> Turn:
         status=status if isinstance(status, int) and not isinstance(status, bool) and 0 <= status < 1000 else None,
         reply=_text(get("reply")), error=_text(get("error")), verdict=_text(get("verdict")),
         crosstalk=tuple(c for c in crosstalk if isinstance(c, str)) if isinstance(crosstalk, (list, tuple)) else (),
-        step=step, user=_text(get("user")), replica=_text(get("replica")))
+        step=step, user=_text(get("user")), replica=_text(get("replica")),
+        bot_session=_text(get("bot_session")) or None)
 
 
 def _number(value, name: str, kind):

@@ -6,7 +6,9 @@ a number indexes a list, ``messages.0.content``), constant fields every request 
 model name, LangServe's ``config``: ``--body``), whether the session id travels in the body, a
 header or the path, extra headers (auth), and how the reply comes back: a JSON field
 (``data.answer.text``), the whole body as text, or streamed as server-sent events or JSON lines
-whose pieces are put together (``--reply-format``). All of it is data, so a team with an unusual
+whose pieces are put together (``--reply-format``). Some bots issue the conversation id themselves
+(Dify's ``conversation_id``, a session cookie): ``--session-from`` says where it comes back, and
+from then on it travels where the session id would. All of it is data, so a team with an unusual
 bot writes a Locust config file, not Python.
 """
 from __future__ import annotations
@@ -19,6 +21,8 @@ from contracts import codec
 
 SESSION = "{session}"  # where the session id goes in --chat-path
 REPLY_FORMATS = ("json", "text", "sse", "ndjson")
+SESSION_SOURCES = ("reply", "header", "cookie")  # --session-from reply:FIELD | header:NAME | cookie:NAME
+MAX_BOT_SESSION = 200  # characters of an id the bot issues (it goes into headers, bodies and store keys)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # server-sent events' line ends (not str.splitlines': no \x0b, \u2028...)
 
 
@@ -40,13 +44,23 @@ class ChatContract:
     reply_field: str = "reply"
     reply_format: str = "json"
     body: str = ""  # a JSON object: the constant fields of every request body
+    session_from: str = ""  # where the bot issues the session id: reply:FIELD, header:NAME, cookie:NAME
 
     @classmethod
     def from_settings(cls, s) -> "ChatContract":
         return cls(path=s.chat_path, message_field=s.message_field,
                    session_field="" if s.session_header else s.session_field,
                    session_header=s.session_header, headers=tuple(s.headers.items()),
-                   reply_field=s.reply_field, reply_format=s.reply_format, body=s.body)
+                   reply_field=s.reply_field, reply_format=s.reply_format, body=s.body,
+                   session_from=s.session_from)
+
+    @cached_property
+    def session_source(self) -> tuple[str, str] | None:
+        """(``reply`` | ``header`` | ``cookie``, field path or name) of ``--session-from``; None without it."""
+        if not self.session_from:
+            return None
+        source, _, name = self.session_from.partition(":")
+        return source, name
 
     @cached_property
     def _template(self) -> bytes | None:
@@ -54,11 +68,12 @@ class ChatContract:
 
     @cached_property
     def _simple(self) -> bool:
-        return not (self.session_header or self.headers or self.body or not self.session_field
+        return not (self.session_header or self.headers or self.body or not self.session_field or self.session_from
                     or "." in self.message_field + self.session_field or self.reply_format == "sse")
 
-    def request(self, session: str, message: str) -> tuple[dict, dict | None]:
-        """The JSON body and the headers (None when there are none) of one turn."""
+    def request(self, session: str | None, message: str) -> tuple[dict, dict | None]:
+        """The JSON body and the headers (None when there are none) of one turn; ``session`` None: a turn
+        sent before the bot issued the id (``--session-from``), which carries none."""
         if self._simple:
             return {self.session_field: session, self.message_field: message}, None  # the hot, common case
         body: dict = codec.loads(self._template) if self._template else {}  # a fresh copy per turn
@@ -66,11 +81,32 @@ class ChatContract:
         headers = dict(self.headers)
         if self.reply_format == "sse" and not any(name.lower() == "accept" for name in headers):
             headers["Accept"] = "text/event-stream"
-        if self.session_header:
+        if session is None:
+            pass
+        elif self.session_header:
             headers[self.session_header] = session
         elif self.session_field:
             set_dotted(body, self.session_field, session)
         return body, headers or None
+
+    def issued_session(self, content: bytes, header=None, cookie=None) -> str | None:
+        """The session id a 2xx response issues (``--session-from``): in the reply, or ``header(name)`` /
+        ``cookie(name)`` (the caller's lookups of the response's headers and its cookie jar). None when it holds
+        none that can be sent back: an id is text (or a whole number) of printable characters, at most
+        MAX_BOT_SESSION long."""
+        source, name = self.session_source or ("", "")
+        value = None
+        if source in ("header", "cookie"):
+            lookup = header if source == "header" else cookie
+            value = lookup(name) if lookup is not None else None
+        elif source == "reply":  # the first piece of a stream that names it (Dify's events all do)
+            try:
+                pieces = [codec.loads(content)] if self.reply_format == "json" else \
+                    sse_data(content) if self.reply_format == "sse" else ndjson_lines(content)
+            except (codec.DecodeError, NoReply):
+                return None
+            return next(filter(None, (usable_session(_at(piece, name.split("."))) for piece in pieces)), None)
+        return usable_session(value)
 
     @cached_property
     def reply_path(self) -> tuple[str, ...]:
@@ -97,14 +133,9 @@ class ChatContract:
 
     def field_of(self, payload) -> str:
         """The text at --reply-field in a decoded JSON value."""
-        value = payload
-        for part in self.reply_path:
-            if isinstance(value, dict) and part in value:
-                value = value[part]
-            elif isinstance(value, list) and _index(part) is not None and _index(part) < len(value):
-                value = value[_index(part)]
-            else:
-                raise NoReply(f"no reply field {self.reply_field!r}")
+        value = _at(payload, self.reply_path)
+        if value is _MISSING:
+            raise NoReply(f"no reply field {self.reply_field!r}")
         if not isinstance(value, str):
             raise NoReply(f"reply field {self.reply_field!r} is not text" if self.reply_path else
                           f"the reply is a JSON {type(value).__name__}, not text: set --reply-field")
@@ -164,6 +195,30 @@ def ndjson_lines(content: bytes) -> list:
             except codec.DecodeError:
                 raise NoReply(f"line {number} of the stream is not JSON") from None
     return out
+
+
+_MISSING = object()
+
+
+def _at(value, path):
+    """The value at a dotted path (its parts) of a decoded JSON value, _MISSING when it is not there."""
+    for part in path:
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and _index(part) is not None and _index(part) < len(value):
+            value = value[_index(part)]
+        else:
+            return _MISSING
+    return value
+
+
+def usable_session(value) -> str | None:
+    """An issued session id as it can be sent back (in a header, a body, a store key), or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value or len(value) > MAX_BOT_SESSION or not value.isprintable():
+        return None
+    return value
 
 
 def _json_or_text(text: str):

@@ -112,6 +112,7 @@ class ChatUser(FastHttpUser):
         self.user_id = f"{os.getpid()}-u{self.rt.next_user_id()}"
         self._wire: Wire | None = None
         self._lean = True  # False once the bot redirected: then every turn goes through urlopen
+        self.bot_session: str | None = None  # the id the bot issued for the conversation in progress (--session-from)
 
     def wait_time(self):
         return self.think()
@@ -130,6 +131,9 @@ class ChatUser(FastHttpUser):
     def conversation(self) -> None:
         rt = self.rt
         session = new_session_id()
+        self.bot_session = None
+        if rt.contract.session_from.startswith("cookie:") and self.client.client.cookiejar is not None:
+            self.client.client.cookiejar.clear()  # a new conversation: the bot issues a new session cookie
         facts: dict[str, tuple[list[str], bool]] = {}  # fact -> (acceptable nonces, latest last; maybe absent)
         turn = 0
         steps = rt.script.steps
@@ -158,7 +162,12 @@ class ChatUser(FastHttpUser):
                 gevent.sleep(self.think())
 
     def burst(self, session: str, first: int, turns: int, facts: dict) -> None:
-        """``turns`` turns of one session at once: one greenlet per turn, all joined."""
+        """``turns`` turns of one session at once: one greenlet per turn, all joined. Before the bot has
+        issued the session id (``--session-from``) the first goes alone: each would start a conversation."""
+        if self.rt.contract.session_from and self.bot_session is None:
+            token = make_token(session, first)
+            self.turn(session, first, token, "burst", f"[{token}] {self.chatter_line(None)}", None, None, facts)
+            first, turns = first + 1, turns - 1
         greenlets = []
         for k in range(first, first + turns):
             token = make_token(session, k)
@@ -183,7 +192,8 @@ class ChatUser(FastHttpUser):
         elif kind == "probe" and fact in facts:
             nonce = facts[fact][0][-1]
         wire = self.wire()
-        payload, headers = wire.request(session, message)
+        issued = bool(rt.contract.session_from)
+        payload, headers = wire.request(self.bot_session if issued else session, message)
         url, uri = wire.target(session)
         sent = time()
         if turn == 0 and rt.journal is not None:  # the session is journaled before its first turn leaves
@@ -199,6 +209,11 @@ class ChatUser(FastHttpUser):
         response_ms = (perf_counter() - start) * 1000
         received = time()
         outcome, reply, error_text = judge_response(status, content, error, rt.contract)
+        if issued and outcome == "ok" and self.bot_session is None:
+            self.bot_session = rt.contract.issued_session(content, resp.headers.get, self.cookie)
+            if self.bot_session is None:  # the bot stored this turn somewhere we cannot name: not acknowledged
+                outcome, reply = "info", None
+                error_text = f"no session id issued (--session-from {rt.contract.session_from})"
         self.environment.events.request.fire(
             request_type="POST", name=REQUEST_NAMES[kind], response_time=response_ms,
             response_length=len(content) if content else 0,
@@ -206,6 +221,11 @@ class ChatUser(FastHttpUser):
             context=self.context(), response=resp, start_time=sent, url=url)
         self.finish(session, turn, token, kind, message, fact, nonce, sent, received, outcome, status or None, reply,
                     error_text, facts, response_ms)
+
+    def cookie(self, name: str) -> str | None:
+        """The value of the cookie ``name`` in this user's jar (the bot's session cookie)."""
+        jar = self.client.client.cookiejar
+        return next((c.value for c in jar if c.name == name), None) if jar is not None else None
 
     def send(self, wire: Wire, url: str, uri: str, payload: bytes, headers: dict) -> tuple:
         """POST one turn: (response, status (0: no HTTP response), body, error).
@@ -307,4 +327,5 @@ class ChatUser(FastHttpUser):
                                 ", ".join(sources))
         if rt.journal is not None:
             rt.journal.record(Turn(rt.settings.run_id, session, turn, kind, token, message, fact, nonce, sent, received,
-                                   outcome, status, reply, error, verdict, sources, rt.step, self.user_id))
+                                   outcome, status, reply, error, verdict, sources, rt.step, self.user_id,
+                                   bot_session=self.bot_session))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pathlib import Path
 
 from contracts import codec, durations, redact
-from locustfiles.contract import REPLY_FORMATS, SESSION, PathError, check_fields, set_dotted
+from locustfiles.contract import REPLY_FORMATS, SESSION, SESSION_SOURCES, PathError, check_fields, set_dotted
 from oracle import AuditOptionError, StoreOptions, add_gate_options, add_store_options, gates, store_options
 
 if TYPE_CHECKING:
@@ -89,6 +89,10 @@ def add_arguments(parser) -> None:
     add("contract", "--session-field", default="session_id",
         help="dotted JSON path of the session id in the request body (empty: not in the body)")
     add("contract", "--session-header", default="", help="send the session id in this header instead of the body")
+    add("contract", "--session-from", default="",
+        help="the bot issues the session id: reply:FIELD (dotted path in the reply), header:NAME or cookie:NAME of "
+             "its response. A conversation's first turn is sent without one; from the first id issued on, it goes "
+             "where the session id goes (--session-field, --session-header; a cookie goes back as a cookie)")
     add("contract", "--body", default="",
         help="a JSON object every request body starts from (constant fields: a model, LangServe's config); the "
              "message and session id are set into it")
@@ -143,6 +147,7 @@ def check_request(get) -> None:
     reply_format = str(get("reply_format") or "json")
     if reply_format not in REPLY_FORMATS:
         raise OptionError(f"--reply-format: {reply_format!r} is not one of {', '.join(REPLY_FORMATS)}")
+    check_session_from(str(get("session_from") or "").strip(), path, reply_format)
     body = str(get("body") or "")
     try:
         template = codec.loads(body) if body else {}
@@ -193,6 +198,23 @@ def _audit_option(parse, values):
         raise OptionError(str(exc)) from None
 
 
+def check_session_from(text: str, path: str, reply_format: str) -> None:
+    """``--session-from``: a source there is, a name, and nowhere the first turn cannot do without an id."""
+    if not text:
+        return
+    source, sep, name = text.partition(":")
+    if source not in SESSION_SOURCES or not sep or not name:
+        raise OptionError(f"--session-from: {text!r} is not reply:FIELD, header:NAME or cookie:NAME")
+    if source == "reply" and (reply_format == "text" or any(not part for part in name.split("."))):
+        raise OptionError(f"--session-from: {text!r}: " + ("a text reply has no fields (--reply-format text)"
+                          if reply_format == "text" else "the field path has an empty part"))
+    if source != "reply" and not _TOKEN.match(name):
+        raise OptionError(f"--session-from: {name!r} is not a {source} name (letters, digits and -)")
+    if SESSION in path:
+        raise OptionError(f"--session-from with {SESSION} in --chat-path: a conversation's first turn has no id to "
+                          "put there yet (send the id in the body or a header instead)")
+
+
 def parse_header(text: str, option: str = "--header") -> tuple[str, str]:
     name, sep, value = str(text).partition(":")
     if not sep or not _TOKEN.match(name.strip()):
@@ -238,6 +260,7 @@ class Settings:
     audit_every: float = 0.0
     reply_format: str = "json"
     body: str = ""
+    session_from: str = ""
     extra: dict = field(default_factory=dict)
 
     @cached_property
@@ -255,7 +278,8 @@ class Settings:
             raise OptionError(f"--chat-path: {get('chat_path')!r} must start with '/'")
         if not get("message_field"):
             raise OptionError("--message-field must not be empty")
-        if not get("session_field") and not get("session_header") and SESSION not in str(get("chat_path", "")):
+        cookie = str(get("session_from") or "").startswith("cookie:")  # the cookie carries it
+        if not (get("session_field") or get("session_header") or cookie or SESSION in str(get("chat_path", ""))):
             raise OptionError("the session id must go somewhere: set --session-field or --session-header, or put "
                               f"{SESSION} in --chat-path")
         check_request(get)
@@ -279,6 +303,7 @@ class Settings:
             reply_field=str(get("reply_field") or ""),
             reply_format=str(get("reply_format") or "json"),
             body=str(get("body") or ""),
+            session_from=str(get("session_from") or "").strip(),
             replica_header=str(get("replica_header") or "").strip(),
             timeout=timeout,
             store=_audit_option(store_options, o),

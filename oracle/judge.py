@@ -43,8 +43,8 @@ from oracle.tables import SESSION_COLUMNS, STORE_COLUMNS
 from oracle.tally import Tally
 
 GONE_SAMPLE = 20
-_SENT, _RECEIVED, _OUTCOME, _KIND, _VERDICT, _CROSSTALK, _STEP, _ERROR = map(
-    operator.attrgetter, ("sent", "received", "outcome", "kind", "verdict", "crosstalk", "step", "error"))
+_SENT, _RECEIVED, _OUTCOME, _KIND, _VERDICT, _CROSSTALK, _STEP, _BOT_SESSION = map(
+    operator.attrgetter, ("sent", "received", "outcome", "kind", "verdict", "crosstalk", "step", "bot_session"))
 
 
 @dataclass(frozen=True)
@@ -181,6 +181,7 @@ class _Partition:
         self.result = PartitionResult(p)
         folder = RunFolder(ctx.run_dir)
         self.pending: list[SessionLines] = []
+        self.issued: dict[str, str] = {}  # the batch's sessions the bot named otherwise (--session-from)
         self.rolling = RollingWriter(folder, p) if ctx.rolling else None  # judgements, pass after pass
         self.prior = RollingPrior(folder, p) if ctx.live and not ctx.rolling and RollingPrior.exists(folder, p) \
             else None
@@ -199,11 +200,16 @@ class _Partition:
             return
         entries, self.pending = self.pending, []
         turns_by = self._turns(entries)
+        self.issued = issued_ids(turns_by)
         self.journaled = {e.session: (e.shard, journal_print(e)) for e in entries} \
             if self.rolling is not None or self.prior is not None else {}
         reused = self._reusable([e for e in entries if e.session in turns_by]) if self.prior is not None else {}
         if self.ctx.live:
-            raws = list(chain.from_iterable(self.reader.read([s for s in turns_by if s not in reused])))
+            wanted = [s for s in turns_by if s not in reused]
+            raws = list(chain.from_iterable(self.reader.read(self._stored_ids(wanted))))
+            if self.issued:  # read under the bot's ids, judged as the journal's sessions
+                for raw, session in zip(raws, wanted):
+                    raw.session = session
         else:
             raws = [snapshot_session(line) for line in self.stored.lines([e.session for e in entries])]
             raws = [r for r in raws if r.session in turns_by]
@@ -235,6 +241,10 @@ class _Partition:
                 turns_by[e.session] = turns
         return turns_by
 
+    def _stored_ids(self, sessions: list[str]) -> list[str]:
+        """The ids the store keeps these sessions under: the bot's own where it issued one (--session-from)."""
+        return [self.issued.get(s, s) for s in sessions] if self.issued else sessions
+
     def _reusable(self, entries: list[SessionLines]) -> dict[str, Judged]:
         """The rolling audit's clean judgements of these sessions whose journal lines are the same and whose
         key still has the digest it had then: nothing was added, lost or changed since, so the judgement
@@ -242,7 +252,8 @@ class _Partition:
         with the evidence of the end of the run (evictions, TTLs)."""
         prior = {s: j for s, j in self.prior.take(entries).items()
                  if not j.findings and j.journal == self.journaled[s][1]}
-        now = self.reader.digests(list(prior)) if prior else {}
+        digests = self.reader.digests(self._stored_ids(list(prior))) if prior else {}
+        now = {s: digests.get(self.issued.get(s, s)) for s in prior}
         reused = {s: j for s, j in prior.items() if now.get(s) == j.digest}
         self.result.reused += len(reused)
         return reused
@@ -276,7 +287,7 @@ class _Partition:
                 "pass --store-url (or --http-url / --reader)")
         r.problems.extend([f"session {s} is journaled but not in the stored reads; not judged" for s in sorted(missing)])
         if judged and self.rows is not None:
-            r.judged.update(s for s, _, _, _ in judged)
+            r.judged.update(self._stored_ids([s for s, _, _, _ in judged]))  # whose keys are the run's
             self._tally(judged, dirty)
 
     def _count(self, record: Judged, turns: list[Turn], dirty: dict) -> tuple:
@@ -294,7 +305,7 @@ class _Partition:
             if not record.exists and record.findings:
                 r.gone_count += 1
                 if len(r.gone) < GONE_SAMPLE:
-                    r.gone.append(record.session)
+                    r.gone.append(self.issued.get(record.session, record.session))
         return record.session, turns, set(record.lost), set(record.anomalous)
 
     def _tally(self, judged: list, dirty: dict) -> None:
@@ -353,6 +364,16 @@ class _Partition:
         for fh in (self.findings, self.rows, self.snapshot, self.rolling, self.prior):
             if fh is not None:
                 fh.close()
+
+
+def issued_ids(turns_by: dict[str, list[Turn]]) -> dict[str, str]:
+    """Session -> the id the bot issued for it (``bot_session``: --session-from), for the sessions it named."""
+    out = {}
+    for session, turns in turns_by.items():
+        issued = next(filter(None, map(_BOT_SESSION, turns)), None)
+        if issued is not None:
+            out[session] = issued
+    return out
 
 
 def _equal(values, value: str) -> np.ndarray:

@@ -18,6 +18,11 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
                metadata, data ({"content": piece}) and end events
     plaintext  POST /chat?session=<session> with {"message": ...}, answers text/plain
     forgetful-stream  the openai API, with no memory (every probe is amnesia)
+    issued     Dify-like: the bot issues the conversation id. POST /v1/chat-messages {"query": ...,
+               "conversation_id": "" (a new conversation) or an id it issued (404 for one it did not)}, answers
+               {"answer": ..., "conversation_id": <id>}
+    cookie     POST /chat {"message": ...}: the conversation is the session cookie ``sid`` (set when absent)
+    reissue    the issued API, but every turn starts a new conversation whatever id it is sent (amnesia)
 
 Every mode serves what it stored at ``GET /history/<session>``: ``{"messages": [{"role": "user",
 "content": ...}, {"role": "assistant", ...}]}`` (a layout other than LangChain's, for audit tests).
@@ -94,6 +99,19 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             session, message = body["config"]["configurable"]["session_id"], body["input"]["question"]
         elif mode == "plaintext":
             session, message = environ.get("QUERY_STRING", "").partition("session=")[2], json.loads(raw)["message"]
+        elif mode in ("issued", "reissue"):
+            body = json.loads(raw)
+            if path != "/v1/chat-messages" or "query" not in body:
+                return respond(start, "404 Not Found", b'{"message": "no such path"}')
+            session, message = body.get("conversation_id") or "", body["query"]
+            if session and session not in histories:
+                return respond(start, "404 Not Found", b'{"code": "not_found", "message": "Conversation Not Exists."}')
+            if not session or mode == "reissue":
+                session = f"conv-{next(counter)}-{os.getpid()}"
+                histories[session] = []
+        elif mode == "cookie":
+            jar = dict(c.strip().partition("=")[::2] for c in environ.get("HTTP_COOKIE", "").split(";") if "=" in c)
+            session, message = jar.get("sid") or f"sid{next(counter)}x{os.getpid()}", json.loads(raw)["message"]
         elif mode == "contract2":
             if environ.get("PATH_INFO") != "/api/v2/converse":
                 return respond(start, "404 Not Found", b'{"error": "no such path"}')
@@ -129,6 +147,11 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             return respond(start, "200 OK", json.dumps({"data": {"answer": {"text": text}}}).encode(), extra=extra)
         if mode in ("openai", "forgetful-stream", "langserve"):
             return stream(start, mode, text, extra)
+        if mode in ("issued", "reissue"):
+            return respond(start, "200 OK", json.dumps({"answer": text, "conversation_id": session}).encode(),
+                           extra=extra)
+        if mode == "cookie":
+            extra = [*extra, ("Set-Cookie", f"sid={session}; Path=/; HttpOnly")]
         if mode == "plaintext":
             return respond(start, "200 OK", text.encode(), "text/plain; charset=utf-8", extra)
         return respond(start, "200 OK", json.dumps({"reply": text}).encode(), extra=extra)

@@ -384,6 +384,12 @@ OPTIONS = [
     (["--chat-path", "/a b"], "--chat-path"), (["--chat-path", "/a\nb"], "--chat-path"),
     (["--header", "no colon here"], "--header"), (["--header", ": value"], "--header"),
     (["--header", "X-A: a\r\nInjected: b"], "--header: the value of 'X-A' holds a control character"),
+    (["--session-from", "body:id"], "--session-from: 'body:id' is not reply:FIELD, header:NAME or cookie:NAME"),
+    (["--session-from", "reply:"], "--session-from: 'reply:' is not"), (["--session-from", "cookie"], "--session-from"),
+    (["--session-from", "reply:a..b"], "--session-from: 'reply:a..b': the field path has an empty part"),
+    (["--session-from", "reply:id", "--reply-format", "text"], "--session-from: 'reply:id': a text reply has no"),
+    (["--session-from", "header:X Id"], "--session-from: 'X Id' is not a header name"),
+    (["--session-from", "reply:id", "--chat-path", "/c/{session}"], "--session-from with {session} in --chat-path"),
 ]
 
 

@@ -213,6 +213,59 @@ def test_a_streaming_bot_that_forgets_fails_the_run(tmp_path):
     assert "FAIL  probe_amnesia:" in run.output
 
 
+ISSUING_BOTS = {  # Dify-like: the id comes back in the reply and goes back in the body; a session cookie
+    "issued": ["--chat-path", "/v1/chat-messages", "--message-field", "query", "--session-field", "conversation_id",
+               "--body", '{"inputs": {}, "user": "goldfish", "conversation_id": ""}', "--reply-field", "answer",
+               "--session-from", "reply:conversation_id"],
+    "cookie": ["--session-from", "cookie:sid", "--session-field", ""],
+}
+
+
+@pytest.mark.parametrize("mode", sorted(ISSUING_BOTS))
+def test_bots_that_issue_the_session_id_are_audited_under_their_own_ids(tmp_path, mode):
+    """The bot names the conversation (in its reply, or a cookie) and keeps its history under that name: each
+    conversation's first turn goes without an id, the rest carry the one the bot issued, every record from
+    the first reply on names it, and the audit reads each history under it: PASS, nothing lost. The cookie bot's
+    script opens with a double-send: its first turn goes alone (each would start a conversation of its own)."""
+    script = quick_script(tmp_path)
+    if mode == "cookie":
+        script.write_text(script.read_text().replace("steps:\n", "steps:\n  - burst: 3\n", 1))
+    with chat_bot(mode) as url:
+        run = run_locust(url, tmp_path / "run", "--script", script, *ISSUING_BOTS[mode],
+                         "--http-url", f"{url}/history/{{session}}", "--role-field", "role",
+                         "--content-field", "content", "--settle", "0", time_s="3s")
+    assert run.returncode == 0, run.output[-3000:]
+    records = [r for r in run.records() if not (r["error"] or "").startswith("interrupted")]
+    assert {r["outcome"] for r in records} == {"ok"}
+    issued: dict = {}
+    for r in records:
+        issued.setdefault(r["session"], set()).add(r["bot_session"])
+    assert all(len(ids) == 1 and None not in ids for ids in issued.values()), issued
+    ids = [next(iter(v)) for v in issued.values()]
+    assert len(set(ids)) == len(ids) and not set(ids) & set(issued)  # one per conversation, the bot's own
+    assert {r["verdict"] for r in records if r["kind"] == "probe"} == {"pass"}
+    summary = json.loads((run.run_dir / "audit" / "summary.json").read_text())
+    assert summary["verdict"]["result"] == "pass" and summary["anomalies"] == {}, summary["anomalies"]
+    assert summary["metrics"]["stored_loss"]["total"] >= len(records)
+    stored = [json.loads(line) for part in sorted((run.run_dir / "store").glob("sessions.*.jsonl"))
+              for line in part.read_text().splitlines()]
+    assert stored and all(s["key"].endswith("/history/" + next(iter(issued[s["session"]]))) for s in stored)
+
+
+def test_a_bot_that_issues_a_new_id_every_turn_loses_the_conversation(tmp_path):
+    """The bot ignores the id it is sent and starts over each turn: probes are amnesia, and the history under the
+    id it first issued lacks every later acknowledged turn, which the audit reports as lost."""
+    with chat_bot("reissue") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), *ISSUING_BOTS["issued"],
+                         "--http-url", f"{url}/history/{{session}}", "--role-field", "role",
+                         "--content-field", "content", "--settle", "0", time_s="3s")
+    assert run.returncode == 1, run.output[-3000:]
+    assert {r["verdict"] for r in run.records() if r["kind"] == "probe" and r["outcome"] == "ok"} == {"amnesia"}
+    summary = json.loads((run.run_dir / "audit" / "summary.json").read_text())
+    assert summary["anomalies"].get("lost", 0) > 0 and summary["verdict"]["result"] == "fail", summary["anomalies"]
+    assert any(f.startswith("stored_loss:") for f in summary["verdict"]["failed"])
+
+
 def test_a_target_that_acknowledges_nothing_is_still_audited_and_never_passes(tmp_path):
     """Every request fails (500) although the bot stores each turn: the store is still audited (a refused
     turn stored anyway would be a finding), and with nothing acknowledged the run is bad input, not a PASS."""

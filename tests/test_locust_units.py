@@ -215,6 +215,28 @@ def test_contract_options_for_a_streaming_bot_with_the_session_in_its_path():
     assert Settings.from_options(O).reply_field == ""
 
 
+def test_the_session_id_a_bot_issues_is_found_where_the_contract_says():
+    reply = ChatContract(session_from="reply:data.conversation_id", reply_field="answer")
+    assert reply.issued_session(b'{"answer": "a", "data": {"conversation_id": "c-1"}}') == "c-1"
+    assert reply.issued_session(b'{"answer": "a", "data": {"conversation_id": 42}}') == "42"
+    for unusable in (b'{"answer": "a"}', b'{"data": {"conversation_id": ""}}', b'{"data": {"conversation_id": true}}',
+                     b'{"data": {"conversation_id": "a\\nb"}}', b"not json",
+                     b'{"data": {"conversation_id": "%s"}}' % (b"x" * 201)):
+        assert reply.issued_session(unusable) is None, unusable
+    stream = ChatContract(session_from="reply:conversation_id", reply_format="sse", reply_field="answer")
+    events = b'data: {"event": "message", "conversation_id": ""}\n\ndata: {"answer": "a", "conversation_id": "c-2"}\n\n'
+    assert stream.issued_session(events) == "c-2"  # the first event that names one
+    headers = {"x-session": "h-1"}
+    assert ChatContract(session_from="header:X-Session").issued_session(b"", headers.get) is None  # lookups see names as given
+    assert ChatContract(session_from="header:x-session").issued_session(b"", headers.get) == "h-1"
+    assert ChatContract(session_from="cookie:sid").issued_session(b"", cookie={"sid": "k-1"}.get) == "k-1"
+    dify = ChatContract(session_from="reply:conversation_id", session_field="conversation_id", message_field="query",
+                        body='{"inputs": {}, "conversation_id": ""}')
+    assert dify.request(None, "hi") == ({"inputs": {}, "conversation_id": "", "query": "hi"}, None)  # the first turn
+    assert dify.request("c-1", "hi")[0]["conversation_id"] == "c-1"
+    assert ChatContract(session_from="cookie:sid").request(None, "hi") == ({"message": "hi"}, None)
+
+
 def test_journal_appends_lines_and_readers_skip_a_torn_last_line(tmp_path):
     forwarded = []
     j = Journal(tmp_path / "j" / "local-1.jsonl", forward=forwarded.append)

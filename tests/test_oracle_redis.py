@@ -143,6 +143,32 @@ def test_sorted_set_and_stream_layouts(tmp_path, redis_server):
     assert reader.digests([zset, fields]) == {zset: ["zset", "not digested"], fields: ["stream", "not digested"]}
 
 
+def test_histories_kept_under_ids_the_bot_issued(tmp_path, redis_server):
+    """--session-from: the journal names the bot's own id of two conversations (bot_session) and the store keeps
+    their histories under it. The audit reads them there (and the third under the journal's id), finds the lost
+    turn, takes none of the run's keys for a stranger's, and the snapshot re-audits to the same findings."""
+    world = build_world(simple_specs(3), seed=5)
+    expected = inject(world, world.order[0], "lost", random.Random(1))
+    issued = {s: f"conv-{i}" for i, s in enumerate(world.order[:2])}
+    for r in world.records:
+        if r["session"] in issued:
+            r["bot_session"] = issued[r["session"]]
+    write_journal(tmp_path / "run", world.records)
+    client = redis_server.client()
+    for s in world.order:
+        client.rpush(f"chat:{issued.get(s, s)}", *[json.dumps(plain(m)) for _, m in world.stored[s]])
+    options = StoreOptions(url=redis_server.url, key_template="chat:{session}", direction="rpush",
+                           role_field="role", content_field="content")
+    summary = audit_run(tmp_path / "run", options)
+    assert expected and finding_keys(tmp_path / "run") == expected
+    assert summary["information"]["foreign_keys"]["not_goldfish"] == 0, summary["information"]
+    meta = [json.loads(line) for part in sorted((tmp_path / "run" / "store").glob("sessions*.jsonl"))
+            for line in part.read_text().splitlines()]
+    assert {m["session"]: m["key"] for m in meta} == {s: f"chat:{issued.get(s, s)}" for s in world.order}
+    again = audit_run(tmp_path / "run")  # from the snapshot, no store
+    assert finding_keys(tmp_path / "run") == expected and again["metrics"] == summary["metrics"]
+
+
 def test_redis_killed_mid_audit_keeps_partial_snapshot_and_rerun_completes(tmp_path, redis_factory):
     server = redis_factory("aof-always")
     run, world, _ = make_run(tmp_path, server, sessions=24)
