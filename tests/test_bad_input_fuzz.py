@@ -167,3 +167,55 @@ def test_a_password_in_a_url_never_survives_redaction(scheme, user, password, ho
 @given(st.text(max_size=80))
 def test_redaction_takes_any_text(text):
     assert isinstance(redact.url(text), str) and isinstance(redact.text(text), str)
+
+
+# ---- what a bot answers and what a store holds -----------------------------------------------------
+json_bodies = values.map(lambda v: json.dumps(v, allow_nan=True).encode())
+stream_bodies = st.lists(st.one_of(json_bodies, st.binary(max_size=30)), max_size=5).map(
+    lambda pieces: b"".join(b"data: " + p + b"\n\n" for p in pieces))
+bodies = st.one_of(st.binary(max_size=200), json_bodies, stream_bodies, st.just(b"[" * 5000 + b"]" * 5000))
+
+
+@FUZZ
+@given(bodies, st.sampled_from(["json", "text", "sse", "ndjson"]),
+       st.sampled_from(["reply", "", "choices.0.delta.content", "a.b", "0"]))
+def test_any_response_body_is_a_reply_or_no_reply(body, reply_format, field):
+    """A bot may answer anything: the turn's reply is text or NoReply (the turn is then info), never another
+    exception (which would kill the Locust user before the turn is journaled); the same for the id it issues."""
+    from locustfiles.contract import ChatContract, NoReply
+
+    contract = ChatContract(reply_format=reply_format, reply_field=field, session_from="reply:" + (field or "id"))
+    try:
+        assert isinstance(contract.reply(body), str)
+    except NoReply:
+        pass
+    issued = contract.issued_session(body)
+    assert issued is None or (isinstance(issued, str) and issued.isprintable())
+
+
+entries = st.one_of(st.binary(max_size=60), st.text(max_size=30), values.map(lambda v: json.dumps(v).encode()),
+                    st.fixed_dictionaries({"type": st.sampled_from(["human", "ai", "system", 3, None]),
+                                           "data": st.one_of(values, st.fixed_dictionaries({"content": values}))})
+                    .map(lambda m: json.dumps(m).encode()))
+
+
+@FUZZ
+@given(st.lists(entries, max_size=6), st.sampled_from(["list", "string"]), st.booleans())
+def test_any_stored_history_is_judged_into_findings(stored, kind, exists):
+    """Whatever a key holds (garbage bytes, JSON of any shape, messages with odd roles or contents), the batch
+    proof and the exact checkers judge it into findings of the taxonomy, never an exception."""
+    from contracts.journal import Turn
+    from oracle.checkers import _CLASSES, check_session
+    from oracle.clean import prove_clean
+    from oracle.decode import Shape, decode_session
+    from oracle.store import RawSession, StoreOptions
+
+    session = "gf00000000000000aa"
+    turns = [Turn(session=session, turn=n, token=f"{session}t{n}", message=f"[{session}t{n}] hi", sent=1.0 + n,
+                  received=1.5 + n, outcome="ok", reply="Noted.") for n in range(2)]
+    raw = RawSession(session, "message_store:" + session, exists, None, stored[:1] if kind == "string" else stored, kind)
+    shape = Shape(StoreOptions())
+    proof = prove_clean([raw], {session: turns}, shape)
+    if not proof.clean[0]:
+        found = check_session(session, turns, raw, decode_session(raw, shape, proof.elements[0]), {session: turns})
+        assert {f["class"] for f in found.findings} <= set(_CLASSES)
