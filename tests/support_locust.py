@@ -20,7 +20,8 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
     forgetful-stream  the openai API, with no memory (every probe is amnesia)
     issued     Dify-like: the bot issues the conversation id. POST /v1/chat-messages {"query": ...,
                "conversation_id": "" (a new conversation) or an id it issued (404 for one it did not)}, answers
-               {"answer": ..., "conversation_id": <id>}
+               {"answer": ..., "conversation_id": <id>} and the header X-Conversation-Id: <id> (also read from the
+               request's X-Conversation-Id header when the body has none)
     cookie     POST /chat {"message": ...}: the conversation is the session cookie ``sid`` (set when absent)
     reissue    the issued API, but every turn starts a new conversation whatever id it is sent (amnesia)
 
@@ -103,7 +104,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             body = json.loads(raw)
             if path != "/v1/chat-messages" or "query" not in body:
                 return respond(start, "404 Not Found", b'{"message": "no such path"}')
-            session, message = body.get("conversation_id") or "", body["query"]
+            session = body.get("conversation_id") or environ.get("HTTP_X_CONVERSATION_ID") or ""
+            message = body["query"]
             if session and session not in histories:
                 return respond(start, "404 Not Found", b'{"code": "not_found", "message": "Conversation Not Exists."}')
             if not session or mode == "reissue":
@@ -149,7 +151,7 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             return stream(start, mode, text, extra)
         if mode in ("issued", "reissue"):
             return respond(start, "200 OK", json.dumps({"answer": text, "conversation_id": session}).encode(),
-                           extra=extra)
+                           extra=[*extra, ("X-Conversation-Id", session)])
         if mode == "cookie":
             extra = [*extra, ("Set-Cookie", f"sid={session}; Path=/; HttpOnly")]
         if mode == "plaintext":

@@ -213,25 +213,26 @@ def test_a_streaming_bot_that_forgets_fails_the_run(tmp_path):
     assert "FAIL  probe_amnesia:" in run.output
 
 
-ISSUING_BOTS = {  # Dify-like: the id comes back in the reply and goes back in the body; a session cookie
-    "issued": ["--chat-path", "/v1/chat-messages", "--message-field", "query", "--session-field", "conversation_id",
-               "--body", '{"inputs": {}, "user": "goldfish", "conversation_id": ""}', "--reply-field", "answer",
-               "--session-from", "reply:conversation_id"],
-    "cookie": ["--session-from", "cookie:sid", "--session-field", ""],
+DIFY = ["--chat-path", "/v1/chat-messages", "--message-field", "query", "--reply-field", "answer"]
+ISSUING_BOTS = {  # Dify-like: the id comes back in the reply (or a header) and goes back in the body (or the header)
+    "issued": [*DIFY, "--session-field", "conversation_id", "--session-from", "reply:conversation_id",
+               "--body", '{"inputs": {}, "user": "goldfish", "conversation_id": ""}'],
+    "issued-header": [*DIFY, "--session-from", "header:X-Conversation-Id", "--session-header", "X-Conversation-Id"],
+    "cookie": ["--session-from", "cookie:sid", "--session-field", ""],  # the conversation is the session cookie
 }
 
 
-@pytest.mark.parametrize("mode", sorted(ISSUING_BOTS))
-def test_bots_that_issue_the_session_id_are_audited_under_their_own_ids(tmp_path, mode):
+@pytest.mark.parametrize("config", sorted(ISSUING_BOTS))
+def test_bots_that_issue_the_session_id_are_audited_under_their_own_ids(tmp_path, config):
     """The bot names the conversation (in its reply, or a cookie) and keeps its history under that name: each
     conversation's first turn goes without an id, the rest carry the one the bot issued, every record from
     the first reply on names it, and the audit reads each history under it: PASS, nothing lost. The cookie bot's
     script opens with a double-send: its first turn goes alone (each would start a conversation of its own)."""
-    script = quick_script(tmp_path)
+    mode, script = config.partition("-")[0], quick_script(tmp_path)
     if mode == "cookie":
         script.write_text(script.read_text().replace("steps:\n", "steps:\n  - burst: 3\n", 1))
     with chat_bot(mode) as url:
-        run = run_locust(url, tmp_path / "run", "--script", script, *ISSUING_BOTS[mode],
+        run = run_locust(url, tmp_path / "run", "--script", script, *ISSUING_BOTS[config],
                          "--http-url", f"{url}/history/{{session}}", "--role-field", "role",
                          "--content-field", "content", "--settle", "0", time_s="3s")
     assert run.returncode == 0, run.output[-3000:]

@@ -227,7 +227,7 @@ def test_the_session_id_a_bot_issues_is_found_where_the_contract_says():
     events = b'data: {"event": "message", "conversation_id": ""}\n\ndata: {"answer": "a", "conversation_id": "c-2"}\n\n'
     assert stream.issued_session(events) == "c-2"  # the first event that names one
     headers = {"x-session": "h-1"}
-    assert ChatContract(session_from="header:X-Session").issued_session(b"", headers.get) is None  # lookups see names as given
+    assert ChatContract(session_from="header:X-Session").issued_session(b"", headers.get) is None  # the name as given: Locust's headers are case-blind
     assert ChatContract(session_from="header:x-session").issued_session(b"", headers.get) == "h-1"
     assert ChatContract(session_from="cookie:sid").issued_session(b"", cookie={"sid": "k-1"}.get) == "k-1"
     dify = ChatContract(session_from="reply:conversation_id", session_field="conversation_id", message_field="query",
