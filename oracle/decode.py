@@ -37,6 +37,14 @@ def get_path(obj, path: str):
     return obj
 
 
+def message_list(document, path: str) -> list | None:
+    """The message list of a decoded JSON document: the document when it is a list, else the list at ``path``."""
+    if isinstance(document, list):
+        return document
+    found = get_path(document, path) if path else None
+    return found if isinstance(found, list) else None
+
+
 def excerpt(value, limit: int = 80) -> str:
     """A short printable view of any raw entry: safe to log and to put in a report."""
     if isinstance(value, (bytes, bytearray)):
@@ -74,6 +82,7 @@ class Shape:
         self.content_path = options.content_field.split(".")
         self.roles = {r: USER for r in options.user_roles}
         self.roles.update({r: ASSISTANT for r in options.assistant_roles})
+        self.messages_field = options.messages_field
         # the common shapes (LangChain: type / data.content; OpenAI-like: role / content) get a fast path
         self.fast = (self.role_path[0], *self.content_path) if len(self.role_path) == 1 and \
             len(self.content_path) in (1, 2) else None
@@ -88,13 +97,16 @@ class Shape:
         role = _dig(element, self.role_path)
         if not isinstance(role, str):
             return f"wrong shape: no role string at {'.'.join(self.role_path)!r}"
+        kind = self.roles.get(role, OTHER)
         content = _dig(element, self.content_path)
         if isinstance(content, list):  # LangChain multimodal content: [{"type": "text", "text": ...}]
             content = "".join(p if isinstance(p, str) else str(p.get("text", "")) if isinstance(p, dict) else ""
                               for p in content)
         if not isinstance(content, str):
+            if kind == OTHER:  # a system, tool or action entry need hold no text: it is not judged
+                return OTHER, ""
             return f"wrong shape: no text at {'.'.join(self.content_path)!r}"
-        return self.roles.get(role, OTHER), content
+        return kind, content
 
 
 def _dig(obj, parts):
@@ -175,11 +187,14 @@ def _decode_blob(blob, shape: Shape, out: Decoded) -> None:
     except codec.DecodeError as exc:
         out.corrupt.append(_corrupt(0, "blob is " + why_undecodable(blob, str(exc)), blob))
         return
-    if isinstance(elements, dict) and isinstance(elements.get("messages"), list):
-        elements = elements["messages"]
-    if not isinstance(elements, list):
-        out.corrupt.append(_corrupt(0, f"blob is a JSON {type(elements).__name__}, not a list of messages", blob))
+    listed = message_list(elements, shape.messages_field)
+    if listed is None:
+        where = f" and has no list at {shape.messages_field!r}" if isinstance(elements, dict) and shape.messages_field \
+            else ""
+        out.corrupt.append(_corrupt(0, f"blob is a JSON {type(elements).__name__}{where}, not a list of messages",
+                                    blob))
         return
+    elements = listed
     for index, element in enumerate(elements):
         got = shape.message(element)
         if isinstance(got, str):

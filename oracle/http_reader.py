@@ -11,7 +11,7 @@ from typing import Iterable, Iterator
 
 import requests
 
-from oracle.decode import get_path
+from oracle.decode import message_list
 from oracle.store import RawSession, StoreError, StoreOptions, batches
 
 
@@ -40,8 +40,8 @@ class HttpReader:
             body = response.json()
         except ValueError:
             return RawSession(session, url, True, None, [response.content], "string")
-        messages = get_path(body, self.options.http_messages_field) if self.options.http_messages_field else body
-        if not isinstance(messages, list):
+        messages = message_list(body, self.options.messages_field)
+        if messages is None:
             return RawSession(session, url, True, None, [response.content], "string")
         return RawSession(session, url, True, None, list(messages), "http")
 

@@ -32,8 +32,9 @@ STORE = [
                             help="role name of user entries, repeatable (default human, user)")),
     (("--assistant-role",), dict(action="append", default=None, include_in_web_ui=False,
                                  help="role name of assistant entries, repeatable (default ai, assistant)")),
-    (("--http-messages-field",), dict(default=_D.http_messages_field,
-                                      help="dotted path of the message list in the HTTP reply ('' = the reply)")),
+    (("--messages-field", "--http-messages-field"), dict(
+        default=_D.messages_field, help="dotted path of the message list inside a JSON document: a blob key or the "
+                                        "HTTP reply (Rasa's tracker: events); a document that is a list is the list")),
     (("--batch",), dict(default=str(_D.batch), include_in_web_ui=False, help="sessions per read round trip")),
     (("--no-scan",), dict(action="store_true", default=False, include_in_web_ui=False,
                           help="do not SCAN the store for keys no session of the run owns")),
@@ -87,7 +88,7 @@ def store_options(values) -> StoreOptions | None:
         format=str(get("store_format") or _D.format), direction=str(get("direction") or _D.direction),
         role_field=str(get("role_field") or _D.role_field), content_field=str(get("content_field") or _D.content_field),
         user_roles=tuple(get("user_role") or _D.user_roles), assistant_roles=tuple(get("assistant_role") or _D.assistant_roles),
-        http_messages_field=str(get("http_messages_field", _D.http_messages_field) or ""), batch=batch,
+        messages_field=str(get("messages_field", _D.messages_field) or ""), batch=batch,
         scan_foreign=not get("no_scan", False))
     from oracle.store import StoreError
 
@@ -131,7 +132,7 @@ def _check_store(options: StoreOptions) -> None:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise OptionError(f"--http-url {redact.url(options.http_url)!r}: not an http(s)://host/... URL")
     for option, path in (("--role-field", options.role_field), ("--content-field", options.content_field),
-                         ("--http-messages-field", options.http_messages_field)):
+                         ("--messages-field", options.messages_field)):
         if path and any(not part for part in path.split(".")):
             raise OptionError(f"--{option.lstrip('-')}: {path!r} has an empty part (write a.b, not a..b, .a or a.)")
     both = set(options.user_roles) & set(options.assistant_roles)

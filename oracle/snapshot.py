@@ -105,7 +105,8 @@ class SnapshotWriter:
             "reader": options.name(), "url": options.where(), "key_template": options.key_template,
             "format": options.format, "direction": options.direction,
             "shape": {"role_field": options.role_field, "content_field": options.content_field,
-                      "user_roles": list(options.user_roles), "assistant_roles": list(options.assistant_roles)},
+                      "user_roles": list(options.user_roles), "assistant_roles": list(options.assistant_roles),
+                      "messages_field": options.messages_field},
             "read_start": time.time(), "read_end": None, "complete": False, "sessions_read": 0,
             "foreign_keys": 0, "error": None, "partitions": partitions,
             "files": [folder.snapshot_part(p).name for p in range(partitions)], "evidence": evidence,
@@ -184,6 +185,7 @@ def options_from_meta(meta: dict) -> StoreOptions:
     options.content_field = shape.get("content_field", options.content_field)
     options.user_roles = tuple(shape.get("user_roles", options.user_roles))
     options.assistant_roles = tuple(shape.get("assistant_roles", options.assistant_roles))
+    options.messages_field = shape.get("messages_field", options.messages_field)
     return options
 
 

@@ -38,7 +38,8 @@ class StoreOptions:
     user_roles: tuple = ("human", "user")
     assistant_roles: tuple = ("ai", "assistant")
     http_url: str | None = None               # e.g. http://host/sessions/{session}/history
-    http_messages_field: str = "messages"     # dotted path to the list in the HTTP reply ("" = the reply)
+    messages_field: str = "messages"          # dotted path to the message list in a JSON document (a blob, an
+                                              # HTTP reply); a document that is a list is the list
     reader: str | None = None                 # module:function
     batch: int = 1000                         # sessions per pipeline round trip
     scan_foreign: bool = True                 # SCAN the namespace for keys no session owns

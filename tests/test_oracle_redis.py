@@ -143,6 +143,40 @@ def test_sorted_set_and_stream_layouts(tmp_path, redis_server):
     assert reader.digests([zset, fields]) == {zset: ["zset", "not digested"], fields: ["stream", "not digested"]}
 
 
+def rasa_tracker(session: str, messages: list) -> str:
+    """A Rasa RedisTrackerStore value: the dialogue's events, the messages among actions and slots that hold no text."""
+    events = [{"event": "action", "name": "action_session_start"}, {"event": "session_started"},
+              {"event": "action", "name": "action_listen"}]
+    for _, m in messages:
+        if m["type"] == "human":
+            events.append({"event": "user", "text": m["data"]["content"], "parse_data": {"intent": {"name": "x"}}})
+            events.append({"event": "action", "name": "utter_answer", "policy": "RulePolicy"})
+        else:
+            events += [{"event": "bot", "text": m["data"]["content"], "data": {}},
+                       {"event": "action", "name": "action_listen"}]
+    return json.dumps({"name": session, "events": events})
+
+
+def test_a_document_with_the_messages_among_other_events(tmp_path, redis_server):
+    """Rasa's tracker store: one JSON document per conversation whose ``events`` list holds the user and bot
+    messages among actions, slots and session starts without text (--messages-field events --role-field event
+    --content-field text --user-role user --assistant-role bot). The lost turn is found, nothing else."""
+    world, expected, run = three_sessions_one_lost(tmp_path)
+    client = redis_server.client()
+    for s in world.order:
+        client.set(f"tracker:{s}", rasa_tracker(s, world.stored[s]))
+    options = StoreOptions(url=redis_server.url, key_template="tracker:{session}", role_field="event",
+                           content_field="text", user_roles=("user",), assistant_roles=("bot",),
+                           messages_field="events")
+    summary = audit_run(run, options)
+    assert expected and finding_keys(run) == expected
+    assert audit_run(run)["metrics"] == summary["metrics"]  # the snapshot re-audit decodes the documents the same way
+    client.set(f"tracker:{world.order[1]}", json.dumps({"name": "x", "evnts": []}))
+    audit_run(run, options)
+    corrupt = next(f for f in read_findings(run) if f["class"] == "corrupt")
+    assert "blob is a JSON dict and has no list at 'events'" in corrupt["evidence"]["reason"]
+
+
 def test_histories_kept_under_ids_the_bot_issued(tmp_path, redis_server):
     """--session-from: the journal names the bot's own id of two conversations (bot_session) and the store keeps
     their histories under it. The audit reads them there (and the third under the journal's id), finds the lost
