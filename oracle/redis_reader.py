@@ -56,6 +56,19 @@ def stream_message(fields: dict):
     return {_text(k): _text(v) for k, v in fields.items()}
 
 
+def hash_history(raw: RawSession, fields: dict, messages_field: str) -> None:
+    """A history kept in a Redis hash: the field named ``messages_field`` holding the JSON message list (read
+    as a blob), or one field per message numbered 0, 1, 2 ... (read in that order); else not a history."""
+    named = {_text(k): v for k, v in fields.items()}
+    if messages_field in named:
+        raw.type, raw.entries = "string", [named[messages_field]]
+    elif named and all(name.isascii() and name.isdigit() for name in named):
+        raw.entries = [named[name] for name in sorted(named, key=int)]
+    else:
+        raw.type, raw.entries = "other", [f"<a Redis hash key without a field {messages_field!r} or fields numbered "
+                                          f"0, 1, 2 ...: {', '.join(sorted(named)[:5])}>".encode()]
+
+
 def _text(value) -> str:
     return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
 
@@ -162,9 +175,12 @@ class RedisReader:
         streams = [r for r in raws if r.type == "stream"]
         for raw, value in zip(streams, self._pipe(lambda p, r: p.xrange(r.key), streams)):
             raw.entries = [stream_message(fields) for _, fields in value]
+        hashes = [r for r in raws if r.type == "hash"]
+        for raw, value in zip(hashes, self._pipe(lambda p, r: p.hgetall(r.key), hashes)):
+            hash_history(raw, value, self.options.messages_field)
         for raw in raws:
-            if raw.type not in ("list", "string", "zset", "stream"):
-                raw.entries = [f"<a Redis {raw.type} key; expected a list, a string, a sorted set or a "
+            if raw.type not in ("list", "string", "zset", "stream", "hash", "other"):
+                raw.entries = [f"<a Redis {raw.type} key; expected a list, a string, a hash, a sorted set or a "
                                "stream>".encode()]
                 raw.type = "other"
 

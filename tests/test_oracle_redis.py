@@ -143,6 +143,29 @@ def test_sorted_set_and_stream_layouts(tmp_path, redis_server):
     assert reader.digests([zset, fields]) == {zset: ["zset", "not digested"], fields: ["stream", "not digested"]}
 
 
+def test_hash_layouts(tmp_path, redis_server):
+    """A history kept in a Redis hash: a field named --messages-field holding the JSON list (beside other
+    fields), or one field per message numbered 0, 1, 2 ... (out of order on the wire); a hash of anything else
+    is corrupt, naming its fields. The lost turn is found, and the snapshot re-audits the same."""
+    world, expected, run = three_sessions_one_lost(tmp_path)
+    client = redis_server.client()
+    field, numbered, other = world.order
+    client.hset(f"chat:{field}", mapping={"title": "t", "messages": json.dumps([plain(m) for _, m in world.stored[field]])})
+    client.hset(f"chat:{numbered}", mapping={str(i): json.dumps(plain(m)) for i, (_, m) in
+                                             reversed(list(enumerate(world.stored[numbered])))})
+    client.rpush(f"chat:{other}", *[json.dumps(plain(m)) for _, m in world.stored[other]])
+    options = StoreOptions(url=redis_server.url, key_template="chat:{session}", direction="rpush",
+                           role_field="role", content_field="content")
+    summary = audit_run(run, options)
+    assert expected and finding_keys(run) == expected
+    assert audit_run(run)["metrics"] == summary["metrics"]
+    client.delete(f"chat:{other}")
+    client.hset(f"chat:{other}", mapping={"title": "t", "user": "u"})
+    audit_run(run, options)
+    corrupt = next(f for f in read_findings(run) if f["class"] == "corrupt")
+    assert corrupt["session"] == other and "without a field 'messages'" in corrupt["evidence"]["excerpt"], corrupt
+
+
 def rasa_tracker(session: str, messages: list) -> str:
     """A Rasa RedisTrackerStore value: the dialogue's events, the messages among actions and slots that hold no text."""
     events = [{"event": "action", "name": "action_session_start"}, {"event": "session_started"},
