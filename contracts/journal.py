@@ -85,7 +85,8 @@ class Turn(msgspec.Struct, gc=False):
 def in_flight(turn: Turn) -> Turn:
     """The invocation record of ``turn`` (same fields up to ``sent``), written before it is sent."""
     return Turn(turn.run, turn.session, turn.turn, turn.kind, turn.token, turn.message, turn.fact, turn.nonce,
-                turn.sent, None, "info", None, None, IN_FLIGHT, None, (), turn.step, turn.user)
+                turn.sent, None, "info", None, None, IN_FLIGHT, None, (), turn.step, turn.user,
+                bot_session=turn.bot_session)
 
 
 def one_per_turn(turns: list[Turn]) -> tuple[list[Turn], list[int]]:

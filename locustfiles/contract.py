@@ -45,6 +45,8 @@ class ChatContract:
     reply_format: str = "json"
     body: str = ""  # a JSON object: the constant fields of every request body
     session_from: str = ""  # where the bot issues the session id: reply:FIELD, header:NAME, cookie:NAME
+    start_path: str = ""    # a request that starts each conversation, whose response issues the id
+    start_body: str = ""    # its JSON object body (default {})
 
     @classmethod
     def from_settings(cls, s) -> "ChatContract":
@@ -52,7 +54,7 @@ class ChatContract:
                    session_field="" if s.session_header else s.session_field,
                    session_header=s.session_header, headers=tuple(s.headers.items()),
                    reply_field=s.reply_field, reply_format=s.reply_format, body=s.body,
-                   session_from=s.session_from)
+                   session_from=s.session_from, start_path=s.start_path, start_body=s.start_body)
 
     @cached_property
     def session_source(self) -> tuple[str, str] | None:
@@ -89,11 +91,12 @@ class ChatContract:
             set_dotted(body, self.session_field, session)
         return body, headers or None
 
-    def issued_session(self, content: bytes, header=None, cookie=None) -> str | None:
-        """The session id a 2xx response issues (``--session-from``): in the reply, or ``header(name)`` /
-        ``cookie(name)`` (the caller's lookups of the response's headers and its cookie jar). None when it holds
-        none that can be sent back: an id is text (or a whole number) of printable characters, at most
-        MAX_BOT_SESSION long."""
+    def issued_session(self, content: bytes, header=None, cookie=None, reply_format: str | None = None) -> str | None:
+        """The session id a 2xx response issues (``--session-from``): in the reply (read as ``reply_format``,
+        default the turns' --reply-format), or ``header(name)`` / ``cookie(name)`` (the caller's lookups of the
+        response's headers and its cookie jar). None when it holds none that can be sent back: an id is text
+        (or a whole number) of printable characters, at most MAX_BOT_SESSION long."""
+        reply_format = reply_format or self.reply_format
         source, name = self.session_source or ("", "")
         value = None
         if source in ("header", "cookie"):
@@ -101,12 +104,16 @@ class ChatContract:
             value = lookup(name) if lookup is not None else None
         elif source == "reply":  # the first piece of a stream that names it (Dify's events all do)
             try:
-                pieces = [codec.loads(content)] if self.reply_format == "json" else \
-                    sse_data(content) if self.reply_format == "sse" else ndjson_lines(content)
+                pieces = [codec.loads(content)] if reply_format == "json" else \
+                    sse_data(content) if reply_format == "sse" else ndjson_lines(content)
             except (codec.DecodeError, NoReply):
                 return None
             return next(filter(None, (usable_session(_at(piece, name.split("."))) for piece in pieces)), None)
         return usable_session(value)
+
+    def start_request(self) -> dict:
+        """The body of the request that starts a conversation (``--start-path``): a fresh copy each time."""
+        return codec.loads(self.start_body) if self.start_body else {}
 
     @cached_property
     def reply_path(self) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ import logging
 import os
 import random
 from time import perf_counter, time
+from urllib.parse import quote
 
 import gevent
 from gevent import GreenletExit
@@ -134,6 +135,8 @@ class ChatUser(FastHttpUser):
         self.bot_session = None
         if rt.contract.session_from.startswith("cookie:") and self.client.client.cookiejar is not None:
             self.client.client.cookiejar.clear()  # a new conversation: the bot issues a new session cookie
+        if rt.contract.start_path and not self.start_conversation(session):
+            return  # the bot did not start a conversation: no turn can be sent (a failed "chat start" request)
         facts: dict[str, tuple[list[str], bool]] = {}  # fact -> (acceptable nonces, latest last; maybe absent)
         turn = 0
         steps = rt.script.steps
@@ -160,6 +163,20 @@ class ChatUser(FastHttpUser):
                 turn += 1
             if pause and i + 1 < len(steps):
                 gevent.sleep(self.think())
+
+    def start_conversation(self, session: str) -> bool:
+        """POST ``--start-path``: the response issues the conversation's id (``--session-from``; read as JSON).
+        A normal Locust request named ``chat start``, which fails when no id comes back."""
+        contract = self.rt.contract
+        with self.client.post(contract.start_path, json=contract.start_request(), name="chat start",
+                              catch_response=True) as resp:
+            if resp.status_code and 200 <= resp.status_code < 300:
+                self.bot_session = contract.issued_session(resp.content or b"", resp.headers.get, self.cookie, "json")
+                if self.bot_session is None:
+                    resp.failure(f"no session id issued (--session-from {contract.session_from}) for {session}")
+            elif resp.status_code:
+                resp.failure(f"HTTP {resp.status_code}")
+        return self.bot_session is not None
 
     def burst(self, session: str, first: int, turns: int, facts: dict) -> None:
         """``turns`` turns of one session at once: one greenlet per turn, all joined. Before the bot has
@@ -194,11 +211,12 @@ class ChatUser(FastHttpUser):
         wire = self.wire()
         issued = bool(rt.contract.session_from)
         payload, headers = wire.request(self.bot_session if issued else session, message)
-        url, uri = wire.target(session)
+        # an id the bot issued goes into the path percent-encoded (goldfish's own are URL-safe: contracts/tokens.py)
+        url, uri = wire.target(quote(self.bot_session, safe="") if issued and wire.per_session else session)
         sent = time()
         if turn == 0 and rt.journal is not None:  # the session is journaled before its first turn leaves
             rt.journal.record(in_flight(Turn(rt.settings.run_id, session, 0, kind, token, message, fact, nonce, sent,
-                                             step=rt.step, user=self.user_id)))
+                                             step=rt.step, user=self.user_id, bot_session=self.bot_session)))
         start = perf_counter()
         try:
             resp, status, content, error = self.send(wire, url, uri, payload, headers)

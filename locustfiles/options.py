@@ -93,6 +93,11 @@ def add_arguments(parser) -> None:
         help="the bot issues the session id: reply:FIELD (dotted path in the reply), header:NAME or cookie:NAME of "
              "its response. A conversation's first turn is sent without one; from the first id issued on, it goes "
              "where the session id goes (--session-field, --session-header; a cookie goes back as a cookie)")
+    add("contract", "--start-path", default="",
+        help="a request that starts each conversation (POST, JSON body --start-body), whose response issues the "
+             "session id (--session-from says where; read as JSON): /v1/threads, /sessions. Then {session} may "
+             "be in --chat-path")
+    add("contract", "--start-body", default="", help="the JSON object --start-path is sent (default {})")
     add("contract", "--body", default="",
         help="a JSON object every request body starts from (constant fields: a model, LangServe's config); the "
              "message and session id are set into it")
@@ -147,7 +152,8 @@ def check_request(get) -> None:
     reply_format = str(get("reply_format") or "json")
     if reply_format not in REPLY_FORMATS:
         raise OptionError(f"--reply-format: {reply_format!r} is not one of {', '.join(REPLY_FORMATS)}")
-    check_session_from(str(get("session_from") or "").strip(), path, reply_format)
+    check_session_from(str(get("session_from") or "").strip(), path, reply_format, str(get("start_path") or "").strip(),
+                       str(get("start_body") or ""))
     body = str(get("body") or "")
     try:
         template = codec.loads(body) if body else {}
@@ -198,21 +204,35 @@ def _audit_option(parse, values):
         raise OptionError(str(exc)) from None
 
 
-def check_session_from(text: str, path: str, reply_format: str) -> None:
-    """``--session-from``: a source there is, a name, and nowhere the first turn cannot do without an id."""
+def check_session_from(text: str, path: str, reply_format: str, start_path: str = "", start_body: str = "") -> None:
+    """``--session-from`` and ``--start-path``: a source there is, a name, a start request that can be sent, and
+    nowhere the first turn cannot do without an id."""
+    if start_path:
+        if not text:
+            raise OptionError("--start-path needs --session-from: where its response issues the session id")
+        if not start_path.startswith("/") or SESSION in start_path or any(
+                c.isspace() or not c.isprintable() for c in start_path):
+            raise OptionError(f"--start-path: {start_path!r} must start with '/', without spaces or {SESSION}")
+        try:
+            if start_body and not isinstance(codec.loads(start_body), dict):
+                raise OptionError(f"--start-body: {start_body[:80]!r} is not a JSON object")
+        except codec.DecodeError as exc:
+            raise OptionError(f"--start-body: not JSON ({exc})") from None
     if not text:
         return
     source, sep, name = text.partition(":")
     if source not in SESSION_SOURCES or not sep or not name:
         raise OptionError(f"--session-from: {text!r} is not reply:FIELD, header:NAME or cookie:NAME")
-    if source == "reply" and (reply_format == "text" or any(not part for part in name.split("."))):
+    text_reply = reply_format == "text" and not start_path  # a start response is read as JSON
+    if source == "reply" and (text_reply or any(not part for part in name.split("."))):
         raise OptionError(f"--session-from: {text!r}: " + ("a text reply has no fields (--reply-format text)"
-                          if reply_format == "text" else "the field path has an empty part"))
+                          if text_reply else "the field path has an empty part"))
     if source != "reply" and not _TOKEN.match(name):
         raise OptionError(f"--session-from: {name!r} is not a {source} name (letters, digits and -)")
-    if SESSION in path:
+    if SESSION in path and not start_path:
         raise OptionError(f"--session-from with {SESSION} in --chat-path: a conversation's first turn has no id to "
-                          "put there yet (send the id in the body or a header instead)")
+                          "put there yet (send the id in the body or a header, or start conversations with "
+                          "--start-path)")
 
 
 def parse_header(text: str, option: str = "--header") -> tuple[str, str]:
@@ -261,6 +281,8 @@ class Settings:
     reply_format: str = "json"
     body: str = ""
     session_from: str = ""
+    start_path: str = ""
+    start_body: str = ""
     extra: dict = field(default_factory=dict)
 
     @cached_property
@@ -304,6 +326,8 @@ class Settings:
             reply_format=str(get("reply_format") or "json"),
             body=str(get("body") or ""),
             session_from=str(get("session_from") or "").strip(),
+            start_path=str(get("start_path") or "").strip(),
+            start_body=str(get("start_body") or ""),
             replica_header=str(get("replica_header") or "").strip(),
             timeout=timeout,
             store=_audit_option(store_options, o),

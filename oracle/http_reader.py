@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator
+from urllib.parse import quote
 
 import requests
 
@@ -27,7 +28,7 @@ class HttpReader:
                 yield list(pool.map(self._one, batch))
 
     def _one(self, session: str) -> RawSession:
-        url = self.options.http_url.replace("{session}", session)
+        url = self.options.http_url.replace("{session}", quote(session, safe=""))  # a bot's own id may need it
         try:
             response = self.http.get(url, timeout=self.options.timeout_s)
         except requests.RequestException as exc:

@@ -24,6 +24,8 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
                request's X-Conversation-Id header when the body has none)
     cookie     POST /chat {"message": ...}: the conversation is the session cookie ``sid`` (set when absent)
     reissue    the issued API, but every turn starts a new conversation whatever id it is sent (amnesia)
+    threads    two calls: POST /threads {"assistant": "gf"} (400 without it) answers 201 {"id": "th <n>"} (a space:
+               sent back percent-encoded), then POST /threads/<id>/messages {"content": ...} (404 for an unknown id)
 
 Every mode serves what it stored at ``GET /history/<session>``: ``{"messages": [{"role": "user",
 "content": ...}, {"role": "assistant", ...}]}`` (a layout other than LangChain's, for audit tests).
@@ -111,6 +113,18 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             if not session or mode == "reissue":
                 session = f"conv-{next(counter)}-{os.getpid()}"
                 histories[session] = []
+        elif mode == "threads":
+            body = json.loads(raw)
+            if path == "/threads":
+                if body.get("assistant") != "gf":
+                    return respond(start, "400 Bad Request", b'{"error": "assistant is required"}')
+                thread = f"th {next(counter)}"
+                histories[thread] = []
+                return respond(start, "201 Created", json.dumps({"id": thread, "object": "thread"}).encode())
+            parts = path.split("/")  # /threads/<id>/messages, the id decoded by the server
+            if len(parts) != 4 or parts[1] != "threads" or parts[3] != "messages" or parts[2] not in histories:
+                return respond(start, "404 Not Found", b'{"error": "no such thread"}')
+            session, message = parts[2], body["content"]
         elif mode == "cookie":
             jar = dict(c.strip().partition("=")[::2] for c in environ.get("HTTP_COOKIE", "").split(";") if "=" in c)
             session, message = jar.get("sid") or f"sid{next(counter)}x{os.getpid()}", json.loads(raw)["message"]

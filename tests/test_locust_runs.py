@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 from collections import Counter
+from urllib.parse import quote
 
 import pytest
 
@@ -219,15 +220,19 @@ ISSUING_BOTS = {  # Dify-like: the id comes back in the reply (or a header) and 
                "--body", '{"inputs": {}, "user": "goldfish", "conversation_id": ""}'],
     "issued-header": [*DIFY, "--session-from", "header:X-Conversation-Id", "--session-header", "X-Conversation-Id"],
     "cookie": ["--session-from", "cookie:sid", "--session-field", ""],  # the conversation is the session cookie
+    # two calls: a request starts the conversation and names it, the turns go to a path under that name
+    "threads": ["--start-path", "/threads", "--start-body", '{"assistant": "gf"}', "--session-from", "reply:id",
+                "--chat-path", "/threads/{session}/messages", "--session-field", "", "--message-field", "content"],
 }
 
 
 @pytest.mark.parametrize("config", sorted(ISSUING_BOTS))
 def test_bots_that_issue_the_session_id_are_audited_under_their_own_ids(tmp_path, config):
-    """The bot names the conversation (in its reply, or a cookie) and keeps its history under that name: each
-    conversation's first turn goes without an id, the rest carry the one the bot issued, every record from
-    the first reply on names it, and the audit reads each history under it: PASS, nothing lost. The cookie bot's
-    script opens with a double-send: its first turn goes alone (each would start a conversation of its own)."""
+    """The bot names the conversation (in its reply, a header, a cookie, or the reply to a request that starts
+    it) and keeps its history under that name: each conversation's first turn goes without an id (with
+    --start-path: with the id the start issued, percent-encoded into the path), the rest carry it, every record
+    from the first reply on names it, and the audit reads each history under it: PASS, nothing lost. The cookie
+    bot's script opens with a double-send: its first turn goes alone (each would start a conversation)."""
     mode, script = config.partition("-")[0], quick_script(tmp_path)
     if mode == "cookie":
         script.write_text(script.read_text().replace("steps:\n", "steps:\n  - burst: 3\n", 1))
@@ -250,7 +255,9 @@ def test_bots_that_issue_the_session_id_are_audited_under_their_own_ids(tmp_path
     assert summary["metrics"]["stored_loss"]["total"] >= len(records)
     stored = [json.loads(line) for part in sorted((run.run_dir / "store").glob("sessions.*.jsonl"))
               for line in part.read_text().splitlines()]
-    assert stored and all(s["key"].endswith("/history/" + next(iter(issued[s["session"]]))) for s in stored)
+    assert stored and all(s["key"].endswith("/history/" + quote(next(iter(issued[s["session"]])), safe="")) for s in stored)
+    if config == "threads":  # one start per conversation, a request of its own in Locust's statistics
+        assert run.count("POST", "chat start") >= len(issued) and not run.count("POST", "chat start", failures=True)
 
 
 def test_a_bot_that_issues_a_new_id_every_turn_loses_the_conversation(tmp_path):

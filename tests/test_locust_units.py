@@ -235,6 +235,12 @@ def test_the_session_id_a_bot_issues_is_found_where_the_contract_says():
     assert dify.request(None, "hi") == ({"inputs": {}, "conversation_id": "", "query": "hi"}, None)  # the first turn
     assert dify.request("c-1", "hi")[0]["conversation_id"] == "c-1"
     assert ChatContract(session_from="cookie:sid").request(None, "hi") == ({"message": "hi"}, None)
+    threads = ChatContract(session_from="reply:id", start_path="/threads", start_body='{"meta": {"a": 1}}',
+                           reply_format="text")
+    first = threads.start_request()
+    first["meta"]["a"] = 2
+    assert threads.start_request() == {"meta": {"a": 1}}  # a fresh copy per conversation
+    assert threads.issued_session(b'{"id": "th 1"}', reply_format="json") == "th 1"  # a start reply is JSON
 
 
 def test_journal_appends_lines_and_readers_skip_a_torn_last_line(tmp_path):
