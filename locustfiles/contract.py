@@ -139,7 +139,13 @@ class ChatContract:
         return text
 
     def field_of(self, payload) -> str:
-        """The text at --reply-field in a decoded JSON value."""
+        """The text at --reply-field in a decoded JSON value. A ``*`` part takes every item of a list: a bot
+        that answers in several messages (Rasa's ``*.text``) answers their texts, one per line."""
+        if "*" in self.reply_path:
+            texts = [v for v in _every(payload, self.reply_path) if isinstance(v, str)]
+            if not texts:
+                raise NoReply(f"no text at reply field {self.reply_field!r}")
+            return "\n".join(texts)
         value = _at(payload, self.reply_path)
         if value is _MISSING:
             raise NoReply(f"no reply field {self.reply_field!r}")
@@ -219,6 +225,17 @@ def _at(value, path):
     return value
 
 
+def _every(value, path) -> list:
+    """Every value at a dotted path whose ``*`` parts take each item of a list."""
+    values = [value]
+    for part in path:
+        if part == "*":
+            values = [item for v in values if isinstance(v, list) for item in v]
+        else:
+            values = [v for v in (_at(v, (part,)) for v in values) if v is not _MISSING]
+    return values
+
+
 def usable_session(value) -> str | None:
     """An issued session id as it can be sent back (in a header, a body, a store key), or None."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -282,6 +299,8 @@ def check_fields(message: str, session: str, reply: str) -> None:
     for option, path in paths.items():
         if path and any(not part for part in str(path).split(".")):
             raise ValueError(f"{option}: {path!r} has an empty part (write a.b, not a..b, .a or a.)")
+        if option != "--reply-field" and "*" in str(path).split("."):
+            raise ValueError(f"{option}: {path!r}: '*' (every item of a list) is for --reply-field only")
     if not (message and session):
         return
     a, b = str(message).split("."), str(session).split(".")

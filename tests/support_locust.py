@@ -24,6 +24,9 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
                request's X-Conversation-Id header when the body has none)
     cookie     POST /chat {"message": ...}: the conversation is the session cookie ``sid`` (set when absent)
     reissue    the issued API, but every turn starts a new conversation whatever id it is sent (amnesia)
+    rasa       Rasa's REST channel: POST /webhooks/rest/webhook {"sender": ..., "message": ...} answers a list of
+               two messages, [{"recipient_id": ..., "text": "Let me check."}, {..., "text": <the answer>}], and
+               stores both
     threads    two calls: POST /threads {"assistant": "gf"} (400 without it) answers 201 {"id": "th <n>"} (a space:
                sent back percent-encoded), then POST /threads/<id>/messages {"content": ...} (404 for an unknown id)
 
@@ -113,6 +116,11 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             if not session or mode == "reissue":
                 session = f"conv-{next(counter)}-{os.getpid()}"
                 histories[session] = []
+        elif mode == "rasa":
+            body = json.loads(raw)
+            if path != "/webhooks/rest/webhook":
+                return respond(start, "404 Not Found", b"[]")
+            session, message = body["sender"], body["message"]
         elif mode == "threads":
             body = json.loads(raw)
             if path == "/threads":
@@ -157,6 +165,10 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             text = answer(memory.setdefault(session, {}), message)
         histories.setdefault(session, []).extend([{"role": "user", "content": message},
                                                   {"role": "assistant", "content": text}])
+        if mode == "rasa":  # the answer comes second, after a message of its own
+            histories[session].insert(-1, {"role": "assistant", "content": "Let me check."})
+            said = [{"recipient_id": session, "text": t} for t in ("Let me check.", text)]
+            return respond(start, "200 OK", json.dumps(said).encode(), extra=extra)
         if mode == "broken":  # stores the turn, then fails every request
             return respond(start, "500 Internal Server Error", b'{"error": "boom"}', extra=extra)
         if mode == "contract2":

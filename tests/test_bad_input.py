@@ -391,6 +391,7 @@ OPTIONS = [
     (["--session-from", "header:X Id"], "--session-from: 'X Id' is not a header name"),
     (["--session-from", "reply:id", "--chat-path", "/c/{session}"], "--session-from with {session} in --chat-path"),
     (["--start-path", "/threads"], "--start-path needs --session-from"),
+    (["--message-field", "messages.*.content"], "--message-field: 'messages.*.content': '*' (every item of a list)"),
     (["--start-path", "threads", "--session-from", "reply:id"], "--start-path: 'threads' must start with '/'"),
     (["--start-path", "/t/{session}", "--session-from", "reply:id"], "--start-path: '/t/{session}' must start"),
     (["--start-path", "/t", "--session-from", "reply:id", "--start-body", "[1]"], "--start-body: '[1]' is not a JSON"),

@@ -260,6 +260,23 @@ def test_bots_that_issue_the_session_id_are_audited_under_their_own_ids(tmp_path
         assert run.count("POST", "chat start") >= len(issued) and not run.count("POST", "chat start", failures=True)
 
 
+def test_a_bot_that_answers_in_several_messages(tmp_path):
+    """Rasa answers a list of messages, the answer in the second: with --reply-field '*.text' the reply is all
+    of them (one per line), so probes pass, and the audit finds nothing wrong with two stored bot messages per
+    turn. With the first message only (0.text) every probe would look forgotten."""
+    with chat_bot("rasa") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "--chat-path",
+                         "/webhooks/rest/webhook", "--session-field", "sender", "--reply-field", "*.text",
+                         "--http-url", f"{url}/history/{{session}}", "--role-field", "role",
+                         "--content-field", "content", "--settle", "0", time_s="3s")
+    assert run.returncode == 0, run.output[-3000:]
+    probes = [r for r in run.records() if r["kind"] == "probe" and r["outcome"] == "ok"]
+    assert probes and {r["verdict"] for r in probes} == {"pass"}
+    assert all(r["reply"].startswith("Let me check.\nYour ") for r in probes)
+    summary = json.loads((run.run_dir / "audit" / "summary.json").read_text())
+    assert summary["verdict"]["result"] == "pass" and summary["anomalies"] == {}, summary["anomalies"]
+
+
 def test_a_bot_that_issues_a_new_id_every_turn_loses_the_conversation(tmp_path):
     """The bot ignores the id it is sent and starts over each turn: probes are amnesia, and the history under the
     id it first issued lacks every later acknowledged turn, which the audit reports as lost."""

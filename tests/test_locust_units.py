@@ -215,6 +215,17 @@ def test_contract_options_for_a_streaming_bot_with_the_session_in_its_path():
     assert Settings.from_options(O).reply_field == ""
 
 
+def test_a_reply_in_several_messages_is_all_of_them():
+    rasa = ChatContract(reply_field="*.text")
+    assert rasa.reply(b'[{"recipient_id": "a", "text": "Noted."}, {"image": "x"}, {"text": "Anything else?"}]') == \
+        "Noted.\nAnything else?"
+    for none in (b"[]", b'[{"image": "x"}]', b'{"text": "not a list"}'):
+        with pytest.raises(NoReply, match="no text at reply field"):
+            rasa.reply(none)
+    assert ChatContract(reply_field="data.*.parts.*").reply(b'{"data": [{"parts": ["a", "b"]}, {"parts": ["c"]}]}') == \
+        "a\nb\nc"
+
+
 def test_the_session_id_a_bot_issues_is_found_where_the_contract_says():
     reply = ChatContract(session_from="reply:data.conversation_id", reply_field="answer")
     assert reply.issued_session(b'{"answer": "a", "data": {"conversation_id": "c-1"}}') == "c-1"
