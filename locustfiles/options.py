@@ -350,6 +350,7 @@ class Settings:
         d["gates"] = self.gates.spec
         d["headers"] = redact.headers(self.headers)
         d["body"] = redact.json_value(codec.loads(self.body)) if self.body else None
+        d["start_body"] = redact.json_value(codec.loads(self.start_body)) if self.start_body else None
         d["think"] = list(self.think)
         d["store"] = None if self.store is None else {**self.store.__dict__, "url": redact.url(self.store.url),
                                                       "http_url": redact.url(self.store.http_url), "on_batch": None}

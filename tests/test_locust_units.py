@@ -213,6 +213,10 @@ def test_contract_options_for_a_streaming_bot_with_the_session_in_its_path():
     assert s.public()["body"] == {"model": "m", "api_key": "***", "nested": {"token": "***"}}
     O.reply_format, O.reply_field = "json", ""  # a body that is a JSON string
     assert Settings.from_options(O).reply_field == ""
+    # a conversation a request starts: its id may then be in the path, and a text reply is fine (the start's is JSON)
+    O.start_path, O.start_body, O.session_from, O.reply_format = "/v1/chats", '{"secret": "s3"}', "reply:id", "text"
+    s = Settings.from_options(O)
+    assert (s.start_path, s.session_from) == ("/v1/chats", "reply:id") and s.public()["start_body"] == {"secret": "***"}
 
 
 def test_a_reply_in_several_messages_is_all_of_them():
