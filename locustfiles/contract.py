@@ -21,6 +21,7 @@ from contracts import codec
 
 SESSION = "{session}"  # where the session id goes in --chat-path
 REPLY_FORMATS = ("json", "text", "sse", "ndjson")
+BODY_FORMATS = ("json", "form")  # form: application/x-www-form-urlencoded, flat fields (a Flask request.form bot)
 SESSION_SOURCES = ("reply", "header", "cookie")  # --session-from reply:FIELD | header:NAME | cookie:NAME
 MAX_BOT_SESSION = 200  # characters of an id the bot issues (it goes into headers, bodies and store keys)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # server-sent events' line ends (not str.splitlines': no \x0b, \u2028...)
@@ -47,6 +48,7 @@ class ChatContract:
     session_from: str = ""  # where the bot issues the session id: reply:FIELD, header:NAME, cookie:NAME
     start_path: str = ""    # a request that starts each conversation, whose response issues the id
     start_body: str = ""    # its JSON object body (default {})
+    body_format: str = "json"  # json | form
 
     @classmethod
     def from_settings(cls, s) -> "ChatContract":
@@ -54,7 +56,8 @@ class ChatContract:
                    session_field="" if s.session_header else s.session_field,
                    session_header=s.session_header, headers=tuple(s.headers.items()),
                    reply_field=s.reply_field, reply_format=s.reply_format, body=s.body,
-                   session_from=s.session_from, start_path=s.start_path, start_body=s.start_body)
+                   session_from=s.session_from, start_path=s.start_path, start_body=s.start_body,
+                   body_format=s.body_format)
 
     @cached_property
     def session_source(self) -> tuple[str, str] | None:

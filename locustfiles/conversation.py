@@ -25,7 +25,7 @@ import logging
 import os
 import random
 from time import perf_counter, time
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import gevent
 from gevent import GreenletExit
@@ -52,14 +52,17 @@ REQUEST_NAMES = {kind: f"chat {kind}" for kind in ("plant", "probe", "chatter", 
 # against Locust itself by tests/test_locust_wire.py).
 LOCUST_JSON_HEADERS = (("Accept-Encoding", "gzip, deflate, br"), ("Content-Type", "application/json"),
                        ("Accept", "application/json"))
+# ... and with a ``data=`` dict, which geventhttpclient form-encodes (--body-format form)
+LOCUST_FORM_HEADERS = (("Accept-Encoding", "gzip, deflate, br"),
+                       ("Content-Type", "application/x-www-form-urlencoded; charset=utf-8"))
 
 
-def locust_headers(headers: dict | None, auth_header: str | None) -> dict:
-    """A new dict: the headers ``FastHttpSession.request`` sends with a ``json=`` body."""
+def locust_headers(headers: dict | None, auth_header: str | None, defaults: tuple = LOCUST_JSON_HEADERS) -> dict:
+    """A new dict: the headers ``FastHttpSession.request`` sends with a ``json=`` body (or ``defaults``)."""
     out = dict(headers) if headers else {}
     if auth_header:  # credentials in --host
         out["Authorization"] = auth_header
-    for name, value in LOCUST_JSON_HEADERS:
+    for name, value in defaults:
         if name not in out and name.lower() not in out:
             out[name] = value
     return out
@@ -87,7 +90,9 @@ class Wire:
         # the request target LocustUserAgent._urlopen sends (quoted_uri since geventhttpclient 2.3.4)
         self.uri = getattr(self.url_split, "quoted_uri", self.url_split.request_uri)
         self.auth_header = client.auth_header
-        self.headers = locust_headers(None, self.auth_header)  # for a contract without headers, copied per turn
+        self.form = contract.body_format == "form"
+        self.defaults = LOCUST_FORM_HEADERS if self.form else LOCUST_JSON_HEADERS
+        self.headers = locust_headers(None, self.auth_header, self.defaults)  # without contract headers: copied per turn
 
     def target(self, session: str) -> tuple[str, str]:
         """(URL, request target) of a turn of ``session`` (session ids are URL-safe: contracts/tokens.py)."""
@@ -98,7 +103,9 @@ class Wire:
     def request(self, session: str, message: str) -> tuple[bytes, dict]:
         """The body and a fresh headers dict (urlopen's error path writes into the dict it is given)."""
         body, headers = self.contract.request(session, message)
-        return dumps(body), self.headers.copy() if headers is None else locust_headers(headers, self.auth_header)
+        payload = urlencode(body).encode() if self.form else dumps(body)
+        return payload, self.headers.copy() if headers is None else locust_headers(headers, self.auth_header,
+                                                                                   self.defaults)
 
 
 class ChatUser(FastHttpUser):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pathlib import Path
 
 from contracts import codec, durations, redact
-from locustfiles.contract import REPLY_FORMATS, SESSION, SESSION_SOURCES, PathError, check_fields, set_dotted
+from locustfiles.contract import BODY_FORMATS, REPLY_FORMATS, SESSION, SESSION_SOURCES, PathError, check_fields, set_dotted
 from oracle import AuditOptionError, StoreOptions, add_gate_options, add_store_options, gates, store_options
 
 if TYPE_CHECKING:
@@ -101,6 +101,9 @@ def add_arguments(parser) -> None:
     add("contract", "--body", default="",
         help="a JSON object every request body starts from (constant fields: a model, LangServe's config); the "
              "message and session id are set into it")
+    add("contract", "--body-format", default="json",
+        help="how the request body is sent: json, or form (application/x-www-form-urlencoded: flat fields, a "
+             "Flask request.form or Twilio-webhook bot)")
     add("contract", "--reply-format", default="json",
         help="how the reply comes back: json (at --reply-field), text (the whole body), sse (server-sent events) "
              "or ndjson (JSON lines): a stream's pieces are put together")
@@ -167,6 +170,13 @@ def check_request(get) -> None:
                 set_dotted(template, path, "")  # as a turn sets it (the session id into what the message made)
         except PathError as exc:
             raise OptionError(f"{option}: {exc}" + (" (in --body)" if body else "")) from None
+    body_format = str(get("body_format") or "json")
+    if body_format not in BODY_FORMATS:
+        raise OptionError(f"--body-format: {body_format!r} is not one of {', '.join(BODY_FORMATS)}")
+    nested = next((k for k, v in template.items() if isinstance(v, (dict, list))), None)
+    if body_format == "form" and nested is not None:
+        raise OptionError(f"--body-format form: a form's fields are flat, but {nested!r} holds an object or a list "
+                          "(check --body, --message-field and --session-field)")
 
 
 def _bounded(value, name: str, high: int) -> int:
@@ -283,6 +293,7 @@ class Settings:
     session_from: str = ""
     start_path: str = ""
     start_body: str = ""
+    body_format: str = "json"
     extra: dict = field(default_factory=dict)
 
     @cached_property
@@ -328,6 +339,7 @@ class Settings:
             session_from=str(get("session_from") or "").strip(),
             start_path=str(get("start_path") or "").strip(),
             start_body=str(get("start_body") or ""),
+            body_format=str(get("body_format") or "json"),
             replica_header=str(get("replica_header") or "").strip(),
             timeout=timeout,
             store=_audit_option(store_options, o),

@@ -182,6 +182,7 @@ STREAMING_BOTS = {
                   "--message-field", "input.question", "--session-field", "config.configurable.session_id",
                   "--reply-format", "sse", "--reply-field", "content"],
     "plaintext": ["--chat-path", "/chat?session={session}", "--session-field", "", "--reply-format", "text"],
+    "form": ["--chat-path", "/get", "--body-format", "form", "--message-field", "msg", "--reply-format", "text"],
 }
 
 

@@ -197,6 +197,19 @@ def test_contract_with_headers_and_credentials_in_the_host_sends_what_locust_sen
     assert lean_head.startswith(b"POST /v2/chat?x=1 HTTP/1.1")
 
 
+def test_a_form_body_is_sent_as_locust_sends_a_data_dict(raw_server):
+    server = raw_server(lambda path, head, body: response())
+    user = make_user(server.url, "--body-format", "form", "--body", '{"lang": "en"}')
+    assert send(user, lean=True) == send(user, lean=False) == (200, "ok", "Noted.", None, "NoneType")
+    user.client.post("/chat", data={"lang": "en", "message": "[gf0123456789abcdeft0] hi",
+                                    "session_id": "gf0123456789abcdef"})
+    (lean_head, lean_body), (urlopen_head, urlopen_body), (locust_head, locust_body) = server.requests
+    assert lean_head == urlopen_head and lean_body == urlopen_body
+    assert lean_body == locust_body == b"lang=en&message=%5Bgf0123456789abcdeft0%5D+hi&session_id=gf0123456789abcdef"
+    lower = lambda head: sorted(h.lower() for h in head.split(b"\r\n")[1:])  # noqa: E731 - its names are lower case
+    assert lower(lean_head) == lower(locust_head)
+
+
 def test_session_in_the_path_and_query_is_sent_as_locust_sends_it(raw_server):
     server = raw_server(lambda path, head, body: response())
     user = make_user(server.url, "--chat-path", "/v1/chats/{session}/messages?conversation={session}",
