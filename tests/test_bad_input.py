@@ -393,7 +393,7 @@ OPTIONS = [
     (["--start-path", "/threads"], "--start-path needs --session-from"),
     (["--body-format", "xml"], "--body-format: 'xml' is not one of json, form"),
     (["--body-format", "form", "--message-field", "input.text"], "--body-format form: a form's fields are flat"),
-    (["--body-format", "form", "--body", '{"config": {"a": 1}}'], "--body-format form: .*'config' holds an object"),
+    (["--body-format", "form", "--body", '{"config": {"a": 1}}'], "--body-format form: a form's fields are flat, but 'config' holds an object"),
     (["--message-field", "messages.*.content"], "--message-field: 'messages.*.content': '*' (every item of a list)"),
     (["--start-path", "threads", "--session-from", "reply:id"], "--start-path: 'threads' must start with '/'"),
     (["--start-path", "/t/{session}", "--session-from", "reply:id"], "--start-path: '/t/{session}' must start"),
