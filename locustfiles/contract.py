@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from xml.etree import ElementTree
 from functools import cached_property
 
 from contracts import codec
 
 SESSION = "{session}"  # where the session id goes in --chat-path
-REPLY_FORMATS = ("json", "text", "sse", "ndjson")
+REPLY_FORMATS = ("json", "text", "sse", "ndjson", "xml")
 BODY_FORMATS = ("json", "form")  # form: application/x-www-form-urlencoded, flat fields (a Flask request.form bot)
 SESSION_SOURCES = ("reply", "header", "cookie")  # --session-from reply:FIELD | header:NAME | cookie:NAME
 MAX_BOT_SESSION = 200  # characters of an id the bot issues (it goes into headers, bodies and store keys)
@@ -134,6 +135,8 @@ class ChatContract:
                     if content.lstrip().startswith((b"data:", b"event:", b":")) else ""
                 raise NoReply("reply is not JSON" + hint) from None
             text = self.field_of(payload)
+        elif self.reply_format == "xml":
+            text = xml_text(content, self.reply_path, self.reply_field)
         else:
             pieces = sse_data(content) if self.reply_format == "sse" else ndjson_lines(content)
             text = self._joined(pieces)
@@ -246,6 +249,22 @@ def usable_session(value) -> str | None:
     if not isinstance(value, str) or not value or len(value) > MAX_BOT_SESSION or not value.isprintable():
         return None
     return value
+
+
+def xml_text(content: bytes, path: tuple, field: str) -> str:
+    """The reply in an XML document (Twilio's TwiML, ``<Response><Message>text</Message></Response>``): the
+    text of the elements at the dotted path of tag names below the root (``*`` any tag; namespaces ignored),
+    each stripped, one per line. NoReply when it is not XML or no element is there."""
+    try:
+        nodes = [ElementTree.fromstring(content)]
+        for part in path:
+            nodes = [child for node in nodes for child in node if part == "*" or child.tag.rpartition("}")[2] == part]
+        texts = ["".join(node.itertext()).strip() for node in nodes]
+    except (ElementTree.ParseError, RecursionError):
+        raise NoReply("reply is not XML") from None
+    if not texts:
+        raise NoReply(f"no reply element {field!r}")
+    return "\n".join(texts)
 
 
 def _json_or_text(text: str):

@@ -233,9 +233,9 @@ def check_session_from(text: str, path: str, reply_format: str, start_path: str 
     source, sep, name = text.partition(":")
     if source not in SESSION_SOURCES or not sep or not name:
         raise OptionError(f"--session-from: {text!r} is not reply:FIELD, header:NAME or cookie:NAME")
-    text_reply = reply_format == "text" and not start_path  # a start response is read as JSON
+    text_reply = reply_format in ("text", "xml") and not start_path  # a start response is read as JSON
     if source == "reply" and (text_reply or any(not part for part in name.split("."))):
-        raise OptionError(f"--session-from: {text!r}: " + ("a text reply has no fields (--reply-format text)"
+        raise OptionError(f"--session-from: {text!r}: " + (f"a {reply_format} reply has no JSON fields"
                           if text_reply else "the field path has an empty part"))
     if source != "reply" and not _TOKEN.match(name):
         raise OptionError(f"--session-from: {name!r} is not a {source} name (letters, digits and -)")

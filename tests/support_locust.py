@@ -26,6 +26,8 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
     reissue    the issued API, but every turn starts a new conversation whatever id it is sent (amnesia)
     form       a Flask request.form bot: POST /get, form-encoded msg and session_id (415 for anything else),
                answers text/plain
+    twilio     an SMS webhook: POST /sms, form-encoded Body and From (the conversation is the phone number),
+               answers TwiML: <Response><Message>...</Message></Response>
     rasa       Rasa's REST channel: POST /webhooks/rest/webhook {"sender": ..., "message": ...} answers a list of
                two messages, [{"recipient_id": ..., "text": "Let me check."}, {..., "text": <the answer>}], and
                stores both
@@ -118,12 +120,12 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             if not session or mode == "reissue":
                 session = f"conv-{next(counter)}-{os.getpid()}"
                 histories[session] = []
-        elif mode == "form":
+        elif mode in ("form", "twilio"):
             if not (environ.get("CONTENT_TYPE") or "").startswith("application/x-www-form-urlencoded"):
                 return respond(start, "415 Unsupported Media Type", b"a form, please", "text/plain")
             from urllib.parse import parse_qs
             form = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
-            session, message = form["session_id"], form["msg"]
+            session, message = (form["session_id"], form["msg"]) if mode == "form" else (form["From"], form["Body"])
         elif mode == "rasa":
             body = json.loads(raw)
             if path != "/webhooks/rest/webhook":
@@ -188,6 +190,10 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
                            extra=[*extra, ("X-Conversation-Id", session)])
         if mode == "cookie":
             extra = [*extra, ("Set-Cookie", f"sid={session}; Path=/; HttpOnly")]
+        if mode == "twilio":
+            from xml.sax.saxutils import escape
+            twiml = f'<?xml version="1.0" encoding="UTF-8"?><Response><Message>{escape(text)}</Message></Response>'
+            return respond(start, "200 OK", twiml.encode(), "text/xml", extra)
         if mode in ("plaintext", "form"):
             return respond(start, "200 OK", text.encode(), "text/plain; charset=utf-8", extra)
         return respond(start, "200 OK", json.dumps({"reply": text}).encode(), extra=extra)

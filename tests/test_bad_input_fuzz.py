@@ -177,7 +177,8 @@ bodies = st.one_of(st.binary(max_size=200), json_bodies, stream_bodies, st.just(
 
 
 @FUZZ
-@given(bodies, st.sampled_from(["json", "text", "sse", "ndjson"]),
+@given(st.one_of(bodies, st.binary(max_size=60).map(lambda b: b"<r><m>" + b + b"</m></r>")),
+       st.sampled_from(["json", "text", "sse", "ndjson", "xml"]),
        st.sampled_from(["reply", "", "choices.0.delta.content", "a.b", "0", "*.text", "*"]))
 def test_any_response_body_is_a_reply_or_no_reply(body, reply_format, field):
     """A bot may answer anything: the turn's reply is text or NoReply (the turn is then info), never another

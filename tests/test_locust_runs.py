@@ -183,6 +183,8 @@ STREAMING_BOTS = {
                   "--reply-format", "sse", "--reply-field", "content"],
     "plaintext": ["--chat-path", "/chat?session={session}", "--session-field", "", "--reply-format", "text"],
     "form": ["--chat-path", "/get", "--body-format", "form", "--message-field", "msg", "--reply-format", "text"],
+    "twilio": ["--chat-path", "/sms", "--body-format", "form", "--message-field", "Body", "--session-field", "From",
+               "--reply-format", "xml", "--reply-field", "Message"],
 }
 
 

@@ -189,7 +189,7 @@ def test_options_parse_and_reject_with_the_option_name():
     ({"body": "[1, 2]"}, "--body: '\\[1, 2\\]' is not a JSON object"),
     ({"body": '{"input": "x"}', "message_field": "input.text"}, "--message-field: 'input.text': 'text' is inside a str"),
     ({"body": '{"c": 1}', "session_field": "c.id"}, "--session-field: 'c.id': 'id' is inside a int value.*in --body"),
-    ({"reply_format": "xml"}, "--reply-format: 'xml' is not one of json, text, sse, ndjson"),
+    ({"reply_format": "yaml"}, "--reply-format: 'yaml' is not one of json, text, sse, ndjson, xml"),
     ({"chat_path": "/chat/{sesion}"}, "--chat-path: .*the only placeholder is {session}"),
     ({"session_field": ""}, "set --session-field or --session-header, or put {session} in --chat-path"),
 ])
@@ -217,6 +217,21 @@ def test_contract_options_for_a_streaming_bot_with_the_session_in_its_path():
     O.start_path, O.start_body, O.session_from, O.reply_format = "/v1/chats", '{"secret": "s3"}', "reply:id", "text"
     s = Settings.from_options(O)
     assert (s.start_path, s.session_from) == ("/v1/chats", "reply:id") and s.public()["start_body"] == {"secret": "***"}
+
+
+def test_an_xml_reply_is_the_text_of_its_elements():
+    twiml = ChatContract(reply_format="xml", reply_field="Message")
+    assert twiml.reply(b'<?xml version="1.0"?><Response><Message>Your order number is &lt;7&gt;.</Message></Response>') \
+        == "Your order number is <7>."
+    assert twiml.reply(b"<Response>\n  <Message><Body> a </Body><Media>x.png</Media></Message>\n"
+                       b"  <Message>b</Message></Response>") == "a x.png\nb"
+    assert ChatContract(reply_format="xml", reply_field="*").reply(b'<r xmlns="urn:x"><m>a</m></r>') == "a"
+    assert ChatContract(reply_format="xml", reply_field="m").reply(b'<r xmlns="urn:x"><m>a</m></r>') == "a"
+    for bad, what in ((b"<Response/>", "no reply element 'Message'"), (b"not xml", "reply is not XML"),
+                      (b'<!DOCTYPE r [<!ENTITY e SYSTEM "file:///etc/passwd">]><r><Message>&e;</Message></r>',
+                       "reply is not XML")):
+        with pytest.raises(NoReply, match=what):
+            twiml.reply(bad)
 
 
 def test_a_reply_in_several_messages_is_all_of_them():
