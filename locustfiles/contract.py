@@ -23,6 +23,7 @@ from contracts import codec
 SESSION = "{session}"  # where the session id goes in --chat-path
 REPLY_FORMATS = ("json", "text", "sse", "ndjson", "xml")
 BODY_FORMATS = ("json", "form")  # form: application/x-www-form-urlencoded, flat fields (a Flask request.form bot)
+METHODS = ("POST", "PUT", "PATCH", "GET")  # GET: the fields go in the query string (a Flask request.args bot)
 SESSION_SOURCES = ("reply", "header", "cookie")  # --session-from reply:FIELD | header:NAME | cookie:NAME
 MAX_BOT_SESSION = 200  # characters of an id the bot issues (it goes into headers, bodies and store keys)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # server-sent events' line ends (not str.splitlines': no \x0b, \u2028...)
@@ -50,6 +51,7 @@ class ChatContract:
     start_path: str = ""    # a request that starts each conversation, whose response issues the id
     start_body: str = ""    # its JSON object body (default {})
     body_format: str = "json"  # json | form
+    method: str = "POST"
 
     @classmethod
     def from_settings(cls, s) -> "ChatContract":
@@ -58,7 +60,7 @@ class ChatContract:
                    session_header=s.session_header, headers=tuple(s.headers.items()),
                    reply_field=s.reply_field, reply_format=s.reply_format, body=s.body,
                    session_from=s.session_from, start_path=s.start_path, start_body=s.start_body,
-                   body_format=s.body_format)
+                   body_format=s.body_format, method=s.chat_method)
 
     @cached_property
     def session_source(self) -> tuple[str, str] | None:

@@ -52,9 +52,10 @@ REQUEST_NAMES = {kind: f"chat {kind}" for kind in ("plant", "probe", "chatter", 
 # against Locust itself by tests/test_locust_wire.py).
 LOCUST_JSON_HEADERS = (("Accept-Encoding", "gzip, deflate, br"), ("Content-Type", "application/json"),
                        ("Accept", "application/json"))
-# ... and with a ``data=`` dict, which geventhttpclient form-encodes (--body-format form)
+# ... and with a ``data=`` dict, which geventhttpclient form-encodes (--body-format form); and without a body
 LOCUST_FORM_HEADERS = (("Accept-Encoding", "gzip, deflate, br"),
                        ("Content-Type", "application/x-www-form-urlencoded; charset=utf-8"))
+LOCUST_BODYLESS_HEADERS = (("Accept-Encoding", "gzip, deflate, br"),)
 
 
 def locust_headers(headers: dict | None, auth_header: str | None, defaults: tuple = LOCUST_JSON_HEADERS) -> dict:
@@ -90,9 +91,12 @@ class Wire:
         # the request target LocustUserAgent._urlopen sends (quoted_uri since geventhttpclient 2.3.4)
         self.uri = getattr(self.url_split, "quoted_uri", self.url_split.request_uri)
         self.auth_header = client.auth_header
-        self.form = contract.body_format == "form"
-        self.defaults = LOCUST_FORM_HEADERS if self.form else LOCUST_JSON_HEADERS
-        self.headers = locust_headers(None, self.auth_header, self.defaults)  # without contract headers: copied per turn
+        self.method = contract.method
+        self.in_query = self.method == "GET"  # the fields are the query string, form-encoded
+        self.form = contract.body_format == "form" or self.in_query
+        self.defaults = LOCUST_BODYLESS_HEADERS if self.in_query else LOCUST_FORM_HEADERS if self.form \
+            else LOCUST_JSON_HEADERS
+        self.headers = locust_headers(None, self.auth_header, self.defaults)  # no contract headers: copied per turn
 
     def target(self, session: str) -> tuple[str, str]:
         """(URL, request target) of a turn of ``session`` (session ids are URL-safe: contracts/tokens.py)."""
@@ -100,8 +104,13 @@ class Wire:
             return self.url, self.uri
         return self.url.replace(SESSION_MARK, session), self.uri.replace(SESSION_MARK, session)
 
+    def with_query(self, url: str, query: bytes) -> str:
+        """A GET turn's URL: its fields as the query string."""
+        return url + ("&" if "?" in url else "?") + query.decode()
+
     def request(self, session: str, message: str) -> tuple[bytes, dict]:
-        """The body and a fresh headers dict (urlopen's error path writes into the dict it is given)."""
+        """The body (a GET's query) and a fresh headers dict (urlopen's error path writes into the dict it is
+        given)."""
         body, headers = self.contract.request(session, message)
         payload = urlencode(body).encode() if self.form else dumps(body)
         return payload, self.headers.copy() if headers is None else locust_headers(headers, self.auth_header,
@@ -220,6 +229,8 @@ class ChatUser(FastHttpUser):
         payload, headers = wire.request(self.bot_session if issued else session, message)
         # an id the bot issued goes into the path percent-encoded (goldfish's own are URL-safe: contracts/tokens.py)
         url, uri = wire.target(quote(self.bot_session, safe="") if issued and wire.per_session else session)
+        if wire.in_query:
+            url, payload = wire.with_query(url, payload), None
         sent = time()
         if turn == 0 and rt.journal is not None:  # the session is journaled before its first turn leaves
             rt.journal.record(in_flight(Turn(rt.settings.run_id, session, 0, kind, token, message, fact, nonce, sent,
@@ -240,7 +251,7 @@ class ChatUser(FastHttpUser):
                 outcome, reply = "info", None
                 error_text = f"no session id issued (--session-from {rt.contract.session_from})"
         self.environment.events.request.fire(
-            request_type="POST", name=REQUEST_NAMES[kind], response_time=response_ms,
+            request_type=wire.method, name=REQUEST_NAMES[kind], response_time=response_ms,
             response_length=len(content) if content else 0,
             exception=None if outcome == "ok" else CatchResponseError(error_text),
             context=self.context(), response=resp, start_time=sent, url=url)
@@ -264,8 +275,8 @@ class ChatUser(FastHttpUser):
         paths put the same bytes on the wire and give the same outcomes."""
         ua = self.client.client
         jar = ua.cookiejar
-        if not self._lean or (jar is not None and len(jar)):
-            return self.send_urlopen(url, payload, headers)
+        if not self._lean or (jar is not None and len(jar)) or wire.method != "POST":  # other methods: urlopen
+            return self.send_urlopen(url, payload, headers, wire.method)
         req_headers = ua.default_headers.copy()  # a new Headers each turn, as urlopen builds it
         req_headers.update(headers)
         try:

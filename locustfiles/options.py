@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from pathlib import Path
 
 from contracts import codec, durations, redact
-from locustfiles.contract import BODY_FORMATS, REPLY_FORMATS, SESSION, SESSION_SOURCES, PathError, check_fields, set_dotted
+from locustfiles.contract import (BODY_FORMATS, METHODS, REPLY_FORMATS, SESSION, SESSION_SOURCES, PathError,
+                                  check_fields, set_dotted)
 from oracle import AuditOptionError, StoreOptions, add_gate_options, add_store_options, gates, store_options
 
 if TYPE_CHECKING:
@@ -101,6 +102,9 @@ def add_arguments(parser) -> None:
     add("contract", "--body", default="",
         help="a JSON object every request body starts from (constant fields: a model, LangServe's config); the "
              "message and session id are set into it")
+    add("contract", "--chat-method", default="POST",
+        help="the turn's HTTP method: POST, PUT, PATCH, or GET (the fields then go in the query string, "
+             "/get?msg=...: a Flask request.args bot)")
     add("contract", "--body-format", default="json",
         help="how the request body is sent: json, or form (application/x-www-form-urlencoded: flat fields, a "
              "Flask request.form or Twilio-webhook bot)")
@@ -173,9 +177,13 @@ def check_request(get) -> None:
     body_format = str(get("body_format") or "json")
     if body_format not in BODY_FORMATS:
         raise OptionError(f"--body-format: {body_format!r} is not one of {', '.join(BODY_FORMATS)}")
+    method = str(get("chat_method") or "POST").upper()
+    if method not in METHODS:
+        raise OptionError(f"--chat-method: {method!r} is not one of {', '.join(METHODS)}")
     nested = next((k for k, v in template.items() if isinstance(v, (dict, list))), None)
-    if body_format == "form" and nested is not None:
-        raise OptionError(f"--body-format form: a form's fields are flat, but {nested!r} holds an object or a list "
+    flat = "--chat-method GET: a query's" if method == "GET" else "--body-format form: a form's"
+    if (body_format == "form" or method == "GET") and nested is not None:
+        raise OptionError(f"{flat} fields are flat, but {nested!r} holds an object or a list "
                           "(check --body, --message-field and --session-field)")
 
 
@@ -294,6 +302,7 @@ class Settings:
     start_path: str = ""
     start_body: str = ""
     body_format: str = "json"
+    chat_method: str = "POST"
     extra: dict = field(default_factory=dict)
 
     @cached_property
@@ -340,6 +349,7 @@ class Settings:
             start_path=str(get("start_path") or "").strip(),
             start_body=str(get("start_body") or ""),
             body_format=str(get("body_format") or "json"),
+            chat_method=str(get("chat_method") or "POST").upper(),
             replica_header=str(get("replica_header") or "").strip(),
             timeout=timeout,
             store=_audit_option(store_options, o),

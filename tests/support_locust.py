@@ -26,6 +26,7 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
     reissue    the issued API, but every turn starts a new conversation whatever id it is sent (amnesia)
     form       a Flask request.form bot: POST /get, form-encoded msg and session_id (415 for anything else),
                answers text/plain
+    flaskget   the classic Flask tutorial bot: GET /get?msg=...&session_id=..., answers text/plain
     twilio     an SMS webhook: POST /sms, form-encoded Body and From (the conversation is the phone number),
                answers TwiML: <Response><Message>...</Message></Response>
     rasa       Rasa's REST channel: POST /webhooks/rest/webhook {"sender": ..., "message": ...} answers a list of
@@ -120,6 +121,12 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             if not session or mode == "reissue":
                 session = f"conv-{next(counter)}-{os.getpid()}"
                 histories[session] = []
+        elif mode == "flaskget":
+            from urllib.parse import parse_qs
+            if environ.get("REQUEST_METHOD") != "GET" or path != "/get":
+                return respond(start, "405 Method Not Allowed", b"GET /get only", "text/plain")
+            query = {k: v[0] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
+            session, message = query["session_id"], query["msg"]
         elif mode in ("form", "twilio"):
             if not (environ.get("CONTENT_TYPE") or "").startswith("application/x-www-form-urlencoded"):
                 return respond(start, "415 Unsupported Media Type", b"a form, please", "text/plain")
@@ -194,7 +201,7 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             from xml.sax.saxutils import escape
             twiml = f'<?xml version="1.0" encoding="UTF-8"?><Response><Message>{escape(text)}</Message></Response>'
             return respond(start, "200 OK", twiml.encode(), "text/xml", extra)
-        if mode in ("plaintext", "form"):
+        if mode in ("plaintext", "form", "flaskget"):
             return respond(start, "200 OK", text.encode(), "text/plain; charset=utf-8", extra)
         return respond(start, "200 OK", json.dumps({"reply": text}).encode(), extra=extra)
 
@@ -280,7 +287,7 @@ class LocustRun:
         return sum(r[key] for r in self.rows(method, prefix))
 
     def chat_successes(self) -> int:
-        return self.count("POST", "chat ") - self.count("POST", "chat ", failures=True)
+        return self.count(None, "chat ") - self.count(None, "chat ", failures=True)
 
     def records(self) -> list[dict]:
         return journal_records(self.run_dir)

@@ -392,6 +392,8 @@ OPTIONS = [
     (["--session-from", "reply:id", "--chat-path", "/c/{session}"], "--session-from with {session} in --chat-path"),
     (["--start-path", "/threads"], "--start-path needs --session-from"),
     (["--body-format", "xml"], "--body-format: 'xml' is not one of json, form"),
+    (["--chat-method", "DELETE"], "--chat-method: 'DELETE' is not one of POST, PUT, PATCH, GET"),
+    (["--chat-method", "get", "--message-field", "q.text"], "--chat-method GET: a query's fields are flat"),
     (["--body-format", "form", "--message-field", "input.text"], "--body-format form: a form's fields are flat"),
     (["--body-format", "form", "--body", '{"config": {"a": 1}}'], "--body-format form: a form's fields are flat, but 'config' holds an object"),
     (["--message-field", "messages.*.content"], "--message-field: 'messages.*.content': '*' (every item of a list)"),

@@ -210,6 +210,19 @@ def test_a_form_body_is_sent_as_locust_sends_a_data_dict(raw_server):
     assert lower(lean_head) == lower(locust_head)
 
 
+def test_a_get_turn_is_sent_as_locust_sends_a_get(raw_server):
+    server = raw_server(lambda path, head, body: response())
+    user = make_user(server.url, "--chat-method", "GET", "--chat-path", "/get?v=1", "--message-field", "msg")
+    wire = user.wire()
+    payload, headers = wire.request("gf0123456789abcdef", "[gf0123456789abcdeft0] hi")
+    url = wire.with_query(wire.target("gf0123456789abcdef")[0], payload)
+    assert user.send(wire, url, "", None, headers)[1] == 200
+    user.client.get("/get?v=1&session_id=gf0123456789abcdef&msg=%5Bgf0123456789abcdeft0%5D+hi")
+    (ours, our_body), (locusts, _) = server.requests
+    assert ours == locusts and our_body == b""
+    assert ours.startswith(b"GET /get?v=1&session_id=gf0123456789abcdef&msg=%5Bgf0123456789abcdeft0%5D+hi HTTP/1.1")
+
+
 def test_session_in_the_path_and_query_is_sent_as_locust_sends_it(raw_server):
     server = raw_server(lambda path, head, body: response())
     user = make_user(server.url, "--chat-path", "/v1/chats/{session}/messages?conversation={session}",
