@@ -39,7 +39,7 @@ from locustfiles.contract import SESSION, ChatContract
 from contracts.codec import dumps
 from contracts.journal import Turn, in_flight
 from locustfiles.judge import crosstalk, recall
-from locustfiles.outcome import judge_response
+from locustfiles.outcome import classify_error, judge_response
 from locustfiles.script import MAX_BURST
 from contracts.tokens import make_token, new_nonce, new_session_id
 
@@ -152,7 +152,7 @@ class ChatUser(FastHttpUser):
         if rt.contract.session_from.startswith("cookie:") and self.client.client.cookiejar is not None:
             self.client.client.cookiejar.clear()  # a new conversation: the bot issues a new session cookie
         if rt.contract.start_path and not self.start_conversation(session):
-            return  # the bot did not start a conversation: no turn can be sent (a failed "chat start" request)
+            return  # the bot did not start a conversation: its first turn is journaled as never sent (fail)
         facts: dict[str, tuple[list[str], bool]] = {}  # fact -> (acceptable nonces, latest last; maybe absent)
         turn = 0
         steps = rt.script.steps
@@ -182,17 +182,26 @@ class ChatUser(FastHttpUser):
 
     def start_conversation(self, session: str) -> bool:
         """POST ``--start-path``: the response issues the conversation's id (``--session-from``; read as JSON).
-        A normal Locust request named ``chat start``, which fails when no id comes back."""
-        contract = self.rt.contract
+        A normal Locust request named ``chat start``, which fails when no id comes back. Then the first turn
+        is journaled as ``fail`` (definitely not applied: it never left), so the errors gate counts a bot that
+        cannot start conversations as it counts one that cannot answer them."""
+        contract, rt = self.rt.contract, self.rt
+        sent = time()
         with self.client.post(contract.start_path, json=contract.start_request(), name="chat start",
                               catch_response=True) as resp:
             if resp.status_code and 200 <= resp.status_code < 300:
                 self.bot_session = contract.issued_session(resp.content or b"", resp.headers.get, self.cookie, "json")
-                if self.bot_session is None:
-                    resp.failure(f"no session id issued (--session-from {contract.session_from}) for {session}")
-            elif resp.status_code:
-                resp.failure(f"HTTP {resp.status_code}")
-        return self.bot_session is not None
+                error = None if self.bot_session else f"no session id issued (--session-from {contract.session_from})"
+            else:
+                error = f"HTTP {resp.status_code}" if resp.status_code else classify_error(resp.error)[1]
+            if error:
+                resp.failure(error)
+        if error and rt.journal is not None:
+            first = next((step.kind for step in rt.script.steps if step.kind != "think"), "chatter")
+            rt.journal.record(Turn(rt.settings.run_id, session, 0, first, make_token(session, 0), None, None, None,
+                                   sent, time(), "fail", resp.status_code or None, None,
+                                   f"conversation not started: {error}", None, (), rt.step, self.user_id))
+        return error is None
 
     def burst(self, session: str, first: int, turns: int, facts: dict) -> None:
         """``turns`` turns of one session at once: one greenlet per turn, all joined. Before the bot has

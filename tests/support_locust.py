@@ -34,6 +34,7 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
                stores both
     threads    two calls: POST /threads {"assistant": "gf"} (400 without it) answers 201 {"id": "th <n>"} (a space:
                sent back percent-encoded), then POST /threads/<id>/messages {"content": ...} (404 for an unknown id)
+    threads-flaky  the threads API, whose every third start answers 503
 
 Every mode serves what it stored at ``GET /history/<session>``: ``{"messages": [{"role": "user",
 "content": ...}, {"role": "assistant", ...}]}`` (a layout other than LangChain's, for audit tests).
@@ -138,12 +139,15 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             if path != "/webhooks/rest/webhook":
                 return respond(start, "404 Not Found", b"[]")
             session, message = body["sender"], body["message"]
-        elif mode == "threads":
+        elif mode in ("threads", "threads-flaky"):
             body = json.loads(raw)
             if path == "/threads":
                 if body.get("assistant") != "gf":
                     return respond(start, "400 Bad Request", b'{"error": "assistant is required"}')
-                thread = f"th {next(counter)}"
+                n = next(counter)
+                if mode == "threads-flaky" and n % 3 == 2:
+                    return respond(start, "503 Service Unavailable", b'{"error": "busy"}')
+                thread = f"th {n}"
                 histories[thread] = []
                 return respond(start, "201 Created", json.dumps({"id": thread, "object": "thread"}).encode())
             parts = path.split("/")  # /threads/<id>/messages, the id decoded by the server

@@ -264,6 +264,22 @@ def test_bots_that_issue_the_session_id_are_audited_under_their_own_ids(tmp_path
         assert run.count("POST", "chat start") >= len(issued) and not run.count("POST", "chat start", failures=True)
 
 
+def test_conversations_a_bot_fails_to_start_fail_the_run(tmp_path):
+    """Every third start answers 503, with no fault in force: each such conversation's first turn is journaled
+    as never sent (fail, "conversation not started"), so the errors gate fails the run as it would for a turn;
+    nothing is wrong in the store."""
+    with chat_bot("threads-flaky") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), *ISSUING_BOTS["threads"],
+                         "--http-url", f"{url}/history/{{session}}", "--role-field", "role",
+                         "--content-field", "content", "--settle", "0", time_s="3s")
+    assert run.returncode == 1, run.output[-3000:]
+    unstarted = [r for r in run.records() if (r["error"] or "").startswith("conversation not started: HTTP 503")]
+    assert unstarted and all(r["outcome"] == "fail" and r["turn"] == 0 and r["status"] == 503 for r in unstarted)
+    assert run.count("POST", "chat start", failures=True) == len(unstarted)
+    summary = json.loads((run.run_dir / "audit" / "summary.json").read_text())
+    assert summary["anomalies"] == {} and any(f.startswith("errors:") for f in summary["verdict"]["failed"])
+
+
 def test_a_bot_that_answers_in_several_messages(tmp_path):
     """Rasa answers a list of messages, the answer in the second: with --reply-field '*.text' the reply is all
     of them (one per line), so probes pass, and the audit finds nothing wrong with two stored bot messages per
