@@ -19,7 +19,8 @@ says where it stopped. Signals (docs/locust.md "Stopping a run"):
 
 Exit codes of one run (one table for goldfish, docs/locust.md "Exit codes"): 0 every gate held; 1 a gate
 failed; 2 bad input (options, plan, script, an unreachable target, a key template that matches nothing);
-3 the audit or report failed; 130/143 interrupted. Locust's own exit code (another listener's
+3 the audit or report failed, or a Locust user raised an exception (its conversation was cut short unjudged);
+130/143 interrupted. Locust's own exit code (another listener's
 ``process_exit_code``, ``--exit-code-on-error``) is combined, never masked: goldfish's code when it is not
 0, else Locust's. The process's exit code over its runs: 130/143 when a signal stopped a run after its
 load; else the first run's non-zero code, in start order (a failed run is never masked by a later pass);
@@ -88,6 +89,11 @@ def locust_exit_code(environment) -> tuple[int, str]:
     runner, options = environment.runner, environment.parsed_options
     if environment.process_exit_code is not None:
         return int(environment.process_exit_code), "another listener set it"
+    if runner is not None and runner.exceptions:  # a bug in the users' code: conversations were cut short unjudged
+        count = sum(e.get("count", 1) for e in runner.exceptions.values())
+        first = str(next(iter(runner.exceptions.values())).get("msg", ""))[:200]
+        return EXIT_AUDIT, (f"{count} exception(s) in Locust users cut conversations short, so the verdict cannot be "
+                            f"trusted (first: {first}; Locust's exception report has the tracebacks)")
     if runner is not None and (len(runner.errors) or len(runner.exceptions)):
         return int(getattr(options, "exit_code_on_error", 1)), "requests failed and --exit-code-on-error is set"
     if getattr(locust_log, "unhandled_greenlet_exception", False):

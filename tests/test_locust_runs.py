@@ -280,6 +280,28 @@ def test_conversations_a_bot_fails_to_start_fail_the_run(tmp_path):
     assert summary["anomalies"] == {} and any(f.startswith("errors:") for f in summary["verdict"]["failed"])
 
 
+def test_an_exception_in_a_locust_user_never_passes(tmp_path):
+    """A user class whose conversations end in an exception (a bug in the harness, or in a user class built on
+    ChatUser): every journaled turn is fine and every gate holds, yet conversations were cut short unjudged,
+    so the run exits 3, saying why, instead of 0."""
+    locustfile = tmp_path / "broken.py"
+    locustfile.write_text("from locust import task\n"
+                          "from locustfiles import hooks  # noqa: F401\n"
+                          "from locustfiles.conversation import ChatUser\n\n\n"
+                          "class BrokenUser(ChatUser):\n"
+                          "    @task\n"
+                          "    def conversation(self):\n"
+                          "        super().conversation()\n"
+                          "        raise RuntimeError('a bug after the conversation')\n")
+    with chat_bot("memory") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "-f", locustfile, "BrokenUser",
+                         cwd=REPO, time_s="2s")
+    assert run.returncode == 3, run.output[-3000:]
+    assert "exception(s) in Locust users cut conversations short" in run.output
+    assert "a bug after the conversation" in run.output
+    assert json.loads((run.run_dir / "run.json").read_text())["exit_code"] == 3
+
+
 def test_a_bot_that_answers_in_several_messages(tmp_path):
     """Rasa answers a list of messages, the answer in the second: with --reply-field '*.text' the reply is all
     of them (one per line), so probes pass, and the audit finds nothing wrong with two stored bot messages per
