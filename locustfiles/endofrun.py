@@ -82,6 +82,15 @@ def check_chaos(settings) -> None:
             load_chaos(settings, scratch)
 
 
+def user_exceptions(environment) -> dict | None:
+    """Exceptions Locust's users raised in this test (on the master: its workers' too): how many, and the first."""
+    runner = environment.runner
+    if runner is None or not runner.exceptions:
+        return None
+    return {"count": sum(e.get("count", 1) for e in runner.exceptions.values()),
+            "first": str(next(iter(runner.exceptions.values())).get("msg", ""))[:200]}
+
+
 def locust_exit_code(environment) -> tuple[int, str]:
     """What Locust itself would exit with (locust/main.py ``shutdown``) before goldfish's verdict, and why."""
     from locust import log as locust_log
@@ -89,11 +98,10 @@ def locust_exit_code(environment) -> tuple[int, str]:
     runner, options = environment.runner, environment.parsed_options
     if environment.process_exit_code is not None:
         return int(environment.process_exit_code), "another listener set it"
-    if runner is not None and runner.exceptions:  # a bug in the users' code: conversations were cut short unjudged
-        count = sum(e.get("count", 1) for e in runner.exceptions.values())
-        first = str(next(iter(runner.exceptions.values())).get("msg", ""))[:200]
-        return EXIT_AUDIT, (f"{count} exception(s) in Locust users cut conversations short, so the verdict cannot be "
-                            f"trusted (first: {first}; Locust's exception report has the tracebacks)")
+    raised = user_exceptions(environment)
+    if raised:  # a bug in the users' code: conversations were cut short unjudged
+        return EXIT_AUDIT, (f"{raised['count']} exception(s) in Locust users cut conversations short, so the verdict "
+                            f"cannot be trusted (first: {raised['first']}; Locust's exception report has the tracebacks)")
     if runner is not None and (len(runner.errors) or len(runner.exceptions)):
         return int(getattr(options, "exit_code_on_error", 1)), "requests failed and --exit-code-on-error is set"
     if getattr(locust_log, "unhandled_greenlet_exception", False):
@@ -324,6 +332,9 @@ class EndOfRun:
                 name, phase = self.pending
                 self._stop_here(self.interrupt(name, phase))
             locust_output.write(environment, run.run_dir)
+            raised = user_exceptions(environment)
+            if raised:  # before the report, which warns of it
+                runfolder.update_run(run.run_dir, user_exceptions=raised)
             try:
                 run.code = self._finish(run)
             except Stopped:

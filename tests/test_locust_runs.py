@@ -295,11 +295,15 @@ def test_an_exception_in_a_locust_user_never_passes(tmp_path):
                           "        raise RuntimeError('a bug after the conversation')\n")
     with chat_bot("memory") as url:
         run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "-f", locustfile, "BrokenUser",
-                         cwd=REPO, time_s="2s")
+                         "--http-url", f"{url}/history/{{session}}", "--role-field", "role", "--content-field",
+                         "content", "--settle", "0", cwd=REPO, time_s="2s")
     assert run.returncode == 3, run.output[-3000:]
     assert "exception(s) in Locust users cut conversations short" in run.output
     assert "a bug after the conversation" in run.output
-    assert json.loads((run.run_dir / "run.json").read_text())["exit_code"] == 3
+    meta = json.loads((run.run_dir / "run.json").read_text())
+    assert meta["exit_code"] == 3 and meta["user_exceptions"]["count"] >= 1
+    report = (run.run_dir / "report.html").read_text()
+    assert "Locust users raised" in report and "cannot be trusted" in report
 
 
 def test_a_bot_that_answers_in_several_messages(tmp_path):
