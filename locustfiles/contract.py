@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from xml.etree import ElementTree
 from functools import cached_property
+from xml.etree import ElementTree
 
 from contracts import codec
 
@@ -89,11 +89,9 @@ class ChatContract:
         headers = dict(self.headers)
         if self.reply_format == "sse" and not any(name.lower() == "accept" for name in headers):
             headers["Accept"] = "text/event-stream"
-        if session is None:
-            pass
-        elif self.session_header:
+        if session is not None and self.session_header:  # None: the bot has not issued it yet (--session-from)
             headers[self.session_header] = session
-        elif self.session_field:
+        elif session is not None and self.session_field:
             set_dotted(body, self.session_field, session)
         return body, headers or None
 

@@ -156,30 +156,19 @@ def check_request(get) -> None:
         raise OptionError(f"--chat-path: {path!r}: the only placeholder is {SESSION} (percent-encode other braces)")
     if get("session_header") and not _TOKEN.match(str(get("session_header"))):
         raise OptionError(f"--session-header: {get('session_header')!r} is not a header name (letters, digits and -)")
-    reply_format = str(get("reply_format") or "json")
-    if reply_format not in REPLY_FORMATS:
-        raise OptionError(f"--reply-format: {reply_format!r} is not one of {', '.join(REPLY_FORMATS)}")
+    reply_format = _one_of(str(get("reply_format") or "json"), REPLY_FORMATS, "--reply-format")
     check_session_from(str(get("session_from") or "").strip(), path, reply_format, str(get("start_path") or "").strip(),
                        str(get("start_body") or ""))
     body = str(get("body") or "")
-    try:
-        template = codec.loads(body) if body else {}
-    except codec.DecodeError as exc:
-        raise OptionError(f"--body: not JSON ({exc})") from None
-    if not isinstance(template, dict):
-        raise OptionError(f"--body: {body[:80]!r} is not a JSON object")
+    template = json_object(body, "--body")
     for option, path in (("--message-field", str(get("message_field"))), ("--session-field", session_field)):
         try:
             if path:
                 set_dotted(template, path, "")  # as a turn sets it (the session id into what the message made)
         except PathError as exc:
             raise OptionError(f"{option}: {exc}" + (" (in --body)" if body else "")) from None
-    body_format = str(get("body_format") or "json")
-    if body_format not in BODY_FORMATS:
-        raise OptionError(f"--body-format: {body_format!r} is not one of {', '.join(BODY_FORMATS)}")
-    method = str(get("chat_method") or "POST").upper()
-    if method not in METHODS:
-        raise OptionError(f"--chat-method: {method!r} is not one of {', '.join(METHODS)}")
+    body_format = _one_of(str(get("body_format") or "json"), BODY_FORMATS, "--body-format")
+    method = _one_of(str(get("chat_method") or "POST").upper(), METHODS, "--chat-method")
     nested = next((k for k, v in template.items() if isinstance(v, (dict, list))), None)
     flat = "--chat-method GET: a query's" if method == "GET" else "--body-format form: a form's"
     if (body_format == "form" or method == "GET") and nested is not None:
@@ -222,6 +211,23 @@ def _audit_option(parse, values):
         raise OptionError(str(exc)) from None
 
 
+def _one_of(value: str, choices: tuple, option: str) -> str:
+    if value not in choices:
+        raise OptionError(f"{option}: {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def json_object(text: str, option: str) -> dict:
+    """A JSON object option (``--body``, ``--start-body``) decoded; {} when empty."""
+    try:
+        value = codec.loads(text) if text else {}
+    except codec.DecodeError as exc:
+        raise OptionError(f"{option}: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise OptionError(f"{option}: {text[:80]!r} is not a JSON object")
+    return value
+
+
 def check_session_from(text: str, path: str, reply_format: str, start_path: str = "", start_body: str = "") -> None:
     """``--session-from`` and ``--start-path``: a source there is, a name, a start request that can be sent, and
     nowhere the first turn cannot do without an id."""
@@ -231,11 +237,7 @@ def check_session_from(text: str, path: str, reply_format: str, start_path: str 
         if not start_path.startswith("/") or SESSION in start_path or any(
                 c.isspace() or not c.isprintable() for c in start_path):
             raise OptionError(f"--start-path: {start_path!r} must start with '/', without spaces or {SESSION}")
-        try:
-            if start_body and not isinstance(codec.loads(start_body), dict):
-                raise OptionError(f"--start-body: {start_body[:80]!r} is not a JSON object")
-        except codec.DecodeError as exc:
-            raise OptionError(f"--start-body: not JSON ({exc})") from None
+        json_object(start_body, "--start-body")
     if not text:
         return
     source, sep, name = text.partition(":")
