@@ -1,7 +1,8 @@
 """``python -m oracle audit RUN``: (re-)audit a run folder, print a short summary and the verdict.
 
 Exit codes: 0 every gate held; 1 a gate failed; 2 bad input (a bad gate spec, no journal, an
-unreadable store, a key template that matches none of the run's sessions).
+unreadable store, a key template that matches none of the run's sessions); 3 every gate held but the
+run's Locust users raised exceptions (run.json), so conversations were cut short, unjudged.
 """
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from pathlib import Path
 
 from oracle.explain import journal_copy_line
 from contracts import codec, redact
+from contracts.runfolder import RunFolder
 from contracts.durations import DurationError, parse_duration
 from oracle.history import JournalError
 from oracle.snapshot import SnapshotError
 from oracle.options import OptionError, add_gate_options, add_store_options, gates, store_options
 from oracle.store import StoreError
-from oracle.verdict import rule_line
+from oracle.verdict import cut_short, rule_line
 
 
 def parser() -> argparse.ArgumentParser:
@@ -141,4 +143,18 @@ def main(argv: list[str] | None = None) -> int:
     print(headline(summary["verdict"]))
     if summary["verdict"]["failed"] == [NOTHING_ACKNOWLEDGED]:
         return 2  # as at the end of a Locust run: nothing to judge is bad input (a finding would still be 1)
-    return 1 if summary["verdict"]["result"] == "fail" else 0
+    if summary["verdict"]["result"] == "fail":
+        return 1
+    untrusted = cut_short(recorded_run(run))
+    if untrusted:  # as at the end of the Locust run
+        print(f"NOT TRUSTED — {untrusted}: exit 3")
+        return 3
+    return 0
+
+
+def recorded_run(run: Path) -> dict:
+    """The run's run.json, or {} when it has none or it is damaged (the audit does not need it)."""
+    try:
+        return codec.loads_object(RunFolder(run).run_json.read_bytes())
+    except (OSError, codec.DecodeError):
+        return {}

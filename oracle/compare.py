@@ -5,8 +5,8 @@ latency with a Mann-Whitney U test on the per-window values. A rate is **worse**
 difference is significant (p < --alpha) AND larger than --margin (absolute), so a pipeline can
 gate on it without failing on noise. Every candidate is compared with BASE; the exit code
 follows the last candidate: 1 when it is worse on any rate or fails a gate of its verdict (the same
-rules as the audit, oracle/verdict.py), 0 otherwise,
-2 for input that cannot be compared.
+rules as the audit, oracle/verdict.py), 3 when it holds them but its Locust users raised exceptions
+(conversations cut short, unjudged), 0 otherwise, 2 for input that cannot be compared.
 """
 from __future__ import annotations
 
@@ -178,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m oracle compare",
         description="Compare audited runs, in release order: BASE CANDIDATE [MORE...]. Exit 1 when the last "
-                    "candidate is worse than BASE on any rate or fails a gate of the verdict, 0 otherwise, 2 on bad input.")
+                    "candidate is worse than BASE on any rate or fails a gate of the verdict, 3 when its Locust users "
+                    "raised exceptions (conversations cut short), 0 otherwise, 2 on bad input.")
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run folders, base first")
     parser.add_argument("--margin", type=float, default=0.01,
                         help="smallest absolute rate increase that counts as worse (default 0.01 = 1 point)")
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     base, last = runs[0], runs[-1]
     results = {r.path.as_posix(): compare_pair(base, r, args.alpha, args.margin) for r in runs[1:]}
     warnings = like_for_like(runs) + [w for r in runs for w in r.warnings]
-    from oracle.verdict import GateError, headline
+    from oracle.verdict import GateError, cut_short, headline
 
     try:
         judged = candidate_verdict(last.summary, args)
@@ -231,10 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     out.append(f"{last.label} on its own (gates {judged['gates']}): {headline(judged)}")
     out += [f"  gate failed: {b}" for b in breaches]
     failed = gate == WORSE or bool(breaches)
+    untrusted = None if failed else cut_short(last.run)
     out.append(f"verdict: {last.label} against {base.label}: {gate.upper() if gate != SAME else gate} "
                f"(alpha {args.alpha}, margin {args.margin * 100:g} points)"
-               + (f"; {len(breaches)} gate(s) failed" if breaches else "") + f" -> exit {int(failed)}")
+               + (f"; {len(breaches)} gate(s) failed" if breaches else "")
+               + (f"; NOT TRUSTED: {untrusted} -> exit 3" if untrusted else f" -> exit {int(failed)}"))
     print("\n".join(out))
     if args.html:
         print(f"html: {write_html(args.html, runs, results, warnings, breaches, trend, gate, args)}")
-    return 1 if failed else 0
+    return 1 if failed else 3 if untrusted else 0

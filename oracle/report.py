@@ -22,7 +22,7 @@ from oracle.report_data import (EXAMPLES_PER_CLASS, RATE_METRICS, RATE_TITLES, R
                                 rate)
 from oracle.report_format import interval, ms, number, pct, verdict
 from oracle.explain import journal_copy_line
-from oracle.verdict import of_summary, rule_line
+from oracle.verdict import cut_short, of_summary, rule_line
 
 CHARTS = {
     "timeline": ("Timeline", charts.timeline,
@@ -114,9 +114,19 @@ def render(run_dir: str | Path, data: RunData | None = None) -> Path:
     return target
 
 
+def shown_verdict(data: RunData) -> tuple[str, str, str]:
+    """(level, headline, detail) of the badge and the terminal: the audit's verdict, except that a held
+    verdict of a run whose Locust users raised exceptions is NOT TRUSTED (a FAIL stays a FAIL)."""
+    level, headline, detail = verdict(data.summary)
+    untrusted = cut_short(data.run)
+    if untrusted and level != "fail":
+        return "warn", "NOT TRUSTED", f"{untrusted}; the stored data alone: {headline} - {detail}"
+    return level, headline, detail
+
+
 def context(data: RunData) -> dict:
     s = data.summary
-    level, headline, detail = verdict(s)
+    level, headline, detail = shown_verdict(data)
     counts = dict(s.get("anomalies") or {})
     for cls, n in data.anomalies.counts.items():
         counts.setdefault(cls, n)
@@ -188,7 +198,7 @@ def terminal_summary(run_dir: str | Path, data: RunData | None = None) -> str:
     """A compact text table of the headline numbers, for headless runs and Locust's end-of-run hook."""
     data = data or load_run(run_dir)
     s = data.summary
-    level, headline, detail = verdict(s)
+    level, headline, detail = shown_verdict(data)
     lines = [f"goldfish · {data.label} · run {data.run.get('run') or data.path.name} · target {data.run.get('target')}",
              f"verdict: {headline} - {detail}", "",
              f"{'metric':<22}{'rate':>9}  {'95% interval':<20}{'count/total':>14}"]

@@ -23,7 +23,7 @@ from contracts.timeline import load_step
 from contracts.runfolder import RunFolder
 from oracle.metrics import wilson
 from oracle.timeline import Fault, load_faults
-from oracle.verdict import GATES
+from oracle.verdict import GATES, cut_short
 
 RATE_METRICS = ("probe_amnesia", "stored_loss", "session_amnesia", "crosstalk")
 RATE_TITLES = {
@@ -275,11 +275,9 @@ def load_run(path: str | Path) -> RunData:
                             f"{'an object' if kind is dict else 'text'}; left out")
     if all(value is None for value in run.values()):
         warnings.append(f"{path / 'run.json'}: missing or empty; label and options unknown")
-    raised = run.get("user_exceptions")
-    if isinstance(raised, dict):  # written by the Locust run's end (locustfiles/endofrun.py)
-        warnings.insert(0, f"Locust users raised {codec.short(raised.get('count'))} exception(s) (first: "
-                           f"{codec.short(raised.get('first'), 160)}): conversations were cut short, unjudged, so the "
-                           "verdict below cannot be trusted; the run exits 3")
+    untrusted = cut_short(run)
+    if untrusted:  # written by the Locust run's end (locustfiles/endofrun.py)
+        warnings.insert(0, f"{untrusted}; the run exits 3")
     summary = _read_json(summary_file, warnings, default=None)
     if not isinstance(summary, dict):
         raise NotAudited(f"{summary_file}: not a JSON object - re-run `python -m oracle audit {path}`")

@@ -281,3 +281,15 @@ def headline(v: dict) -> str:
                                                     f", {len(v['rules']) - measured} not measured")
     causes = "; ".join(f"{r['count']:,} {r['text']}" for r in v.get("root_causes") or [])
     return "FAIL — " + (causes or "; ".join(v["failed"]))
+
+
+def cut_short(run: dict) -> str | None:
+    """Why even a held verdict cannot be trusted: Locust's users raised exceptions (run.json's
+    ``user_exceptions``, written at the end of the Locust run), so conversations were cut short,
+    unjudged. None when they did not. The run exits 3 for it; so do ``oracle audit`` and ``oracle
+    compare`` of it, and its report's badge says NOT TRUSTED (a FAIL stays a FAIL)."""
+    raised = run.get("user_exceptions") if isinstance(run, dict) else None
+    if not isinstance(raised, dict):
+        return None
+    return (f"Locust users raised {short(raised.get('count'))} exception(s) (first: {short(raised.get('first'), 160)}): "
+            "conversations were cut short, unjudged, so the verdict cannot be trusted")

@@ -155,3 +155,35 @@ def test_a_crash_is_exit_3_never_1_which_means_a_failed_gate(tmp_path, monkeypat
     monkeypatch.setattr(report, "load_run", crash)
     assert main(["report", str(run)]) == 3
     assert "oracle report: FAILED: ValueError: a damaged file no check caught" in capsys.readouterr().err
+
+
+def test_a_run_whose_locust_users_raised_exceptions_is_not_trusted(tmp_path, capsys):
+    """run.json's user_exceptions (written at the end of the Locust run): its conversations were cut short,
+    unjudged, so compare exits 3 for it and its report's badge says NOT TRUSTED, not PASS; a FAIL stays a FAIL
+    (exit 1, badge FAIL): a bug found must fail the run."""
+    import json
+
+    from oracle import report
+
+    base = synthetic(tmp_path / "a", label="v1", seed=1)
+    cand = synthetic(tmp_path / "b", label="v2", seed=2)
+    assert compare.main([str(base), str(cand), "--gate", "off"]) == 0
+    assert report.shown_verdict(load_run(cand))[:2] == ("ok", "PASS")
+    meta = json.loads((cand / "run.json").read_text())
+    (cand / "run.json").write_text(json.dumps({**meta, "user_exceptions": {"count": 4, "first": "KeyError: 'x'"}}))
+    capsys.readouterr()
+    assert compare.main([str(base), str(cand), "--gate", "off"]) == 3
+    out = capsys.readouterr().out
+    assert "NOT TRUSTED: Locust users raised 4 exception(s) (first: \"KeyError: 'x'\")" in out and "-> exit 3" in out
+    level, headline, detail = report.shown_verdict(load_run(cand))
+    assert (level, headline) == ("warn", "NOT TRUSTED") and "the stored data alone: PASS" in detail
+    assert "verdict: NOT TRUSTED - Locust users raised 4" in report.terminal_summary(cand)
+    page = report.context(load_run(cand))
+    assert page["headline"] == "NOT TRUSTED" and page["warnings"][0].startswith("Locust users raised 4")
+
+    failing = synthetic(tmp_path / "c", label="v3", lost=60, seed=3)
+    meta = json.loads((failing / "run.json").read_text())
+    (failing / "run.json").write_text(json.dumps({**meta, "user_exceptions": {"count": 1, "first": "boom"}}))
+    assert compare.main([str(base), str(failing)]) == 1
+    assert "-> exit 1" in capsys.readouterr().out
+    assert report.shown_verdict(load_run(failing))[:2] == ("fail", "FAIL")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from collections import Counter
 from urllib.parse import quote
 
@@ -304,6 +306,11 @@ def test_an_exception_in_a_locust_user_never_passes(tmp_path):
     assert meta["exit_code"] == 3 and meta["user_exceptions"]["count"] >= 1
     report = (run.run_dir / "report.html").read_text()
     assert "Locust users raised" in report and "cannot be trusted" in report
+    assert '<div class="badge warn">NOT TRUSTED</div>' in report
+    again = subprocess.run([sys.executable, "-m", "oracle", "audit", str(run.run_dir)], cwd=REPO, capture_output=True,
+                           text=True, timeout=120)  # offline, from the snapshot: the same code as the run's
+    assert again.returncode == 3, again.stdout + again.stderr
+    assert "NOT TRUSTED — Locust users raised" in again.stdout
 
 
 def test_a_bot_that_answers_in_several_messages(tmp_path):
