@@ -239,7 +239,9 @@ def _verdict_rows(row, run, base: str) -> None:
         return
     v = run.verdict
     audited = run.report is not None or RunFolder(run.run_dir).summary.exists()
-    row("verdict", "result", v["result"].upper(), f"gates {v['gates']} · exit code {run.final}"
+    untrusted = v["result"] == "pass" and run.final == endofrun.EXIT_AUDIT  # its Locust users raised exceptions
+    row("verdict", "result", "NOT TRUSTED" if untrusted else v["result"].upper(),
+        f"gates {v['gates']} · exit code {run.final}" + (" · Locust users raised exceptions: conversations were cut short, unjudged" if untrusted else "")
         + ("" if audited else " · online, from the journal: the store was not audited"))
     for rule in v["rules"]:
         if rule["result"] in ("pass", "fail"):

@@ -19,7 +19,7 @@ from oracle import charts
 from oracle.compare import bad_statistics, compare_pair, trend_rows
 from oracle.report_data import RATE_METRICS as POOLED, RunData, RunFolderError, load_run, rate
 from oracle.report_format import interval, ms, number, pct
-from oracle.verdict import of_summary
+from oracle.verdict import cut_short, of_summary
 
 
 def night(run: RunData) -> str:
@@ -48,7 +48,8 @@ def per_run(runs: list[RunData], alpha: float, margin: float) -> list[dict]:
     results = {r.path.as_posix(): compare_pair(prev, r, alpha, margin) for prev, r in zip(runs, runs[1:])}
     rows = trend_rows(runs, results)
     for row, r in zip(rows, runs):
-        row.update(night=night(r), result=of_summary(r.summary)["result"],
+        result = of_summary(r.summary)["result"]
+        row.update(night=night(r), result="untrusted" if result == "pass" and cut_short(r.run) else result,
                    vs_previous="-" if row["verdict"] == "base" else row["verdict"])
     return rows
 

@@ -180,6 +180,9 @@ def test_a_run_whose_locust_users_raised_exceptions_is_not_trusted(tmp_path, cap
     assert "verdict: NOT TRUSTED - Locust users raised 4" in report.terminal_summary(cand)
     page = report.context(load_run(cand))
     assert page["headline"] == "NOT TRUSTED" and page["warnings"][0].startswith("Locust users raised 4")
+    from oracle import trend
+    rows = trend.per_run([load_run(base), load_run(cand)], 0.05, 0.01)
+    assert [r["result"] for r in rows] == ["pass", "untrusted"]
 
     failing = synthetic(tmp_path / "c", label="v3", lost=60, seed=3)
     meta = json.loads((failing / "run.json").read_text())
