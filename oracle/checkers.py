@@ -207,7 +207,9 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
         else:
             out.append(finding("unanswered", session, turn, t.sent, token=t.token, reply=t.reply,
                                matched_by="reply text" if by_text else "count",
-                               assistant_entries_after=sum(seen.values()) if by_text else spare))
+                               assistant_entries_after=sum(seen.values()) if by_text else spare,
+                               **({"other_roles": sorted(map(str, decoded.other_roles))[:5]}
+                                  if decoded.other_roles else {})))
     out.reverse()
     if not by_text:
         return out, []

@@ -23,6 +23,7 @@ class Decoded:
     messages: list = field(default_factory=list)  # [(entry index, role, text)]
     users: list = field(default_factory=list)     # [(entry index, text)] the user-role subset, in order
     corrupt: list = field(default_factory=list)   # [{"index", "reason", "excerpt", "length"}]
+    other_roles: set = field(default_factory=set)  # role names of the entries that are neither user nor assistant
 
 
 def get_path(obj, path: str):
@@ -140,10 +141,18 @@ def decode_session(raw: RawSession, shape: Shape, elements: list | None = None) 
         if isinstance(got, str):
             out.corrupt.append(_corrupt(index, got, entry))
         else:
-            out.messages.append((index, got[0], got[1]))
-            if got[0] == USER:
-                out.users.append((index, got[1]))
+            _add(out, index, got, element, shape)
     return out
+
+
+def _add(out: Decoded, index: int, got: tuple, element: dict, shape: Shape) -> None:
+    """One decoded message; the role name of one neither user's nor assistant's is kept (the unanswered finding
+    names them: a bot storing its answers under another role needs --assistant-role)."""
+    out.messages.append((index, got[0], got[1]))
+    if got[0] == USER:
+        out.users.append((index, got[1]))
+    elif got[0] == OTHER:
+        out.other_roles.add(_dig(element, shape.role_path))
 
 
 def _typed_decoder(role_key: str, content_key: str, sub_key: str | None):
@@ -178,6 +187,7 @@ def _fill(out: Decoded, roles: list, texts: list, shape: Shape) -> None:
     kinds = list(map(shape.roles.get, roles, [OTHER] * len(roles)))
     out.messages = list(zip(range(len(kinds)), kinds, texts))
     out.users = [(i, text) for i, kind, text in out.messages if kind == USER]
+    out.other_roles = {role for role, kind in zip(roles, kinds) if kind == OTHER}
 
 
 def _decode_blob(blob, shape: Shape, out: Decoded) -> None:
@@ -200,9 +210,7 @@ def _decode_blob(blob, shape: Shape, out: Decoded) -> None:
         if isinstance(got, str):
             out.corrupt.append(_corrupt(index, got, codec.dumps_line(element).rstrip(b"\n")))
         else:
-            out.messages.append((index, got[0], got[1]))
-            if got[0] == USER:
-                out.users.append((index, got[1]))
+            _add(out, index, got, element, shape)
 
 
 def _corrupt(index: int, reason: str, value) -> dict:

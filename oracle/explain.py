@@ -89,12 +89,22 @@ def explain(f: dict) -> str:
         return (f"Session {s} turn {turn} (token {e['token']}) was acknowledged with a reply, and its user entry is "
                 f"stored, but no assistant entry after it holds that reply (matched by {e['matched_by']}). The bot "
                 f"answered the user without keeping its answer, so the next turn's context is missing half of "
-                f"this exchange.")
+                f"this exchange." + _other_roles(e.get("other_roles")))
     if cls == "corrupt":
         whose = f" It belongs to turn {turn} (identified by {e['tied_by']})." if turn is not None else ""
         return (f"Entry {e['index']} of {e['key']} cannot be read: {e['reason']}. Excerpt: {e['excerpt']!r}."
                 f"{whose} A bot reading this history either crashes or silently drops the entry.")
     return f"{cls} in session {s}: {e}"
+
+
+def _other_roles(roles) -> str:
+    """The roles of the session's entries that are neither the user's nor the assistant's, when there are any:
+    a bot that keeps its answers under one of them is not unanswered, its role needs naming."""
+    if not roles:
+        return ""
+    names = ", ".join(map(str, roles))
+    return (f" The history also holds entries of other roles ({names}), which are not judged: if the bot keeps its "
+            f"answers under one of them, pass --assistant-role {roles[0]} (repeatable).")
 
 
 def journal_copy_line(copy: dict) -> str:

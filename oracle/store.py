@@ -35,8 +35,8 @@ class StoreOptions:
     direction: str = "lpush"                  # lpush: newest first (LangChain); rpush: oldest first
     role_field: str = "type"                  # dotted path to the role inside an element
     content_field: str = "data.content"       # dotted path to the text inside an element
-    user_roles: tuple = ("human", "user")
-    assistant_roles: tuple = ("ai", "assistant")
+    user_roles: tuple = ("human", "user", "HumanMessageChunk")      # LangChain stores a streamed message as
+    assistant_roles: tuple = ("ai", "assistant", "AIMessageChunk")  # its chunk type (RunnableWithMessageHistory)
     http_url: str | None = None               # e.g. http://host/sessions/{session}/history
     messages_field: str = "messages"          # dotted path to the message list in a JSON document (a blob, an
                                               # HTTP reply); a document that is a list is the list

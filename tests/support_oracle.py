@@ -286,14 +286,15 @@ def finding_keys(run_dir: Path) -> set:
     return {(f["class"], f["session"], f["turn"]) for f in read_findings(run_dir)}
 
 
-def store_with_langchain(url: str, world: World, ttl: int | None = None) -> None:
-    """Write the world's stored histories with LangChain's own RedisChatMessageHistory (bytes raw)."""
+def store_with_langchain(url: str, world: World, ttl: int | None = None, streamed: bool = False) -> None:
+    """Write the world's stored histories with LangChain's own RedisChatMessageHistory (bytes raw);
+    ``streamed``: the answers as a streamed RunnableWithMessageHistory stores them (AIMessageChunk)."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from langchain_community.chat_message_histories import RedisChatMessageHistory
-        from langchain_core.messages import AIMessage, HumanMessage
+        from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
     for s in world.order:
         if s in world.gone:
             continue
@@ -304,7 +305,7 @@ def store_with_langchain(url: str, world: World, ttl: int | None = None) -> None
             elif m["type"] == "human":
                 history.add_message(HumanMessage(content=m["data"]["content"]))
             else:
-                history.add_message(AIMessage(content=m["data"]["content"]))
+                history.add_message((AIMessageChunk if streamed else AIMessage)(content=m["data"]["content"]))
         history.redis_client.close()
 
 

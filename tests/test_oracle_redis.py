@@ -60,6 +60,22 @@ def test_each_damage_class_is_found(tmp_path, redis_server, damage):
         assert f["explanation"] and f["id"].startswith(f["class"] + "-")
 
 
+def test_answers_langchain_stored_from_a_stream_are_answers(tmp_path, redis_server):
+    """A streamed RunnableWithMessageHistory stores each answer as an AIMessageChunk: an assistant role by default
+    (it was 'unanswered' on every turn). Told otherwise, the unanswered findings name the role they skipped."""
+    world = build_world(simple_specs(3), seed=4)
+    write_journal(tmp_path / "run", world.records)
+    store_with_langchain(redis_server.url, world, streamed=True)
+    assert b"AIMessageChunk" in b"".join(redis.Redis.from_url(redis_server.url).lrange(f"message_store:{world.order[0]}",
+                                                                                       0, -1))
+    assert audit_run(tmp_path / "run", StoreOptions(url=redis_server.url))["anomalies"] == {}
+    summary = audit_run(tmp_path / "run", StoreOptions(url=redis_server.url, assistant_roles=("ai",)))
+    assert set(summary["anomalies"]) == {"unanswered"}
+    found = read_findings(tmp_path / "run")
+    assert all(f["evidence"]["other_roles"] == ["AIMessageChunk"] for f in found)
+    assert "pass --assistant-role AIMessageChunk" in found[0]["explanation"]
+
+
 def test_expired_when_keys_carry_a_ttl_and_foreign_keys(tmp_path, redis_server):
     run, world, _ = make_run(tmp_path, redis_server)
     client = redis_server.client()
