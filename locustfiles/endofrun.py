@@ -424,7 +424,9 @@ class EndOfRun:
         self.told, lines = True, []
         for run in self.runs:
             verdict = (run.result or ("interrupted" if run.interrupted else "no verdict")).upper()
-            where = f"report {run.report}" if run.report else "no report.html (no audit: --store-url)"
+            where = f"report {run.report}" if run.report else "no report.html (" + (
+                "no audit: --store-url" if run.settings.store is None or run.settings.no_audit else
+                "the store was not judged: see above") + ")"
             lines.append(f"{run.run_dir}: {verdict}, exit code {run.final if run.final is not None else self.code}"
                          f" — {where}")
         return lines
@@ -467,6 +469,10 @@ class EndOfRun:
         self._enter(run, AUDIT)
         code, summary = self.audit(s)
         if summary is None:
+            if code == EXIT_BAD and online["verdict"]["result"] == "fail":  # the store unjudged, the clients saw a bug
+                self._say_verdict(online["verdict"], "online, from the journal: the store could not be judged (above)")
+                run.verdict = online["verdict"]
+                return EXIT_GATE
             return code
         self._enter(run, REPORT)
         try:

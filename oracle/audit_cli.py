@@ -1,7 +1,8 @@
 """``python -m oracle audit RUN``: (re-)audit a run folder, print a short summary and the verdict.
 
 Exit codes: 0 every gate held; 1 a gate failed; 2 bad input (a bad gate spec, no journal, an
-unreadable store, a key template that matches none of the run's sessions); 3 every gate held but the
+unreadable store, a key template that matches none of the run's sessions, unless what the clients
+saw fails a gate all the same: then 1); 3 every gate held but the
 run's Locust users raised exceptions (run.json), so conversations were cut short, unjudged.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from contracts import codec, redact
 from contracts.runfolder import RunFolder
 from contracts.durations import DurationError, parse_duration
 from oracle.history import JournalError
+from oracle.keys import TemplateMismatch
 from oracle.snapshot import SnapshotError
 from oracle.options import OptionError, add_gate_options, add_store_options, gates, store_options
 from oracle.store import StoreError
@@ -131,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = audit_run(run, store=store, window_s=args.window, recovery_s=args.recovery,
                             gates=limits, jobs=args.jobs)
+    except TemplateMismatch as exc:
+        print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
+        return _online(run, limits, args.recovery)
     except (JournalError, SnapshotError, StoreError, WorkerError) as exc:
         print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
         return 2
@@ -150,6 +155,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"NOT TRUSTED — {untrusted}: exit 3")
         return 3
     return 0
+
+
+def _online(run: Path, limits, recovery_s: float) -> int:
+    """The store could not be judged (its keys are not where the template says): 1 when what the clients saw
+    fails a gate all the same (failed recall probes, cross-talk in replies: a bug found fails), else 2."""
+    from oracle.audit import journal_verdict
+    from oracle.verdict import headline
+
+    v = journal_verdict(run, limits, recovery_s)["verdict"]
+    if v["result"] != "fail":
+        return 2
+    print(f"verdict from the journal alone (the store was not judged): {headline(v)}")
+    print("\n".join(f"  {rule['result'].upper():<13} {rule_line(rule)}" for rule in v["rules"]
+                    if rule["result"] == "fail"))
+    return 1
 
 
 def recorded_run(run: Path) -> dict:

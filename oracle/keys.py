@@ -61,11 +61,12 @@ class ForeignKeys:
 
 
 def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list[str], all_gone: bool,
-                          first_ack: float | None, probes: tuple[int, int] = (0, 0)) -> dict:
+                          first_ack: float | None, probes: tuple[int, int] = (0, 0), gone_count: int | None = None) -> dict:
     """Evidence about acknowledged sessions whose key does not exist; raises TemplateMismatch when
     the evidence says the oracle looks in the wrong place.
 
-    ``gone``: such sessions; ``all_gone``: no acknowledged session has a key at all; ``probes``:
+    ``gone``: a sample of such sessions, ``gone_count`` how many there are (default: the sample's size);
+    ``all_gone``: no acknowledged session has a key at all; ``probes``:
     (failed, answered) recall probes — a bot that remembered (few failed) keeps its memory
     somewhere, so finding none of it here means the wrong place; a bot that forgot may simply not
     keep this run's memory in this store (memory in a process, built per request): a loss.
@@ -73,6 +74,7 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     "evicted_keys", "bot_forgot": bool}``.
     """
     found, scanned = find_session_keys(client, gone[:SAMPLE])
+    gone_count = len(gone) if gone_count is None else gone_count
     info = _info(client)
     restarted_at = _started_at(info)
     restarted = restarted_at is not None and first_ack is not None and restarted_at > first_ack + 1
@@ -94,9 +96,9 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             f"no acknowledged session of this run has a key under the key template {template!r}, but their "
             f"session ids are in other keys of the store: {_places(client, found)}. The template does not match "
             f"where the bot writes; try --key-template {suggestion!r}{where}. Nothing was judged.")
-    if not restarted and expired + evicted < len(gone) and not forgot:
+    if not restarted and expired + evicted < gone_count and not forgot:
         raise TemplateMismatch(
-            f"none of the {len(gone)} acknowledged sessions of this run has a key under the key template "
+            f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
             f"{template!r} at {options.where()}, no key of the store holds their session ids (looked at "
             f"{scanned:,} keys: {_examples(client)}), and nothing explains a loss: the server has been up since "
             f"before the first acknowledged turn ({_ago(restarted_at)}), and its expired_keys ({expired}) and "

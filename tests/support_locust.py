@@ -6,6 +6,7 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
     memory     remembers each session's facts (a correct bot)
     forget     keeps no memory at all (every probe is amnesia)
     leaky      one fact table shared by all sessions (a leaking test bot: cross-talk)
+    lapse      forgets one conversation in eight (by session id): a few failed probes, not most
     flaky      cycles through: ok, 200 with a non-JSON body, 200 JSON without the reply field
     slow       remembers, but sleeps --delay seconds first (timeouts)
     contract2  a different API: POST /api/v2/converse, session id in header X-Conversation-Id,
@@ -55,6 +56,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -178,8 +180,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
                 return respond(start, "200 OK", b"hello, not json", "text/plain", extra)
             if kind == 2:
                 return respond(start, "200 OK", b'{"answer": "the reply is under another name"}', extra=extra)
-        if mode in ("forget", "forgetful-stream"):
-            text = answer({}, message)
+        if mode in ("forget", "forgetful-stream") or (mode == "lapse" and zlib.crc32(session.encode()) % 8 == 0):
+            text = answer({}, message)  # lapse: one conversation in eight forgotten, as a replica that is not sticky
         elif mode == "leaky":
             text = answer(shared, message)
         else:

@@ -179,9 +179,10 @@ def test_a_wrong_key_template_stops_with_exit_2_naming_the_template_and_the_keys
 
 # ---- a real total loss is loss, a wrong place is a mismatch (oracle, real redis-server) ------------
 
-def world_run(tmp_path, server, key_template="message_store:{session}", db=0, ago: float = 60):
+def world_run(tmp_path, server, key_template="message_store:{session}", db=0, ago: float = 60, sessions: int = 4):
     """A world stored in ``server``, journaled as if acknowledged ``ago`` seconds ago."""
-    specs = [[dataclasses.replace(spec, verdict_amnesia=False) for spec in session] for session in simple_specs(4)]
+    specs = [[dataclasses.replace(spec, verdict_amnesia=False) for spec in session]
+             for session in simple_specs(sessions)]
     world = build_world(specs, start=time.time() - ago, seed=9)  # a bot that remembered every fact
     client = redis.Redis(port=server.port, db=db)
     fill_redis(client, world, key_template)
@@ -230,3 +231,42 @@ def test_nothing_anywhere_and_no_restart_is_a_mismatch_not_a_loss(tmp_path, redi
     gone = [f for f in read_findings(run) if f["class"] == "vanished"]
     assert len(gone) == len(world.order) and s["verdict"]["result"] == "fail"
     assert "does not keep the conversation in this store" in gone[0]["explanation"]
+
+
+def test_a_mismatch_still_fails_on_what_the_clients_saw(tmp_path, redis_server, capsys):
+    """Memory kept in the bot's processes, behind keep-alive connections that stick each user to one of them:
+    the store holds nothing, and only some recall probes failed (under the quarter that says "forgot"), so the
+    store cannot be judged (a mismatch, exit 2). The failed probes are a bug found all the same: oracle audit
+    exits 1 on the journal's verdict. The mismatch counts every missing session, not the sample it looked at."""
+    from oracle.audit_cli import main
+
+    run, world = world_run(tmp_path, redis_server, ago=-2, sessions=24)
+    redis_server.client().flushall()
+    url, lenient = ["--store-url", redis_server.url], ["--gate", "errors=100%"]  # its refused turns are no bug here
+    assert main([str(run), *url, *lenient]) == 2
+    assert "none of the 24 acknowledged sessions" in capsys.readouterr().err
+    probe = next(r for r in world.records if r["kind"] == "probe" and r["outcome"] == "ok")
+    probe["verdict"] = "amnesia"  # 1 of 24 probes: the bot remembered most, so the mismatch still stands
+    write_journal(run, world.records)
+    assert main([str(run), *url, *lenient]) == 1
+    captured = capsys.readouterr()
+    assert "none of the 24 acknowledged sessions" in captured.err
+    assert "verdict from the journal alone (the store was not judged): FAIL" in captured.out
+    assert "probe_amnesia" in captured.out
+
+
+def test_a_bot_whose_memory_is_not_in_the_store_and_forgets_some_fails_the_run(tmp_path, redis_server):
+    """The field's first failure, behind keep-alive connections: memory in the bot's process, and only some
+    conversations forgotten. The store holds nothing of the run and most probes passed, so the store is not
+    judged (a wrong place, exit 2 before); the failed probes still fail the run: exit 1, the journal's verdict."""
+    redis_server.client().flushall()
+    with chat_bot("lapse") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "--store-url", redis_server.url,
+                         "--settle", "0", "--gate", "errors=100%", time_s="3s")
+    probes = [r for r in run.records() if r["kind"] == "probe" and r["outcome"] == "ok"]
+    failed = sum(r["verdict"] == "amnesia" for r in probes)
+    assert 0 < failed < len(probes) / 4, (failed, len(probes))  # a bot that mostly remembered
+    assert run.returncode == 1, run.output[-3000:]
+    assert "nothing explains a loss" in run.output
+    assert "verdict FAIL (online, from the journal: the store could not be judged" in run.output
+    assert "the store was not judged: see above" in run.output
