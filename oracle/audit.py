@@ -161,7 +161,8 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
         result["verdict"]["result"] = verdict.FAIL
         result["verdict"]["failed"].insert(0, verdict.NOTHING_ACKNOWLEDGED)
     result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted,
-                                                           result["metrics"]["probe_amnesia"]["count"])
+                                                           result["metrics"]["probe_amnesia"]["count"],
+                                                           tally.totals["leaked_sessions"])
     result["thresholds"] = {name: str(limit) for name, limit in gates.limits.items()}
     result["breaches"] = result["verdict"]["failed"]
     folder.summary.write_text(codec.dumps_document(result))
@@ -279,7 +280,7 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
                 "errors": {"count": counts["errors_quiet"], "total": counts["quiet"]},
                 "unreadable": {"count": counts["unreadable"], "total": counts["total"] + counts["unreadable"]}}
     judged = verdict.evaluate(observed, gates or verdict.parse_gates(None))
-    judged["root_causes"] = verdict.root_causes({}, 0, observed["probe_amnesia"]["count"])
+    judged["root_causes"] = verdict.root_causes({}, 0, observed["probe_amnesia"]["count"], counts["leaked"])
     turns = {k: int(counts[k]) for k in ("total", "ok", "fail", "info", "errors", "probes_answered", "probes_failed",
                                          "crosstalk_replies")}
     return {"turns": turns, "observed": observed, "verdict": judged}

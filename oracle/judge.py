@@ -357,6 +357,7 @@ class _Partition:
             "failed_probes": int(failed.sum()), "sessions": len(judged),
             "anomalous_sessions": int(rows["anomalous"].sum()), "info_stored": int(rows["info_stored"].sum()),
             "crosstalk_sessions": int(((rows["crosstalk"] + rows["crosstalk_online"]) > 0).sum()),
+            "leaked_sessions": int((rows["crosstalk_online"] > 0).sum()),
             "lost_turns": int(rows["lost_turns"].sum())})
         rows.to_csv(self.rows, header=False, index=False)
 

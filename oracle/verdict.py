@@ -258,11 +258,14 @@ CAUSES = {
     "evicted": "sessions a store under memory pressure evicted",
     "unanswered": "turns stored without their reply",
     "aborted": "refused turns stored anyway",
+    "leak": "sessions answered with another session's data (in the reply itself)",
 }
+NO_CAUSE = ("errors", "unreadable")  # gates no finding explains: the headline names them as they are
 
 
-def root_causes(causes: dict, misrouted_turns: int, failed_probes: int) -> list[dict]:
-    """The findings grouped by root cause, largest first: what the headline names (each counted once)."""
+def root_causes(causes: dict, misrouted_turns: int, failed_probes: int, leaked_sessions: int = 0) -> list[dict]:
+    """The findings grouped by root cause, largest first: what the headline names (each counted once).
+    ``leaked_sessions``: sessions whose replies carried another session's data (the journal's cross-talk)."""
     rows = [{"cause": "misroute", "count": misrouted_turns, "findings": int(causes.get("misroute", 0)),
              "text": CAUSES["misroute"]}] if misrouted_turns else []
     rows += [{"cause": cause, "count": int(n), "findings": int(n), "text": CAUSES.get(cause, cause)}
@@ -270,6 +273,8 @@ def root_causes(causes: dict, misrouted_turns: int, failed_probes: int) -> list[
     if failed_probes:
         rows.append({"cause": "amnesia", "count": int(failed_probes), "findings": 0,
                      "text": "recall probes the bot answered without the planted fact"})
+    if leaked_sessions:
+        rows.append({"cause": "leak", "count": int(leaked_sessions), "findings": 0, "text": CAUSES["leak"]})
     return sorted(rows, key=lambda r: -r["count"])
 
 
@@ -279,8 +284,10 @@ def headline(v: dict) -> str:
         measured = sum(r["result"] in (PASS, OFF) for r in v["rules"])
         return f"PASS — {measured} gate(s) held" + ("" if measured == len(v["rules"]) else
                                                     f", {len(v['rules']) - measured} not measured")
-    causes = "; ".join(f"{r['count']:,} {r['text']}" for r in v.get("root_causes") or [])
-    return "FAIL — " + (causes or "; ".join(v["failed"]))
+    causes = [f"{r['count']:,} {r['text']}" for r in v.get("root_causes") or []]
+    if causes:  # and the failed gates no finding explains
+        causes += [f"{r['count']:,} {r['counts']}" for r in v["rules"] if r["gate"] in NO_CAUSE and r["result"] == FAIL]
+    return "FAIL — " + "; ".join(causes or v["failed"])
 
 
 def cut_short(run: dict) -> str | None:

@@ -273,3 +273,20 @@ def test_a_fault_that_touched_nothing_is_ineffective_not_survived(tmp_path):
     from oracle.report import information
 
     assert any("redis-client-kill was ineffective" in line for line in information(summary))
+
+
+def test_the_headline_names_leaks_in_replies_and_failed_requests_beside_the_stored_findings(tmp_path):
+    """A shared-memory bot answers one user with another's data: the journal's cross-talk. The headline (the
+    line CI shows) names it, and the failed requests no finding explains, beside a loss the store shows."""
+    world = build_world([[TurnSpec("chatter", "ok"), TurnSpec("chatter", "ok"), TurnSpec("chatter", "fail")]
+                         for _ in range(3)], seed=8)
+    a, b, c = world.order
+    world.stored[a] = [(t, m) for t, m in world.stored[a] if t != 1]  # a loss the store shows
+    reply = next(r for r in world.records if r["session"] == b and r["outcome"] == "ok")
+    reply["crosstalk"] = [c]  # b's reply carried c's data
+    summary = _audit(tmp_path, world)
+    causes = {r["cause"]: r["count"] for r in summary["verdict"]["root_causes"]}
+    assert causes == {"lost": 1, "leak": 1}
+    line = headline(summary["verdict"])
+    assert "1 sessions answered with another session's data" in line and "1 acknowledged turns the store lost" in line
+    assert "3 failed requests no fault was in force to explain" in line
