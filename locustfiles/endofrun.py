@@ -331,7 +331,8 @@ class EndOfRun:
             if self.pending:  # a signal came while stopping: now stop here
                 name, phase = self.pending
                 self._stop_here(self.interrupt(name, phase))
-            locust_output.write(environment, run.run_dir)
+            if not run.bad:  # a folder that could not be written has no room for Locust's files either
+                locust_output.write(environment, run.run_dir)
             raised = user_exceptions(environment)
             if raised:  # before the report, which warns of it
                 runfolder.update_run(run.run_dir, user_exceptions=raised)
@@ -425,6 +426,7 @@ class EndOfRun:
         for run in self.runs:
             verdict = (run.result or ("interrupted" if run.interrupted else "no verdict")).upper()
             where = f"report {run.report}" if run.report else "no report.html (" + (
+                "see the error above" if run.bad else
                 "no audit: --store-url" if run.settings.store is None or run.settings.no_audit else
                 "the store was not judged: see above") + ")"
             lines.append(f"{run.run_dir}: {verdict}, exit code {run.final if run.final is not None else self.code}"

@@ -58,8 +58,13 @@ def _reach_store(settings) -> None:
 
 
 def _check_run_dir(settings) -> None:
-    """A run folder that cannot be created is bad input (exit 2) before any load, not a traceback at the
-    first test's start: the nearest existing folder above it must be a writable directory."""
+    """A run folder that cannot be created, or that holds a run already, is bad input (exit 2) before any
+    load, not a traceback at the first test's start: the nearest existing folder above it must be a
+    writable directory."""
+    if RunFolder(settings.run_dir).is_run():  # its journal would be judged with this run's: a dead bot could pass
+        endofrun.say(f"error: --run-dir {settings.run_dir} already holds a run (run.json or journal/): goldfish "
+                     "never adds a run to another's folder; name a new folder, or remove that one")
+        raise SystemExit(endofrun.EXIT_BAD)
     where = Path(settings.run_dir).absolute()
     while not where.exists() and where != where.parent:
         where = where.parent
@@ -139,6 +144,12 @@ def _on_test_start(environment, **_kw):
     run = rt.end.begin_run(settings, script, environment.host)
     _fresh_test(rt, run.settings, script, contract)
     environment.parsed_options.run_dir = run.run_dir  # workers take their run folder from the spawn message
+    if run.bad:  # nothing of this test can be recorded (the error is said): no journal, and the load stops at once
+        if rt.journal is not None:
+            rt.journal.close()
+            rt.journal = None
+        gevent.spawn(runner.stop)
+        return
     if isinstance(runner, MasterRunner):
         rt.collector.start_test(run.run_dir)
         rt.live.start(run.settings.run_id)
@@ -146,8 +157,6 @@ def _on_test_start(environment, **_kw):
         _open_journal(rt, Journal(RunFolder(run.run_dir).journal_shard(f"local-{os.getpid()}")))
         rt.live.start(run.settings.run_id, rt.journal.tally)
     telemetry.start(environment)
-    if run.bad:
-        gevent.spawn(runner.stop)
 
 
 def _settings_for_this_test(environment, rt):

@@ -44,6 +44,37 @@ def test_a_run_folder_that_cannot_be_written_exits_2_naming_the_option(tmp_path)
     assert "Traceback" not in output
 
 
+def test_a_run_folder_that_holds_a_run_is_refused_never_mixed_with_the_next(tmp_path):
+    """A CI script with a fixed --run-dir: the second run would add its journal to the first's and be judged
+    with it (a dead bot could PASS on the first run's turns). It is refused at init, and the first run's
+    folder is left as it was."""
+    with chat_bot("memory") as url:
+        first = run_locust(url, tmp_path / "run", time_s="2s")
+        assert first.returncode == 0, first.output[-2000:]
+        before = sorted(p.name for p in (tmp_path / "run" / "journal").iterdir())
+        run_json = (tmp_path / "run" / "run.json").read_bytes()
+        second = run_locust(url, tmp_path / "run", time_s="2s")
+    assert second.returncode == 2, second.output[-2000:]
+    assert f"--run-dir {tmp_path / 'run'} already holds a run" in second.output
+    assert sorted(p.name for p in (tmp_path / "run" / "journal").iterdir()) == before
+    assert (tmp_path / "run" / "run.json").read_bytes() == run_json
+
+
+def test_a_run_folder_that_cannot_be_created_stops_the_load_at_once(tmp_path):
+    """/proc refuses a folder even to root (the init check, by permissions, cannot see it): the test stops
+    at once, no turn is sent, one line names the option, exit 2, no traceback."""
+    bot_log = tmp_path / "bot.log"
+    with chat_bot("memory", log=bot_log) as url:
+        cmd = [LOCUST, "-f", CHATFILE, "--headless", "-u", "4", "-r", "4", "-t", "3s", "--host", url,
+               "--run-dir", "/proc/goldfish-cannot-be-here", "--loglevel", "WARNING"]
+        done = subprocess.run(cmd, cwd=tmp_path, text=True, capture_output=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-2000:]
+    assert "--run-dir /proc/goldfish-cannot-be-here: cannot write the run folder" in output
+    assert "Traceback" not in output and "see the error above" in output
+    assert not bot_log.exists() or bot_log.read_text() == ""  # no turn was sent
+
+
 def listening_addresses(port: int) -> set[str]:
     """Local addresses of TCP sockets listening on ``port`` (from /proc/net/tcp and tcp6)."""
     found = set()
