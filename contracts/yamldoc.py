@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 from yaml.constructor import SafeConstructor
 
+from contracts.runfolder import open_regular
+
 MAX_BYTES = 1 << 20     # a plan or script is a page of text; a megabyte is a mistake
 MAX_DEPTH = 32
 MAX_NODES = 100_000     # after alias expansion
@@ -33,7 +35,8 @@ class YamlError(ValueError):
 def load(path: str | Path, what: str = "the file") -> tuple[str, yaml.Node | None]:
     """The file's text and its checked root node (None for an empty document)."""
     try:
-        data = Path(path).read_bytes()
+        with open_regular(path) as fh:  # a FIFO never ends, nor does /dev/zero: neither is a plan or a script
+            data = fh.read(MAX_BYTES + 1)  # enough to say it is too long, never more
     except OSError as exc:
         raise YamlError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     text = decode(data, str(path))
@@ -43,7 +46,7 @@ def load(path: str | Path, what: str = "the file") -> tuple[str, yaml.Node | Non
 def decode(data: bytes, path: str) -> str:
     """UTF-8 text, or YamlError naming the line of the first bad byte."""
     if len(data) > MAX_BYTES:
-        raise YamlError(f"{path}: {len(data)} bytes is more than the {MAX_BYTES} a YAML file may have")
+        raise YamlError(f"{path}: more than the {MAX_BYTES} bytes a YAML file may have")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

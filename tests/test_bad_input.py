@@ -9,6 +9,7 @@ A line marked ``#!`` in a YAML case is the line the message must name.
 """
 from __future__ import annotations
 
+import os
 import json
 import re
 import zlib
@@ -343,6 +344,23 @@ def test_bad_scripts_stop_the_run_before_any_load(name, text, fragment, tmp_path
     assert code == 2
     line = marked_line(text)
     assert_named(out, f"{script}:{line}:" if line else str(script), fragment)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_script_or_plan_that_is_not_a_regular_file_is_refused_unread(kind, tmp_path, locust_parser, capsys):
+    """A FIFO never ends without a writer (the run hung before any load) and /dev/zero never ends at all
+    (the whole of it was read into memory: 23 GB before the kernel killed the process)."""
+    from chaos.__main__ import main
+
+    if kind == "fifo":
+        path, named = tmp_path / "script.yaml", "a FIFO"
+        os.mkfifo(path)
+    else:
+        path, named = Path("/dev/zero"), "a character device"
+    code, out = init_exit(locust_parser, ["--script", str(path)], capsys)
+    assert code == 2 and f"{path}: cannot read the script: not a regular file but {named}" in out
+    assert main(["validate", str(path)]) == 2
+    assert f"{path}: cannot read plan: not a regular file but {named}" in capsys.readouterr().err
 
 
 OPTIONS = [
