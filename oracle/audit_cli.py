@@ -13,7 +13,7 @@ from pathlib import Path
 
 from oracle.explain import journal_copy_line
 from contracts import codec, redact
-from contracts.runfolder import RunFolder
+from contracts.runfolder import RunFolder, open_regular
 from contracts.durations import DurationError, parse_duration
 from oracle.history import JournalError
 from oracle.keys import TemplateMismatch
@@ -145,15 +145,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oracle audit: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     print(render(summary, run))
-    print(headline(summary["verdict"]))
-    if summary["verdict"]["failed"] == [NOTHING_ACKNOWLEDGED]:
-        return 2  # as at the end of a Locust run: nothing to judge is bad input (a finding would still be 1)
     if summary["verdict"]["result"] == "fail":
-        return 1
-    untrusted = cut_short(recorded_run(run))
+        print(headline(summary["verdict"]))
+        # as at the end of a Locust run: nothing to judge is bad input (a finding would still be 1)
+        return 2 if summary["verdict"]["failed"] == [NOTHING_ACKNOWLEDGED] else 1
+    try:
+        untrusted = cut_short(recorded_run(run))
+    except (OSError, codec.DecodeError) as exc:  # a damaged run.json may have said the run was cut short
+        print(f"NO VERDICT — {RunFolder(run).run_json} cannot be read ({exc}), so whether Locust's users raised "
+              "exceptions (which cut conversations short) cannot be told: repair or remove it")
+        return 2
     if untrusted:  # as at the end of the Locust run
-        print(f"NOT TRUSTED — {untrusted}: exit 3")
+        print(f"NOT TRUSTED — {untrusted}; the stored data alone: {headline(summary['verdict'])}")
         return 3
+    print(headline(summary["verdict"]))
     return 0
 
 
@@ -173,8 +178,10 @@ def _online(run: Path, limits, recovery_s: float) -> int:
 
 
 def recorded_run(run: Path) -> dict:
-    """The run's run.json, or {} when it has none or it is damaged (the audit does not need it)."""
-    try:
-        return codec.loads_object(RunFolder(run).run_json.read_bytes())
-    except (OSError, codec.DecodeError):
+    """The run's run.json ({} when it has none: a journal written by hand); OSError or DecodeError when it is
+    damaged, or not a regular file (a FIFO would never end)."""
+    path = RunFolder(run).run_json
+    if not path.exists() and not path.is_symlink():
         return {}
+    with open_regular(path) as fh:
+        return codec.loads_object(fh.read())

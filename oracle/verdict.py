@@ -296,7 +296,10 @@ def cut_short(run: dict) -> str | None:
     unjudged. None when they did not. The run exits 3 for it; so do ``oracle audit`` and ``oracle
     compare`` of it, and its report's badge says NOT TRUSTED (a FAIL stays a FAIL)."""
     raised = run.get("user_exceptions") if isinstance(run, dict) else None
-    if not isinstance(raised, dict):
+    if raised is None:
         return None
+    if not isinstance(raised, dict):  # damaged: it said something was raised
+        return (f"run.json's user_exceptions is damaged ({short(raised)}): Locust users may have raised exceptions, "
+                "so the verdict cannot be trusted")
     return (f"Locust users raised {short(raised.get('count'))} exception(s) (first: {short(raised.get('first'), 160)}): "
             "conversations were cut short, unjudged, so the verdict cannot be trusted")

@@ -270,3 +270,27 @@ def test_a_bot_whose_memory_is_not_in_the_store_and_forgets_some_fails_the_run(t
     assert "nothing explains a loss" in run.output
     assert "verdict FAIL (online, from the journal: the store could not be judged" in run.output
     assert "the store was not judged: see above" in run.output
+
+
+def test_oracle_audit_of_a_run_whose_users_raised_exceptions_is_not_trusted(tmp_path, redis_server, capsys):
+    """run.json's user_exceptions: exit 3 when every gate holds. A run.json that cannot be read (damaged, a
+    FIFO) cannot tell whether they did: exit 2 naming it, never a plain PASS (and never a hang)."""
+    from oracle.audit_cli import main
+
+    run, world = world_run(tmp_path, redis_server)
+    args = [str(run), "--store-url", redis_server.url, "--gate", "errors=100%"]  # its refused turns are no bug
+    assert main(args) == 0
+    (run / "run.json").write_text(json.dumps({"run": "r", "user_exceptions": {"count": 2, "first": "KeyError"}}))
+    capsys.readouterr()
+    assert main(args) == 3
+    assert "NOT TRUSTED — Locust users raised 2 exception(s)" in capsys.readouterr().out
+    for damage in (b'{"run": "r", "user_exceptions": {"count": 2', b'{"user_exceptions": [3]}'):
+        (run / "run.json").write_bytes(damage)
+        assert main(args) in (2, 3), damage
+        captured = capsys.readouterr()
+        last = captured.out.splitlines()[-1]
+        assert "run.json" in last and last.startswith(("NO VERDICT", "NOT TRUSTED")), last
+    (run / "run.json").unlink()
+    os.mkfifo(run / "run.json")
+    assert main(args) == 2
+    assert "not a regular file but a FIFO" in capsys.readouterr().out
