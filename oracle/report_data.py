@@ -249,6 +249,20 @@ def rate(metric: dict | None) -> dict:
     return metric
 
 
+def _verdict_disagrees(v) -> str | None:
+    """How a summary's verdict contradicts itself (its result against its rules and failed lines), if it does."""
+    if not isinstance(v, dict):
+        return None
+    rules = [r for r in v.get("rules") or [] if isinstance(r, dict)]
+    failing = [r.get("gate") for r in rules if r.get("result") == "fail"]
+    if v.get("result") == "pass" and (failing or v.get("failed")):
+        return (f"$.verdict.result is 'pass' but its rules fail ({', '.join(map(str, failing)) or 'failed lines'}): "
+                "the verdict disagrees with itself")
+    if v.get("result") == "fail" and not v.get("failed"):
+        return "$.verdict.result is 'fail' but $.verdict.failed names no failed rule: the verdict disagrees with itself"
+    return None
+
+
 def load_run(path: str | Path) -> RunData:
     path = Path(path)
     if not path.is_dir():
@@ -290,6 +304,9 @@ def load_run(path: str | Path) -> RunData:
         msgspec.convert(summary, _Summary)
     except msgspec.ValidationError as exc:
         raise NotAudited(f"{summary_file}: {exc} - re-run `python -m oracle audit {path}`") from None
+    disagree = _verdict_disagrees(summary.get("verdict"))
+    if disagree:  # an edited summary: its badge would say what its own rules do not
+        raise NotAudited(f"{summary_file}: {disagree} - re-run `python -m oracle audit {path}`")
     windows = read_windows(folder.windows_csv, warnings)
     span = run_span(run, windows, folder.run_json, warnings)
     try:

@@ -901,6 +901,10 @@ REPORT_FILES = [
      "Object missing required field `result` - at `$.verdict`"),
     ("summary-verdict-rule-not-a-rule", _verdict(rules=[{"a": 1}]), 2, "audit/summary.json",
      "Object missing required field `gate` - at `$.verdict.rules[0]`"),
+    ("summary-verdict-flipped-to-pass", _verdict(result="pass"), 2, "audit/summary.json",
+     "$.verdict.result is 'pass' but its rules fail (stored_loss)"),
+    ("summary-verdict-fail-naming-nothing", _verdict(failed=[]), 2, "audit/summary.json",
+     "$.verdict.result is 'fail' but $.verdict.failed names no failed rule"),
     ("summary-foreign-keys-half", _json_edit("audit/summary.json", lambda s: {
         **s, "information": {"foreign_keys": {"not_goldfish": 1}}}), 2, "audit/summary.json",
      "at `$.information.foreign_keys`"),
