@@ -46,6 +46,7 @@ from contracts.tokens import make_token, new_nonce, new_session_id
 log = logging.getLogger("goldfish")
 CROSSTALK_LOG_LIMIT = 10  # per process: the first few cross-talks are logged with their source
 INTERRUPTED = "interrupted: the test stopped with this turn in flight"
+HUNG = "no complete reply within --timeout {:g}s: still in flight when the test stopped"  # an error, not interrupted
 SESSION_MARK = "GOLDFISH-SESSION-ID"  # stands for {session} in a URL until a turn knows its session
 REQUEST_NAMES = {kind: f"chat {kind}" for kind in ("plant", "probe", "chatter", "burst")}
 # What FastHttpSession.request adds to a ``json=`` request unless the caller set it (pinned
@@ -248,8 +249,10 @@ class ChatUser(FastHttpUser):
         try:
             resp, status, content, error = self.send(wire, url, uri, payload, headers)
         except GreenletExit:
-            self.finish(session, turn, token, kind, message, fact, nonce, sent, time(), "info", None, None,
-                        INTERRUPTED, facts, 0.0)
+            now = time()  # in flight past --timeout (a stream that never ends resets the socket's timer): a hang
+            hung = now - sent > rt.settings.timeout
+            self.finish(session, turn, token, kind, message, fact, nonce, sent, now, "info", None, None,
+                        HUNG.format(rt.settings.timeout) if hung else INTERRUPTED, facts, 0.0)
             raise
         response_ms = (perf_counter() - start) * 1000
         received = time()

@@ -520,6 +520,10 @@ class EndOfRun:
         from oracle import rule_line
 
         say(f"verdict {v['result'].upper()} ({where}):")
-        for rule in v["rules"]:
+        lines = [rule_line(rule) for rule in v["rules"]]
+        for line in v["failed"]:
+            if line not in lines:  # what no gate could measure (oracle.verdict.require_measured)
+                say(f"  FAIL  {line}")
+        for rule, line in zip(v["rules"], lines):
             if rule["result"] in ("pass", "fail"):
-                say(f"  {rule['result'].upper():<5} {rule_line(rule)}")
+                say(f"  {rule['result'].upper():<5} {line}")

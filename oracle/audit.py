@@ -156,10 +156,8 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     result["store"] = {"complete": True, "reader": options.name(), "url": options.where(), "source": source}
     result["timings"] = {"read_judge": read_s, "total": time.perf_counter() - clock, **_peak_rss()}
     gates = gates or verdict.parse_gates(None)
-    result["verdict"] = verdict.evaluate(result["observed"], gates)
-    if not result["turns"]["ok"]:
-        result["verdict"]["result"] = verdict.FAIL
-        result["verdict"]["failed"].insert(0, verdict.NOTHING_ACKNOWLEDGED)
+    result["verdict"] = verdict.require_measured(verdict.evaluate(result["observed"], gates), result["turns"]["ok"],
+                                                 tally.totals["probes"], tally.totals["answered"], gates)
     result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted,
                                                            result["metrics"]["probe_amnesia"]["count"],
                                                            tally.totals["leaked_sessions"])
@@ -253,6 +251,7 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
             error = not ok and not t.interrupted
             answered = ok and t.kind == "probe" and t.verdict in ("pass", "amnesia")
             counts.update({"total": 1, "ok": ok, "fail": t.outcome == "fail", "info": t.outcome == "info",
+                           "probes": t.kind == "probe",
                            "errors": error, "probes_answered": answered,
                            "probes_failed": answered and t.verdict == "amnesia",
                            "crosstalk_replies": bool(t.crosstalk), "errors_quiet": error and calm, "quiet": calm,
@@ -279,7 +278,9 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
                 "crosstalk": {"count": counts["leaked"], "total": max(counts["sessions"], counts["leaked"])},
                 "errors": {"count": counts["errors_quiet"], "total": counts["quiet"]},
                 "unreadable": {"count": counts["unreadable"], "total": counts["total"] + counts["unreadable"]}}
-    judged = verdict.evaluate(observed, gates or verdict.parse_gates(None))
+    gates = gates or verdict.parse_gates(None)
+    judged = verdict.require_measured(verdict.evaluate(observed, gates), counts["ok"], counts["probes"],
+                                      counts["probes_answered"], gates)
     judged["root_causes"] = verdict.root_causes({}, 0, observed["probe_amnesia"]["count"], counts["leaked"])
     turns = {k: int(counts[k]) for k in ("total", "ok", "fail", "info", "errors", "probes_answered", "probes_failed",
                                          "crosstalk_replies")}

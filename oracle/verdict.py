@@ -20,6 +20,8 @@ PASS, FAIL = "pass", "fail"
 OFF, UNMEASURED = "off", "not measured"
 # the verdict of a run in which the target acknowledged nothing: no gate had anything to judge, so it is no PASS
 NOTHING_ACKNOWLEDGED = "nothing measured: no turn was acknowledged by the target (refused, unreachable or always failing)"
+NO_PROBE_ANSWERED = ("nothing measured of memory: {sent:,} recall probe(s) were sent and none was answered (each failed "
+                     "or was still in flight when the test stopped: a bot that hangs on them)")
 
 
 class GateError(ValueError):
@@ -233,6 +235,17 @@ def of_summary(summary: dict, gates: Gates | None = None) -> dict:
     if gates is None and isinstance(summary.get("verdict"), dict):
         return summary["verdict"]
     return evaluate(summary.get("observed") or observed_from_metrics(summary), gates or parse_gates(None))
+
+
+def require_measured(v: dict, acknowledged: int, probes: int, answered: int, gates: Gates) -> dict:
+    """Fail ``v`` (an ``evaluate`` result) for what no gate could measure: a target that acknowledged no
+    turn, or recall probes sent with none answered (unless the probe gate is off): a gate of nothing holds."""
+    lines = [] if acknowledged else [NOTHING_ACKNOWLEDGED]  # which says it all: no probe either
+    if acknowledged and probes and not answered and not gates.limits.get("probe_amnesia", ZERO).off:
+        lines.append(NO_PROBE_ANSWERED.format(sent=probes))
+    if lines:
+        v["result"], v["failed"] = FAIL, lines + v["failed"]
+    return v
 
 
 def observed_from_metrics(summary: dict) -> dict:

@@ -6,6 +6,7 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
     memory     remembers each session's facts (a correct bot)
     forget     keeps no memory at all (every probe is amnesia)
     leaky      one fact table shared by all sessions (a leaking test bot: cross-talk)
+    hangprobe  answers every turn but a probe, whose reply never ends (a space every 0.2 s, for a minute)
     lapse      forgets one conversation in eight (by session id): a few failed probes, not most
     flaky      cycles through: ok, 200 with a non-JSON body, 200 JSON without the reply field
     slow       remembers, but sleeps --delay seconds first (timeouts)
@@ -172,6 +173,9 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
         extra = [("X-Turn-Token", token[1])] if token else []
         if log:
             log.write(message + "\n")
+        if mode == "hangprobe" and PROBE_RE.search(message):  # a probe's reply never ends: a space every 0.2 s
+            start("200 OK", [("Content-Type", "application/json")])
+            return (gevent.sleep(0.2) or b" " for _ in range(300))  # bounded: a minute
         if mode == "slow":
             gevent.sleep(delay)
         if mode == "flaky":

@@ -294,3 +294,19 @@ def test_oracle_audit_of_a_run_whose_users_raised_exceptions_is_not_trusted(tmp_
     os.mkfifo(run / "run.json")
     assert main(args) == 2
     assert "not a regular file but a FIFO" in capsys.readouterr().out
+
+
+def test_a_bot_that_hangs_on_every_probe_never_passes(tmp_path):
+    """Every probe's reply dribbles a byte at a time and never ends, so the socket's timeout never fires: no
+    probe is answered, and the stop cut them short. Nothing was measured of memory: FAIL, exit 1 (it passed:
+    "0 failed recall probes of 0 answered"). A turn in flight past --timeout when the test stops is a hang,
+    counted as a failed request, not a turn the stop interrupted."""
+    with chat_bot("hangprobe") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "--timeout", "1",
+                         "--settle", "0", "--gate", "errors=100%", time_s="4s")  # the probe rule alone fails it
+    assert run.returncode == 1, run.output[-3000:]
+    assert "recall probe(s) were sent and none was answered" in run.output
+    probes = [r for r in run.records() if r["kind"] == "probe"]
+    assert probes and not any(r["outcome"] == "ok" for r in probes)
+    hung = [r for r in probes if (r["error"] or "").startswith("no complete reply within --timeout 1s")]
+    assert hung, [r["error"] for r in probes]
