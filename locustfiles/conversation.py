@@ -39,7 +39,7 @@ from locustfiles.contract import SESSION, ChatContract
 from contracts.codec import dumps
 from contracts.journal import Turn, in_flight
 from locustfiles.judge import crosstalk, recall
-from locustfiles.outcome import classify_error, judge_response
+from locustfiles.outcome import BadRedirect, classify_error, judge_response
 from locustfiles.script import MAX_BURST
 from contracts.tokens import make_token, new_nonce, new_session_id
 
@@ -318,6 +318,8 @@ class ChatUser(FastHttpUser):
                 raise
         except FAILURE_EXCEPTIONS as exc:
             return self.error_response(url, payload, headers, exc)
+        except ValueError as exc:  # the redirect's Location (Locust's own session would raise it to the user)
+            return self.error_response(url, payload, headers, BadRedirect(str(exc)))
         return with_body(resp, status)
 
     def send_urlopen(self, url: str, payload, headers, method: str = "POST", max_redirects: int | None = None) -> tuple:
@@ -327,6 +329,8 @@ class ChatUser(FastHttpUser):
                                               max_redirects=max_redirects)
         except FAILURE_EXCEPTIONS as exc:
             return self.error_response(url, payload, headers, exc, method)
+        except ValueError as exc:  # a redirect's Location urlopen cannot parse (a bad port, a broken IPv6 host)
+            return self.error_response(url, payload, headers, BadRedirect(str(exc)), method)
         return with_body(resp, resp.status_code)
 
     @staticmethod

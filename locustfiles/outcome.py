@@ -14,8 +14,14 @@ from gevent import Timeout as GeventTimeout
 from locustfiles.contract import ChatContract, NoReply
 
 
+class BadRedirect(ValueError):
+    """The bot answered with a redirect whose Location cannot be followed (no URL, a bad port...)."""
+
+
 def classify_error(exc: BaseException | None) -> tuple[str, str]:
     """(outcome, short error) for a request that got no HTTP response."""
+    if isinstance(exc, BadRedirect):  # the request reached the bot: indeterminate, and a failed request
+        return "info", f"a redirect that cannot be followed: {str(exc)[:100]}"
     chain = exc
     while chain is not None:
         if isinstance(chain, ConnectionRefusedError) or getattr(chain, "errno", None) == errno.ECONNREFUSED:
@@ -27,7 +33,8 @@ def classify_error(exc: BaseException | None) -> tuple[str, str]:
         chain = chain.__cause__ or chain.__context__
     if isinstance(exc, ConnectionResetError):
         return "info", "connection reset"
-    return "info", f"connection error: {type(exc).__name__}"
+    detail = str(exc)[:100] if exc is not None else ""
+    return "info", f"connection error: {type(exc).__name__}" + (f": {detail}" if detail else "")
 
 
 def judge_response(status: int, content: bytes | None, error: BaseException | None,

@@ -6,6 +6,7 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
     memory     remembers each session's facts (a correct bot)
     forget     keeps no memory at all (every probe is amnesia)
     leaky      one fact table shared by all sessions (a leaking test bot: cross-talk)
+    badredirect  answers every turn but a probe, redirected to a Location that is no URL
     hangprobe  answers every turn but a probe, whose reply never ends (a space every 0.2 s, for a minute)
     lapse      forgets one conversation in eight (by session id): a few failed probes, not most
     flaky      cycles through: ok, 200 with a non-JSON body, 200 JSON without the reply field
@@ -173,6 +174,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
         extra = [("X-Turn-Token", token[1])] if token else []
         if log:
             log.write(message + "\n")
+        if mode == "badredirect" and PROBE_RE.search(message):  # a Location no client can follow
+            return respond(start, "307 Temporary Redirect", b"", extra=[("Location", "http://[bad/x")])
         if mode == "hangprobe" and PROBE_RE.search(message):  # a probe's reply never ends: a space every 0.2 s
             start("200 OK", [("Content-Type", "application/json")])
             return (gevent.sleep(0.2) or b" " for _ in range(300))  # bounded: a minute

@@ -310,3 +310,14 @@ def test_a_bot_that_hangs_on_every_probe_never_passes(tmp_path):
     assert probes and not any(r["outcome"] == "ok" for r in probes)
     hung = [r for r in probes if (r["error"] or "").startswith("no complete reply within --timeout 1s")]
     assert hung, [r["error"] for r in probes]
+
+
+def test_a_redirect_that_cannot_be_followed_is_a_failed_turn_not_an_exception(tmp_path):
+    """Probes answered with 307 to 'http://[bad/x': Locust's session raises that ValueError into the user (exit 3,
+    a traceback per probe, the turns never journaled). It is the bot's bug: a failed request, exit 1."""
+    with chat_bot("badredirect") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "--settle", "0", time_s="3s")
+    assert run.returncode == 1, run.output[-3000:]
+    assert "Traceback" not in run.output
+    probes = [r for r in run.records() if r["kind"] == "probe"]
+    assert probes and all(r["error"].startswith("a redirect that cannot be followed") for r in probes), probes[:2]
