@@ -74,6 +74,28 @@ def _check_run_dir(settings) -> None:
         raise SystemExit(endofrun.EXIT_BAD)
 
 
+def _check_host(environment) -> None:
+    """A target no turn can reach is bad input before any load (exit 2), not thousands of exceptions in the
+    users, or a whole run of refused turns, first: http(s), a host name, a port that can be."""
+    from urllib.parse import urlsplit
+
+    host = environment.host or next((u.host for u in environment.user_classes if getattr(u, "host", None)), None)
+    if not host:
+        _bad("no target: give --host URL (for example --host http://127.0.0.1:8000)")
+    try:
+        url = urlsplit(host)
+        url.port  # noqa: B018 - a port out of range, or not a number, raises ValueError
+    except ValueError as exc:
+        _bad(f"--host {host!r} is not a URL: {exc}")
+    if url.scheme not in ("http", "https") or not url.hostname:
+        _bad(f"--host {host!r} is not an http:// or https:// URL with a host name")
+
+
+def _bad(why: str) -> None:
+    endofrun.say(f"error: {why}")
+    raise SystemExit(endofrun.EXIT_BAD)
+
+
 @events.init.add_listener
 def _on_init(environment, runner, web_ui=None, **_kw):
     parsed = environment.parsed_options
@@ -105,6 +127,8 @@ def _on_init(environment, runner, web_ui=None, **_kw):
         endofrun.say(f"error: chaos plan {rt.settings.chaos}: {exc}")
         raise SystemExit(endofrun.EXIT_BAD) from None
     _check_run_dir(rt.settings)
+    if web_ui is None:  # the web UI's form may still set it
+        _check_host(environment)
     rt.end = endofrun.EndOfRun(rt.settings, run_dir_option=str(parsed.run_dir or ""))
     rt.end.guard_signals()
     rt.end.after_heal = lambda: telemetry.stop(environment)  # the store's recovery is on the timeline too

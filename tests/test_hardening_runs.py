@@ -197,3 +197,21 @@ def test_a_first_turn_in_flight_when_locust_is_killed_is_journaled_and_audited_a
     assert summary["turns"]["info_stored"] == users and summary["anomalies"] == {}
     assert summary["verdict"]["failed"] == ["nothing measured: no turn was acknowledged by the target (refused, "
                                             "unreachable or always failing)"]
+
+
+@pytest.mark.parametrize("host, fragment", [
+    (None, "no target: give --host URL"),
+    ("http://127.0.0.1:99999", "is not a URL: Port out of range"),
+    ("127.0.0.1:8000", "is not an http:// or https:// URL with a host name"),
+    ("ftp://127.0.0.1:8000", "is not an http:// or https:// URL with a host name"),
+])
+def test_a_target_no_turn_can_reach_stops_the_run_at_init(host, fragment, tmp_path):
+    """Found only after the load before: a traceback from Locust per user, thousands of exceptions in the users,
+    or a whole run of refused turns. Now one line naming --host and exit 2, before any run folder."""
+    cmd = [LOCUST, "-f", CHATFILE, "--headless", "-u", "2", "-r", "2", "-t", "2s", "--run-dir", str(tmp_path / "run"),
+           "--loglevel", "WARNING"] + (["--host", host] if host else [])
+    done = subprocess.run(cmd, cwd=tmp_path, text=True, capture_output=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-2000:]
+    assert fragment in output and "Traceback" not in output
+    assert not (tmp_path / "run").exists()
