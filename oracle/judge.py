@@ -43,8 +43,9 @@ from oracle.tables import SESSION_COLUMNS, STORE_COLUMNS
 from oracle.tally import Tally
 
 GONE_SAMPLE = 20
-_SENT, _RECEIVED, _OUTCOME, _KIND, _VERDICT, _CROSSTALK, _STEP, _BOT_SESSION = map(
-    operator.attrgetter, ("sent", "received", "outcome", "kind", "verdict", "crosstalk", "step", "bot_session"))
+_SENT, _RECEIVED, _OUTCOME, _KIND, _VERDICT, _CROSSTALK, _STEP, _BOT_SESSION, _TURN = map(
+    operator.attrgetter, ("sent", "received", "outcome", "kind", "verdict", "crosstalk", "step", "bot_session",
+                          "turn"))
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,11 @@ class _Partition:
             else:
                 turns, problems, unreadable = decode_turns(e)
                 self.result.unreadable += unreadable
+            if turns and e.session in turns_by:  # its lines came in pieces (its user went on, then back to it)
+                turns, repeated = one_per_turn(sorted(turns_by[e.session] + turns, key=_TURN))
+                problems.append(f"journal: session {e.session}'s lines are not together in {e.shard} (its user "
+                                "started another session in between); judged as one")
+                problems += [f"journal: session {e.session} turn {n} journaled twice; kept the first" for n in repeated]
             self.result.problems.extend(problems)
             if turns:
                 turns_by[e.session] = turns

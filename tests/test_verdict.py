@@ -290,3 +290,19 @@ def test_the_headline_names_leaks_in_replies_and_failed_requests_beside_the_stor
     line = headline(summary["verdict"])
     assert "1 sessions answered with another session's data" in line and "1 acknowledged turns the store lost" in line
     assert "3 failed requests no fault was in force to explain" in line
+
+
+def test_a_session_whose_lines_come_in_pieces_is_judged_whole(tmp_path):
+    """A's lines, then B's (the same user), then the rest of A's: the grouper sees A complete twice. Both pieces
+    are judged as one session, nothing of A is dropped (the second piece replaced the first before), and the
+    problem is named."""
+    world = _world(sessions=2, turns=4)
+    a, b = world.order
+    for r in world.records:
+        r["user"] = "u1"
+    first_a = [r for r in world.records if r["session"] == a][:3]
+    rest = [r for r in world.records if r not in first_a and r["session"] == a]
+    world.records[:] = first_a + [r for r in world.records if r["session"] == b] + rest
+    summary = _audit(tmp_path, world)
+    assert summary["anomalies"] == {} and summary["turns"]["total"] == 8 and summary["sessions"] == 2
+    assert any(f"session {a}'s lines are not together" in p for p in summary["problems"])
