@@ -9,6 +9,7 @@ the file is.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -74,7 +75,13 @@ def read_chunks(path: str | Path, decode_chunk: Callable[[list[bytes]], list | N
 
 def problem(path, number: int, exc: BaseException, raw: bytes) -> str:
     """How a bad line is named: ``file:line: reason; skipped: <excerpt>``."""
-    return f"{path}:{number}: {exc}; skipped: {excerpt(raw)}"
+    return f"{printable(path)}:{number}: {exc}; skipped: {excerpt(raw)}"
+
+
+def printable(path) -> str:
+    """A file name as text that can be written anywhere: a byte that is not UTF-8 (a name os.listdir decoded
+    with surrogate escapes) is shown as \\xNN, never a lone surrogate no JSON or UTF-8 writer accepts."""
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
 
 
 def report(problems: list[str] | None, text: str) -> None:

@@ -132,8 +132,6 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     linked = rootcause.link(raw, folder.audit / "anomalies.jsonl.tmp", journal, window_s, missing_keys)
     raw.unlink()
     shutil.rmtree(folder.audit / "parts", ignore_errors=True)
-    (folder.audit / "anomalies.jsonl.tmp").replace(folder.anomalies)
-    (folder.audit / "sessions.csv.tmp").replace(folder.sessions_csv)
     run = next((r.run for r in results if r.run), None) or folder.name
     found = Problems()
     for r in results:
@@ -163,7 +161,10 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
                                                            tally.totals["leaked_sessions"])
     result["thresholds"] = {name: str(limit) for name, limit in gates.limits.items()}
     result["breaches"] = result["verdict"]["failed"]
-    folder.summary.write_text(codec.dumps_document(result))
+    (folder.audit / "summary.json.tmp").write_text(codec.dumps_document(result))
+    for name, target in (("anomalies.jsonl", folder.anomalies), ("sessions.csv", folder.sessions_csv),
+                         ("windows.csv", folder.windows_csv), ("summary.json", folder.summary)):
+        (folder.audit / f"{name}.tmp").replace(target)  # the tables as a set: never new ones beside an old verdict
     return result
 
 

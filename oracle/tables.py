@@ -30,12 +30,12 @@ STORE_COLUMNS = ["info_stored", "lost", "crosstalk", "reordered", "duplicated", 
 def summary(run_dir: Path, run: str | None, tally: Tally, faults: list[Fault], steps: list[dict],
             causes: Counter, by_window: tuple[Counter, Counter], window_s: float, recovery_s: float,
             entries: int, misrouted: int, problems: Problems, unreadable: int = 0) -> dict:
-    """windows.csv, and the summary's counts, rates and attribution. ``unreadable``: journal lines that
+    """windows.csv (written as audit/windows.csv.tmp), and the summary's counts, rates and attribution. ``unreadable``: journal lines that
     are not a turn."""
     folder = RunFolder(run_dir)
     effective = [f for f in faults if f.effective]
     windows = window_table(tally.windows, window_s, effective, steps, *by_window)
-    windows.to_csv(folder.windows_csv, index=False)
+    windows.to_csv(folder.audit / "windows.csv.tmp", index=False)  # replaced with the other tables (oracle/audit.py)
     kinds = windows["faults"].fillna("").str.split(";") if not windows.empty else pd.Series([], dtype=object)
     windows_with = Counter(k for ks in kinds for k in ks) if len(kinds) else Counter()
     windows_with[""] = int((windows["faults"].fillna("") == "").sum()) if not windows.empty else 0

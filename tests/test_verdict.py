@@ -306,3 +306,22 @@ def test_a_session_whose_lines_come_in_pieces_is_judged_whole(tmp_path):
     summary = _audit(tmp_path, world)
     assert summary["anomalies"] == {} and summary["turns"]["total"] == 8 and summary["sessions"] == 2
     assert any(f"session {a}'s lines are not together" in p for p in summary["problems"])
+
+
+def test_a_journal_shard_whose_name_is_not_utf8_is_named_and_the_tables_are_written_as_a_set(tmp_path):
+    """A shard named with a byte that is not UTF-8, holding a bad line: the problem that names it crashed the
+    summary's write (a lone surrogate), after the new tables had replaced the old ones beside the old verdict.
+    Now the name shows the byte as \\xff, and the tables are replaced together, the verdict last."""
+    import os
+
+    world = _world(sessions=2, turns=2)
+    summary = _audit(tmp_path, world)
+    assert summary["verdict"]["result"] == PASS
+    shard = os.path.join(os.fsencode(tmp_path / "journal"), b"local-\xff.jsonl")
+    with open(shard, "wb") as fh:
+        fh.write(b"garbage\n")
+    summary = audit_run(tmp_path)
+    assert summary["verdict"]["result"] == FAIL and summary["observed"]["unreadable"]["count"] == 1
+    assert any("local-\\xff.jsonl:1: " in p for p in summary["problems"]), summary["problems"]
+    assert json.loads((tmp_path / "audit" / "summary.json").read_text())["verdict"]["result"] == FAIL
+    assert not list((tmp_path / "audit").glob("*.tmp"))
