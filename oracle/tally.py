@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 LATENCY_MIN, LATENCY_RATIO, LATENCY_BINS = 1e-4, 1.05, 400  # 0.1 ms .. ~8 hours, bins 5% apart
+MAX_WINDOWS = 800_000  # ~1.3 GB of rows: 46 days of 5-s windows
 # per-window columns, in this order
 WINDOW_COUNTS = ("acked", "errors", "probes", "probes_failed", "lost", "crosstalk")
 # per fault kind (and the quiet baseline): turns sent while it was in force
@@ -73,6 +74,15 @@ class Windows:
         return slice(0, 0) if self.start is None else slice(self.start - self._base, self.end - self._base + 1)
 
     def _cover(self, lo: int, hi: int) -> None:
+        first = lo if self.start is None else min(lo, self.start)
+        last = hi if self.end is None else max(hi, self.end)
+        if last - first >= MAX_WINDOWS:  # one turn dated decades away would allocate tens of gigabytes
+            from oracle.history import JournalError
+
+            raise JournalError(f"the journal's turns span {last - first + 1:,} windows ({first:,} to {last:,}; at most "
+                               f"{MAX_WINDOWS:,}): some turn's sent or received time lies far from the others (a "
+                               "wrong clock or a hand-edited line: look for a time years away), or the run is longer "
+                               "than the windows allow: pass a longer --window")
         used = self._rows()
         self.start = lo if self.start is None else min(self.start, lo)
         self.end = hi if self.end is None else max(self.end, hi)
@@ -80,7 +90,7 @@ class Windows:
         if self._base <= self.start and self.end < self._base + size:
             return
         span = self.end - self.start + 1
-        grown = max(2 * size, span)
+        grown = min(max(2 * size, span), MAX_WINDOWS)
         base = self.start - (grown - span) // 2  # the slack split between both ends: batches come in any order
         counts = np.zeros((grown, self._counts.shape[1]), np.int64)
         latency = np.zeros((grown, LATENCY_BINS), np.int32)

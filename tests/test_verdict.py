@@ -325,3 +325,20 @@ def test_a_journal_shard_whose_name_is_not_utf8_is_named_and_the_tables_are_writ
     assert any("local-\\xff.jsonl:1: " in p for p in summary["problems"]), summary["problems"]
     assert json.loads((tmp_path / "audit" / "summary.json").read_text())["verdict"]["result"] == FAIL
     assert not list((tmp_path / "audit").glob("*.tmp"))
+
+
+@pytest.mark.parametrize("sent", [0.0, 1.9e9, 9e10])
+def test_a_turn_dated_years_away_is_bad_input_not_gigabytes_of_windows(sent, tmp_path, capsys):
+    """sent = 0 (1970) or 2030 is a valid journal time, and the per-window tables covered every window between
+    it and the run: a MemoryError (60 GB) or the machine's swap. Now exit 2 naming the span and what to look for."""
+    from oracle.audit_cli import main
+
+    world = _world(sessions=2, turns=2)
+    record = world.records[-1]
+    record["sent"], record["received"] = sent, sent + 0.1
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "some turn's sent or received time lies far from the others" in err
+    assert not (tmp_path / "audit" / "summary.json").exists()
