@@ -37,7 +37,7 @@ from oracle.snapshot import SnapshotError, SnapshotWriter, options_from_meta, re
 from oracle.store import StoreError, StoreOptions, make_reader
 from oracle.tables import SESSION_COLUMNS, summary as build_summary
 from oracle.tally import Tally
-from oracle.timeline import load_faults, load_steps
+from oracle.timeline import check_faults, load_faults, load_steps
 
 STORE_ERRORS = (StoreError, redis.RedisError, OSError, requests.RequestException)
 PARALLEL_MIN_BYTES = 4 << 20  # a smaller journal is judged faster than processes start
@@ -126,6 +126,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
                              f"is kept in {folder.store} (marked incomplete); run the audit again once the store "
                              "is back") from exc
         raise
+    check_faults(folder.path, faults, tally.first_sent, tally.last_done, problems)
     read_s = time.perf_counter() - clock
     raw = _concatenate(folder, "anomalies.raw", folder.audit / "anomalies.raw.tmp")
     _concatenate(folder, "sessions.csv", folder.audit / "sessions.csv.tmp", header=",".join(SESSION_COLUMNS) + "\n")

@@ -12,6 +12,7 @@ from pathlib import Path
 from contracts.jsonl import read_jsonl
 from contracts.runfolder import RunFolder
 from contracts.timeline import chaos_event, load_step
+from oracle.history import JournalError
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,43 @@ class Fault:
     def effective(self) -> bool:
         """False when the fault touched nothing (0 connections killed): it tested nothing."""
         return self.touched != 0
+
+
+FAR_S = 3600.0  # a fault applied or recovered this long before the first turn or after the last is not this run's
+
+
+class TimelineError(JournalError):
+    """The chaos timeline cannot be trusted, and with it which failed requests a fault excuses."""
+
+
+def check_faults(run_dir: Path, faults: list[Fault], first_sent: float | None, last_done: float | None,
+                 problems: list[str]) -> None:
+    """TimelineError when chaos.jsonl has a line that cannot be read, or a fault far outside the run's turns
+    (applied at 0, recovered in the year 4000): either way the faults excuse failed requests that nothing may
+    have excused, so the errors gate would judge by a damaged file."""
+    chaos = str(RunFolder(run_dir).chaos)
+    bad = next((p for p in problems if p.startswith(chaos + ":")), None)
+    if bad is not None:
+        raise TimelineError(f"{bad}. The chaos timeline says which failed requests a fault excuses; repair the line "
+                            "(or remove the file to judge without faults)")
+    if first_sent is None or last_done is None:
+        return
+    for f in faults:
+        if f.start < first_sent - FAR_S or f.start > last_done + FAR_S or \
+                (f.end is not None and f.end > last_done + FAR_S):
+            raise TimelineError(f"{chaos}: fault {f.fault} ({f.kind}) from {_utc(f.start)} to "
+                                f"{_utc(f.end) if f.end is not None else 'the end'} lies far outside the run's turns "
+                                f"({_utc(first_sent)} to {_utc(last_done)}): the timeline is damaged or another "
+                                "run's; repair it (or remove the file to judge without faults)")
+
+
+def _utc(epoch: float) -> str:
+    import datetime
+
+    try:
+        return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return repr(epoch)
 
 
 def _records(path: Path, problems: list[str], decode):

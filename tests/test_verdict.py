@@ -342,3 +342,28 @@ def test_a_turn_dated_years_away_is_bad_input_not_gigabytes_of_windows(sent, tmp
     err = capsys.readouterr().err
     assert "some turn's sent or received time lies far from the others" in err
     assert not (tmp_path / "audit" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("damage", ["garbage-recover", "applied-at-0", "recovered-in-4000"])
+def test_a_damaged_chaos_timeline_never_excuses_failed_requests(damage, tmp_path, capsys):
+    """Refused turns no fault explains fail the strict verdict. A chaos.jsonl whose recover line is garbage (the
+    fault then lasts to the end), or whose fault lies decades from the run, excused every one of them: PASS.
+    Now the audit stops on it, exit 2, naming the line or the fault."""
+    from oracle.audit_cli import main
+
+    world = build_world([[TurnSpec("chatter", "ok"), TurnSpec("chatter", "fail")] for _ in range(3)], seed=2)
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    first = min(r["sent"] for r in world.records)
+    apply = {"fault": "f1#0", "kind": "kill", "target": "bot", "instance": "bot-1", "event": "apply",
+             "time": first + 1000, "outcome": "ok"}
+    recover = {**apply, "event": "recover"}
+    assert main([str(tmp_path)]) == 1 and "errors" in capsys.readouterr().out  # no fault: the refusals fail it
+    lines = {"garbage-recover": [json.dumps({**apply, "time": first - 1}), "{garbage"],
+             "applied-at-0": [json.dumps({**apply, "time": 0.0})],
+             "recovered-in-4000": [json.dumps({**apply, "time": first - 1}),
+                                   json.dumps({**recover, "time": 6.4e10})]}[damage]
+    (tmp_path / "chaos.jsonl").write_text("\n".join(lines) + "\n")
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "chaos.jsonl" in err and ("repair the line" in err or "lies far outside the run's turns" in err), err
