@@ -92,3 +92,14 @@ def open_regular(path: str | Path) -> BinaryIO:
     if kind is not None:
         raise OSError(errno.EINVAL, f"not a regular file but {kind}", str(path))
     return open(path, "rb")
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """``path.write_text`` whose OSError always names the path (a full device's does not by itself), so that
+    it is reported as the user's path that cannot be written."""
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc

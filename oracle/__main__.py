@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return module.main(argv[1:])
     except Exception as exc:  # noqa: BLE001 - never exit 1, which means "a gate failed", on a crash
+        if isinstance(exc, OSError) and exc.filename is not None:  # a path that cannot be written or read: an
+            print(f"oracle {argv[0]}: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)  # output that is
+            return 2  # a folder, a full device. Bad input, named
         traceback.print_exc()
         print(f"oracle {argv[0]}: FAILED: {type(exc).__name__}: {exc} (exit 3: a damaged file no check caught, "
               "or a bug)", file=sys.stderr)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from scipy.stats import fisher_exact, mannwhitneyu
 
+from contracts.runfolder import write_text
 from oracle import charts
 from oracle.report_data import RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run, rate
 from oracle.report_format import ms, number, pct
@@ -161,7 +162,7 @@ def write_html(out: Path, runs: list[RunData], results: dict, warnings: list[str
             warnings=warnings, breaches=breaches, trend=trend, gate=gate, figures=figures,
             alpha=args.alpha, margin=args.margin, WORSE=WORSE, BETTER=BETTER)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    write_text(out, page)
     return out
 
 

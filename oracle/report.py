@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 
-from contracts.runfolder import RunFolder
+from contracts.runfolder import RunFolder, write_text
 from oracle import breakdown, charts, telemetry
 from oracle.report_data import (EXAMPLES_PER_CLASS, RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run,
                                 rate)
@@ -109,7 +109,7 @@ def render(run_dir: str | Path, data: RunData | None = None) -> Path:
     page = _env().get_template("report.html.j2").render(**context(data), figures=figures)
     target = RunFolder(data.path).report
     tmp = target.with_suffix(".html.tmp")
-    tmp.write_text(page, encoding="utf-8")
+    write_text(tmp, page)
     tmp.replace(target)
     return target
 

@@ -15,6 +15,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from contracts.runfolder import write_text
 from oracle import charts
 from oracle.compare import bad_statistics, compare_pair, trend_rows
 from oracle.report_data import RATE_METRICS as POOLED, RunData, RunFolderError, load_run, rate
@@ -94,7 +95,7 @@ def write_html(out: Path, runs: list[RunData], rows: list[dict], releases: list[
         chart = data_uri(charts.trend(dated, Path(tmp) / "trend.png"))
     page = _env().get_template("trend.html.j2").render(rows=rows, releases=releases, skipped=skipped, chart=chart)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    write_text(out, page)
     return out
 
 

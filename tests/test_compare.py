@@ -190,3 +190,22 @@ def test_a_run_whose_locust_users_raised_exceptions_is_not_trusted(tmp_path, cap
     assert compare.main([str(base), str(failing)]) == 1
     assert "-> exit 1" in capsys.readouterr().out
     assert report.shown_verdict(load_run(failing))[:2] == ("fail", "FAIL")
+
+
+def test_an_output_path_that_cannot_be_written_is_bad_input_naming_it(tmp_path, capsys):
+    """report.html that is a folder, compare --html into a folder or onto a full device: exit 2 naming the path
+    (was a traceback and exit 3, after compare had printed its own exit 0)."""
+    import os
+
+    from oracle.__main__ import main
+
+    base = synthetic(tmp_path / "a", label="v1", seed=1)
+    cand = synthetic(tmp_path / "b", label="v2", seed=2)
+    (cand / "report.html").mkdir()
+    assert main(["report", str(cand), "--quiet"]) == 2
+    assert "report.html" in capsys.readouterr().err
+    for target in (tmp_path, Path("/dev/full")):
+        if target == Path("/dev/full") and not os.path.exists(target):
+            continue
+        assert main(["compare", str(base), str(cand), "--gate", "off", "--html", str(target)]) == 2
+        assert str(target) in capsys.readouterr().err
