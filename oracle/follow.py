@@ -24,7 +24,8 @@ from contracts.runfolder import RunFolder
 from oracle.history import PARTITIONS, Tail
 from oracle.judge import Context, Evidence, Judging, rare_full_collections
 from oracle.keys import store_evidence
-from oracle.store import StoreOptions, make_reader
+from oracle.options import OptionError, check_store
+from oracle.store import StoreError, StoreOptions, make_reader
 
 ENV = "GOLDFISH_FOLLOW"  # the store options, as JSON: not on the command line, where `ps` shows passwords
 
@@ -93,16 +94,25 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         every, settle = parse_duration(args.every, "--every"), parse_duration(args.settle, "--settle")
+        if every < 1:
+            raise OptionError(f"--every {args.every}: a pass at least every second, not a busy loop")
+        if not RunFolder(args.run).path.is_dir():
+            raise OptionError(f"{args.run} is not a folder (the run folder being written)")
         if ENV not in os.environ:
-            raise TypeError(f"${ENV} is not set: `--audit-every` starts this command with it")
-        store = StoreOptions(**codec.loads(os.environ[ENV]))
-    except (DurationError, TypeError, codec.DecodeError) as exc:
+            raise OptionError(f"${ENV} is not set: `--audit-every` starts this command with it")
+        store = StoreOptions(**codec.loads_object(os.environ[ENV]))
+        check_store(store)
+    except (DurationError, OptionError, TypeError, AttributeError, codec.DecodeError) as exc:
         print(f"oracle follow: {exc} (the store options come in ${ENV}, as JSON)", file=sys.stderr)
         return 2
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.append(True))
-    progress = follow(Path(args.run), store, every, settle, lambda: bool(stop))
+    try:
+        progress = follow(Path(args.run), store, every, settle, lambda: bool(stop))
+    except StoreError as exc:  # unreachable at the start: nothing was judged
+        print(f"oracle follow: {exc}", file=sys.stderr)
+        return 2
     print(f"oracle follow: {progress['sessions']} sessions judged in {progress['passes']} passes", file=sys.stderr)
     return 0
 

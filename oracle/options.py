@@ -90,14 +90,22 @@ def store_options(values) -> StoreOptions | None:
         user_roles=tuple(get("user_role") or _D.user_roles), assistant_roles=tuple(get("assistant_role") or _D.assistant_roles),
         messages_field=str(get("messages_field", _D.messages_field) or ""), batch=batch,
         scan_foreign=not get("no_scan", False))
+    check_store(options)
+    return options
+
+
+def check_store(options: StoreOptions) -> None:
+    """Everything that can be known about the store options without reaching the store; OptionError naming
+    the option (also for options that come as JSON: ``oracle follow``)."""
     from oracle.store import StoreError
 
+    if not isinstance(options.batch, int) or options.batch < 1:
+        raise OptionError(f"--batch: {options.batch!r} must be a whole number >= 1")
     try:
         options.validate()
     except StoreError as exc:
         raise OptionError(str(exc)) from None
     _check_store(options)
-    return options
 
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")  # contracts/redis_url.py

@@ -94,3 +94,33 @@ def test_locust_audit_every_judges_during_the_run(tmp_path, refbot_stack):  # no
     assert summary["rolling"]["reused"] == progress["sessions"]  # nothing changed after it judged them
     assert summary["verdict"]["result"] == "pass"
     assert "rolling audit: every 1s" in run.output
+
+
+@pytest.mark.parametrize("env, extra, fragment", [
+    ({"url": "redis://127.0.0.1:1/0", "batch": 0}, [], "--batch: 0 must be a whole number >= 1"),
+    ({"url": "garbage"}, [], "not a Redis URL"),
+    ({"url": "redis://127.0.0.1:1/0", "key_template": "nokey"}, [], "must contain {session}"),
+    ({"url": 5}, [], "oracle follow: "),
+    ({"url": "redis://127.0.0.1:1/0"}, ["--every", "0"], "not a busy loop"),
+    ({"url": "redis://127.0.0.1:1/0"}, [], "cannot reach the store"),
+])
+def test_follow_refuses_bad_options_and_an_unreachable_store_with_exit_2(env, extra, fragment, tmp_path, monkeypatch,
+                                                                         capsys):
+    """Its store options come as JSON in $GOLDFISH_FOLLOW: each was a traceback (exit 3), and --every 0 a busy
+    loop rewriting progress.json a thousand times a second."""
+    from oracle import follow
+
+    (tmp_path / "run").mkdir()
+    monkeypatch.setenv(follow.ENV, json.dumps(env))
+    assert follow.main([str(tmp_path / "run"), *extra]) == 2
+    assert fragment in capsys.readouterr().err
+
+
+def test_follow_of_a_folder_that_is_not_one_is_exit_2(tmp_path, monkeypatch, capsys):
+    from oracle import follow
+
+    monkeypatch.setenv(follow.ENV, json.dumps({"url": "redis://127.0.0.1:1/0"}))
+    (tmp_path / "file").write_text("x")
+    for run in (tmp_path / "missing", tmp_path / "file"):
+        assert follow.main([str(run)]) == 2
+        assert "is not a folder" in capsys.readouterr().err
