@@ -423,12 +423,16 @@ class _Lockstep:
     stay few; a session missing from them costs reading the rest)."""
 
     def __init__(self, run_dir: Path, path: Path):
+        self.path = path
         self.lines_of = snapshot_lines(run_dir, path)
         self.ahead: dict[str, bytes] = {}
 
     def lines(self, sessions: list[str]) -> list[bytes]:
         need = {s for s in sessions if s not in self.ahead}
         for session, raw in self.lines_of if need else ():
+            if session in self.ahead:  # which copy is the store's? Neither can be trusted
+                raise SnapshotError(f"{self.path} holds session {session} twice: the snapshot is damaged. Read the "
+                                    "store again: pass --store-url (or --http-url / --reader)")
             self.ahead[session] = raw
             need.discard(session)
             if not need:
@@ -436,6 +440,11 @@ class _Lockstep:
         return [self.ahead.pop(s) for s in sessions if s in self.ahead]
 
     def finish(self) -> None:
-        """Read the lines no journaled session asked for: a damaged line is an error wherever it is."""
-        for _ in self.lines_of:
-            pass
+        """Read the lines no journaled session asked for: a damaged line is an error wherever it is, and a
+        session the journal does not have means the journal lost lines since the snapshot was read."""
+        unasked = list(self.ahead) + [session for session, _ in self.lines_of]
+        if unasked:
+            raise SnapshotError(f"{self.path} holds {len(unasked)} line(s) no journaled session asked for (for "
+                                f"example session {unasked[0]}): a session twice, the journal lost lines since the "
+                                "store was read, or the snapshot is another run's. Read the store again: pass "
+                                "--store-url (or --http-url / --reader)")

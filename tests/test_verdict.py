@@ -367,3 +367,26 @@ def test_a_damaged_chaos_timeline_never_excuses_failed_requests(damage, tmp_path
     assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "chaos.jsonl" in err and ("repair the line" in err or "lies far outside the run's turns" in err), err
+
+
+@pytest.mark.parametrize("damage", ["a-session-twice", "journal-lost-a-session"])
+def test_a_snapshot_that_disagrees_with_the_journal_is_refused(damage, tmp_path):
+    """A session's line twice in the snapshot (the last one silently won: a gone copy before the real one
+    passed, after it failed), or snapshot sessions the journal no longer has (they were silently skipped, and
+    the re-audit passed on what was left): the re-audit stops, naming the file."""
+    from oracle.snapshot import SnapshotError
+
+    world = _world(sessions=3, turns=2)
+    _audit(tmp_path, world)
+    part = next(p for p in sorted((tmp_path / "store").glob("sessions*.jsonl")) if p.read_bytes())
+    lines = part.read_bytes().splitlines(keepends=True)
+    if damage == "a-session-twice":
+        gone = json.loads(lines[0]) | {"exists": False, "entries": []}
+        part.write_bytes(json.dumps(gone).encode() + b"\n" + b"".join(lines))
+        match = "twice|no journaled session asked for"
+    else:
+        session = json.loads(lines[0])["session"]
+        write_journal(tmp_path, [r for r in world.records if r["session"] != session])
+        match = "no journaled session asked for"
+    with pytest.raises(SnapshotError, match=match):
+        audit_run(tmp_path)
