@@ -28,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="the run folder (results/<run>)")
     add_store_options(p.add_argument_group(
         "store (omit --store-url, --http-url and --reader to re-audit from the run's store/ snapshot)"))
-    p.add_argument("--jobs", type=int, help="processes reading and judging a Redis store in parallel (default: one "
+    p.add_argument("--jobs", type=_at_least_one, help="processes reading and judging a Redis store in parallel (default: one "
                    "per core, at most 8, from 20,000 sessions up); 1 for one process")
     p.add_argument("--window", type=_seconds(1.0), default=5.0,
                    help="window length, at least 1s: a row of windows.csv and a bar of the charts (default 5s)")
@@ -36,6 +36,17 @@ def parser() -> argparse.ArgumentParser:
                    help="recovery margin after each fault (default 5s)")
     add_gate_options(p.add_argument_group("the verdict's gates (exit 1 when one fails)"))
     return p
+
+
+def _at_least_one(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{codec.short(text)} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
 
 
 def _seconds(least: float):

@@ -430,7 +430,8 @@ def test_a_damaged_snapshot_or_run_folder_is_bad_input_never_a_quieter_verdict(t
 @pytest.mark.parametrize("option, value, fragment", [
     ("--window", "0", "shorter than 1s"), ("--window", "1e-9", "shorter than 1s"), ("--window", "nan", "finite"),
     ("--window", "-1", "finite"), ("--window", "inf", "finite"), ("--recovery", "nan", "finite"),
-    ("--recovery", "-5", "finite"), ("--window", "soon", "is not a duration")])
+    ("--recovery", "-5", "finite"), ("--window", "soon", "is not a duration"), ("--jobs", "0", "is not at least 1"),
+    ("--jobs", "-3", "is not at least 1"), ("--jobs", "two", "is not a whole number")])
 def test_window_and_recovery_are_durations_checked_before_anything_is_read(tmp_path, capsys, option, value, fragment):
     with pytest.raises(SystemExit) as exit_:
         in_process(capsys, tmp_path, f"{option}={value}")
