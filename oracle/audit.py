@@ -16,6 +16,7 @@ the previous audit tables are left untouched (all are written to temporary files
 """
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import shutil
@@ -48,14 +49,15 @@ class WorkerError(Exception):
 
 
 def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0, recovery_s: float = 5.0,
-              gates: verdict.Gates | None = None, jobs: int | None = None) -> dict:
+              gates: verdict.Gates | None = None, jobs: int | None = None, shape: dict | None = None) -> dict:
     """Audit one run folder; returns the summary (also written to audit/summary.json), verdict included.
 
     Reads the store live when ``store`` is given (and snapshots it), else re-audits from ``store/``.
     ``jobs``: processes judging partitions in parallel (None: one per core, at most 8, for a Redis or
     snapshot audit of a journal big enough; 1 in a gevent-patched process such as Locust's).
-    ``gates``: the verdict's limits (default: strict). Raises JournalError, SnapshotError or
-    StoreError (TemplateMismatch among them) on input it cannot use.
+    ``gates``: the verdict's limits (default: strict). ``shape``: element-shape fields (role and text fields,
+    roles, messages field) that replace the snapshot's in a re-audit (oracle.options.shape_options).
+    Raises JournalError, SnapshotError or StoreError (TemplateMismatch among them) on input it cannot use.
     """
     folder = RunFolder(run_dir)
     clock = time.perf_counter()
@@ -79,7 +81,11 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
         if meta.get("partitions") != PARTITIONS:
             raise SnapshotError(f"the snapshot in {folder.store} was written by an older goldfish; read the store "
                                 "again: pass --store-url (or --http-url / --reader)")
-        options, source = options_from_meta(meta), "snapshot"
+        options, source = dataclasses.replace(options_from_meta(meta), **(shape or {})), "snapshot"
+        both = set(options.user_roles) & set(options.assistant_roles)
+        if both:
+            raise StoreError(f"{', '.join(sorted(both))}: both a user role and an assistant role (the snapshot's "
+                             "roles with --user-role / --assistant-role): a stored entry cannot be both")
         evidence = meta.get("evidence") or {}
     kinds = tuple(sorted({f.kind for f in faults}))
     context = Context(folder.path, options, live,

@@ -18,7 +18,8 @@ from contracts.durations import DurationError, parse_duration
 from oracle.history import JournalError
 from oracle.keys import TemplateMismatch
 from oracle.snapshot import SnapshotError
-from oracle.options import OptionError, add_gate_options, add_store_options, gates, store_options
+from oracle.options import (OptionError, add_gate_options, add_store_options, gates, shape_options,
+                            store_options)
 from oracle.store import StoreError
 from oracle.verdict import cut_short, rule_line
 
@@ -142,8 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
         return 2
     try:
+        shape = shape_options(args) if store is None else None  # live: already in the store's options
+        if shape:
+            print(f"re-audit from the snapshot with {', '.join(f'{k}={v!r}' for k, v in shape.items())} in place of "
+                  "the shape it was read with")
         summary = audit_run(run, store=store, window_s=args.window, recovery_s=args.recovery,
-                            gates=limits, jobs=args.jobs)
+                            gates=limits, jobs=args.jobs, shape=shape)
     except TemplateMismatch as exc:
         print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
         return _online(run, limits, args.recovery)

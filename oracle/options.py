@@ -71,6 +71,17 @@ def _add(parser, options, locust: bool) -> None:
         add(*flags, **(kwargs if locust else {k: v for k, v in kwargs.items() if k not in LOCUST_ONLY}))
 
 
+def shape_options(values) -> dict:
+    """The element-shape options given other than their defaults, as StoreOptions fields: a re-audit from the
+    snapshot applies them to its entries, which it keeps as they were read (the roles a bot stores its answers
+    under, found out after the run, need no second read of the store)."""
+    get = lambda name: getattr(values, name, None)  # noqa: E731
+    given = {"role_field": get("role_field"), "content_field": get("content_field"),
+             "user_roles": tuple(get("user_role") or ()) or None,
+             "assistant_roles": tuple(get("assistant_role") or ()) or None, "messages_field": get("messages_field")}
+    return {name: value for name, value in given.items() if value is not None and value != getattr(_D, name)}
+
+
 def store_options(values) -> StoreOptions | None:
     """The store the parsed options name (None: no store given); OptionError on a bad value."""
     get = lambda name, default=None: getattr(values, name, default)  # noqa: E731

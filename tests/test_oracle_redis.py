@@ -74,6 +74,13 @@ def test_answers_langchain_stored_from_a_stream_are_answers(tmp_path, redis_serv
     found = read_findings(tmp_path / "run")
     assert all(f["evidence"]["other_roles"] == ["AIMessageChunk"] for f in found)
     assert "pass --assistant-role AIMessageChunk" in found[0]["explanation"]
+    redis_server.stop()  # found out after the run: the snapshot's entries, read again with the role named
+    from oracle.audit_cli import main
+    named = ["--assistant-role", "ai", "--assistant-role", "AIMessageChunk", "--gate", "off"]
+    assert main([str(tmp_path / "run"), *named]) == 0
+    again = json.loads((tmp_path / "run" / "audit" / "summary.json").read_text())
+    assert again["anomalies"] == {} and again["store"]["source"] == "snapshot"
+    assert main([str(tmp_path / "run"), "--user-role", "ai"]) == 2  # both a user's and an assistant's: refused
 
 
 def test_expired_when_keys_carry_a_ttl_and_foreign_keys(tmp_path, redis_server):
