@@ -8,7 +8,7 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
     leaky      one fact table shared by all sessions (a leaking test bot: cross-talk)
     badredirect  answers every turn but a probe, redirected to a Location that is no URL
     hangprobe  answers every turn but a probe, whose reply never ends (a space every 0.2 s, for a minute)
-    lapse      forgets one conversation in eight (by session id): a few failed probes, not most
+    lapse      forgets every eighth conversation it meets: a few failed probes, not most
     flaky      cycles through: ok, 200 with a non-JSON body, 200 JSON without the reply field
     slow       remembers, but sleeps --delay seconds first (timeouts)
     contract2  a different API: POST /api/v2/converse, session id in header X-Conversation-Id,
@@ -58,7 +58,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -78,6 +77,7 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
     histories: dict[str, list[dict]] = {}  # served at GET /history/<session> in an OpenAI-like layout
     shared: dict[str, str] = {}
     counter = itertools.count()
+    lapsed: dict = {}  # lapse: session -> whether the bot forgets it
     log = open(log_path, "a", buffering=1) if log_path else None
 
     def respond(start, status: str, body: bytes, ctype: str = "application/json", extra=()):
@@ -187,8 +187,10 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
                 return respond(start, "200 OK", b"hello, not json", "text/plain", extra)
             if kind == 2:
                 return respond(start, "200 OK", b'{"answer": "the reply is under another name"}', extra=extra)
-        if mode in ("forget", "forgetful-stream") or (mode == "lapse" and zlib.crc32(session.encode()) % 8 == 0):
-            text = answer({}, message)  # lapse: one conversation in eight forgotten, as a replica that is not sticky
+        if mode == "lapse" and session not in lapsed:  # every eighth conversation the bot meets, forgotten
+            lapsed[session] = len(lapsed) % 8 == 0
+        if mode in ("forget", "forgetful-stream") or (mode == "lapse" and lapsed[session]):
+            text = answer({}, message)  # lapse: as a replica that is not sticky forgets some conversations
         elif mode == "leaky":
             text = answer(shared, message)
         else:
