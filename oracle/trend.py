@@ -33,8 +33,13 @@ def load_runs(paths: list[str], audit: bool = False) -> tuple[list[RunData], lis
     """The audited runs among ``paths`` in start order, and a note for each folder skipped."""
     from oracle.report import ensure_audited
 
-    runs, skipped = [], []
+    runs, skipped, seen = [], [], set()
     for path in paths:
+        same = Path(path).resolve()
+        if same in seen:  # `trend R R/` or a glob that names a run twice: pooled once
+            skipped.append(f"{path}: named twice; counted once")
+            continue
+        seen.add(same)
         try:
             ensure_audited(path, audit)
             runs.append(load_run(path))

@@ -62,10 +62,10 @@ def test_trend_over_results_lists_runs_by_start_and_pools_each_release(tmp_path,
             nightly(tmp_path, "b", "v1.4", t + day, lost=10, probes_failed=4)]
     (tmp_path / "matrix").mkdir()  # results/* holds folders that are not runs
     html = tmp_path / "trend.html"
-    code = trend.main([*map(str, runs), str(tmp_path / "matrix"), "--html", str(html)])
+    code = trend.main([*map(str, runs), str(tmp_path / "matrix"), str(runs[0]) + "/", "--html", str(html)])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "skipped:" in err and "matrix" in err
+    assert "skipped:" in err and "matrix" in err and "named twice; counted once" in err  # pooled once, not twice
     lines = out.splitlines()
     order = [line.split()[2] for line in lines[2:5]]
     assert order == ["v1.4", "v1.4", "v1.5"], out
