@@ -154,6 +154,8 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Script:
             except OptionError:
                 bad(value, field_name, f"{show(_scalar(value))} is not seconds or a range like 0.2-1.0")
     turns = sum(s.turns for s in steps if s.kind != "think") * repeat
+    if not turns:  # a conversation of pauses: the load would run and journal nothing
+        bad(steps_node, "steps", "has no turn (only think steps): a conversation needs a plant, probe, chatter or burst")
     if turns > MAX_TURNS:
         bad(top.get("repeat") or steps_node, "repeat" if repeat > 1 else "steps",
             f"{turns} turns per conversation is more than a token can number ({MAX_TURNS})")

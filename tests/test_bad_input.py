@@ -326,6 +326,7 @@ SCRIPTS = [
     ("burst-of-21", "steps:\n  - burst: 21  #!\n", "21 is out of range"),
     ("burst-a-word", "steps:\n  - burst: many  #!\n", "is not a whole number"),
     ("burst-without-turns", "steps:\n  - burst: {size: 3}  #!\n", "needs `turns: N`"),
+    ("only-think-steps", "steps:\n  - think: 1  #!\n  - think: 2\n", "has no turn (only think steps)"),
     ("think-nan", "steps:\n  - think: nan  #!\n", "'nan' is not seconds"),
     ("think-dot-nan", "steps:\n  - think: .nan  #!\n", "is not seconds"),
     ("think-infinity", "steps:\n  - think: inf  #!\n", "is not seconds"),
