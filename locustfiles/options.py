@@ -14,6 +14,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 from pathlib import Path
 
+import msgspec
+
 from contracts import codec, durations, redact
 from locustfiles.contract import (BODY_FORMATS, METHODS, REPLY_FORMATS, SESSION, SESSION_SOURCES, PathError,
                                   check_fields, set_dotted)
@@ -220,8 +222,8 @@ def _one_of(value: str, choices: tuple, option: str) -> str:
 def json_object(text: str, option: str) -> dict:
     """A JSON object option (``--body``, ``--start-body``) decoded; {} when empty."""
     try:
-        value = codec.loads(text) if text else {}
-    except codec.DecodeError as exc:
+        value = msgspec.json.decode(text) if text else {}  # strict JSON: NaN or Infinity would be sent as null
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise OptionError(f"{option}: not JSON ({exc})") from None
     if not isinstance(value, dict):
         raise OptionError(f"{option}: {text[:80]!r} is not a JSON object")
