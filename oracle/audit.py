@@ -161,8 +161,9 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     result["store"] = {"complete": True, "reader": options.name(), "url": options.where(), "source": source}
     result["timings"] = {"read_judge": read_s, "total": time.perf_counter() - clock, **_peak_rss()}
     gates = gates or verdict.parse_gates(None)
-    result["verdict"] = verdict.require_measured(verdict.evaluate(result["observed"], gates), result["turns"]["ok"],
-                                                 tally.totals["probes"], tally.totals["answered"], gates)
+    result["verdict"] = verdict.require_healed(verdict.require_measured(
+        verdict.evaluate(result["observed"], gates), result["turns"]["ok"], tally.totals["probes"],
+        tally.totals["answered"], gates), faults)
     result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted,
                                                            result["metrics"]["probe_amnesia"]["count"],
                                                            tally.totals["leaked_sessions"])
@@ -243,7 +244,8 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
 
     folder = RunFolder(run_dir)
     journal = Journal.open(folder.path)
-    margins = intervals(load_faults(folder.path), float("inf"), recovery_s)
+    faults = load_faults(folder.path)
+    margins = intervals(faults, float("inf"), recovery_s)
     counts = Counter()
     leaked: set = set()
     in_flight: dict = {}  # (session, turn) -> a first turn's in-flight record, until its outcome comes
@@ -287,8 +289,8 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
                 "errors": {"count": counts["errors_quiet"], "total": counts["quiet"]},
                 "unreadable": {"count": counts["unreadable"], "total": counts["total"] + counts["unreadable"]}}
     gates = gates or verdict.parse_gates(None)
-    judged = verdict.require_measured(verdict.evaluate(observed, gates), counts["ok"], counts["probes"],
-                                      counts["probes_answered"], gates)
+    judged = verdict.require_healed(verdict.require_measured(verdict.evaluate(observed, gates), counts["ok"],
+                                                             counts["probes"], counts["probes_answered"], gates), faults)
     judged["root_causes"] = verdict.root_causes({}, 0, observed["probe_amnesia"]["count"], counts["leaked"])
     turns = {k: int(counts[k]) for k in ("total", "ok", "fail", "info", "errors", "probes_answered", "probes_failed",
                                          "crosstalk_replies")}

@@ -1,8 +1,8 @@
 """The chaos timeline and load steps: when each fault was active, and which step was running.
 
-A fault is active from its apply to its recover, or to the end of the run when no recover
-was recorded (the heal may have been the thing that failed). Applies that errored are
-dropped: nothing was injected.
+A fault is active from its apply to its first successful recover, or to the end of the run when
+none was recorded (the heal may have been the thing that failed: a recover that errored ends
+nothing). Applies that errored are dropped: nothing was injected.
 """
 from __future__ import annotations
 
@@ -87,8 +87,8 @@ def load_faults(run_dir: Path, problems: list[str] | None = None) -> list[Fault]
                             f"apply: {r.get('error')}")
         elif r.get("event") == "apply" and key not in open_:
             open_[key] = r
-        elif r.get("event") == "recover" and key in open_:
-            faults.append(_fault(open_.pop(key), float(r["time"]), r.get("via")))
+        elif r.get("event") == "recover" and key in open_ and r.get("outcome", "ok") != "error":
+            faults.append(_fault(open_.pop(key), float(r["time"]), r.get("via")))  # a failed heal ends nothing
     faults += [_fault(r, None, None) for r in open_.values()]
     return sorted(faults, key=lambda f: f.start)
 

@@ -248,6 +248,20 @@ def require_measured(v: dict, acknowledged: int, probes: int, answered: int, gat
     return v
 
 
+NOT_HEALED = ("chaos: fault {fault} ({kind} on {instance}) was never healed: no recover of it succeeded, so its target "
+              "did not come back (run `python -m chaos heal RUN` if the run was killed, then audit again)")
+
+
+def require_healed(v: dict, faults: list) -> dict:
+    """Fail ``v`` for every fault the chaos timeline never saw healed (oracle.timeline.Fault with no end): a
+    target that does not come back after a kill is a bug of its own (a bot that cannot restart), and a run
+    that leaves its stack broken is no PASS."""
+    lines = [NOT_HEALED.format(fault=f.fault, kind=f.kind, instance=f.instance) for f in faults if f.end is None]
+    if lines:
+        v["result"], v["failed"] = FAIL, v["failed"] + lines
+    return v
+
+
 def observed_from_metrics(summary: dict) -> dict:
     """Observations of a summary written before ``observed`` existed: the headline metrics only."""
     metrics = summary.get("metrics") or {}

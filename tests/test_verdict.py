@@ -390,3 +390,29 @@ def test_a_snapshot_that_disagrees_with_the_journal_is_refused(damage, tmp_path)
         match = "no journaled session asked for"
     with pytest.raises(SnapshotError, match=match):
         audit_run(tmp_path)
+
+
+def test_a_failed_heal_ends_no_fault_and_a_fault_never_healed_fails_the_run(tmp_path, capsys):
+    """A recover that errored (its port still taken) closed the fault's interval, so the requests that failed
+    while the target stayed down were no fault's, and a correct bot failed; a fault no recover ever healed
+    left a broken stack behind a PASS. Now the interval runs to the first recover that succeeded, and a fault
+    never healed fails the verdict, saying which."""
+    from oracle.audit_cli import main
+    from oracle.timeline import load_faults
+
+    world = build_world([[TurnSpec("chatter", "ok"), TurnSpec("chatter", "fail")] for _ in range(3)], seed=2)
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    first = min(r["sent"] for r in world.records)
+    last = max(r["received"] or r["sent"] for r in world.records)
+    apply = {"fault": "f1#0", "kind": "kill", "target": "bot", "instance": "bot-2", "event": "apply",
+             "time": first - 1, "outcome": "ok"}
+    failed = {**apply, "event": "recover", "time": first, "outcome": "error", "error": "port taken", "via": "schedule"}
+    healed = {**apply, "event": "recover", "time": last + 1, "via": "test_stop"}
+    (tmp_path / "chaos.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (apply, failed, healed)))
+    assert [(f.start, f.end, f.via) for f in load_faults(tmp_path)] == [(first - 1, last + 1, "test_stop")]
+    assert main([str(tmp_path)]) == 0  # the refusals happened while bot-2 was down: excused
+    (tmp_path / "chaos.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (apply, failed)))
+    assert main([str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "chaos: fault f1#0 (kill on bot-2) was never healed" in out
