@@ -82,27 +82,36 @@ def check_chaos(settings) -> None:
             load_chaos(settings, scratch)
 
 
-def user_exceptions(environment) -> dict | None:
-    """Exceptions Locust's users raised in this test (on the master: its workers' too): how many, and the first."""
+def counters(environment) -> tuple[dict, dict]:
+    """This test's failed requests and user exceptions, as Locust keeps them: the dicts themselves. A test
+    started from the web UI replaces them (runner.start) before its test_start waits for this one's stop to
+    finish, so the stop holds on to these, which later reports of this test's workers still fill."""
     runner = environment.runner
-    if runner is None or not runner.exceptions:
+    return (runner.errors, runner.exceptions) if runner is not None else ({}, {})
+
+
+def user_exceptions(environment, seen: tuple[dict, dict] | None = None) -> dict | None:
+    """Exceptions Locust's users raised in this test (on the master: its workers' too): how many, and the first."""
+    exceptions = (seen or counters(environment))[1]
+    if not exceptions:
         return None
-    return {"count": sum(e.get("count", 1) for e in runner.exceptions.values()),
-            "first": str(next(iter(runner.exceptions.values())).get("msg", ""))[:200]}
+    return {"count": sum(e.get("count", 1) for e in exceptions.values()),
+            "first": str(next(iter(exceptions.values())).get("msg", ""))[:200]}
 
 
-def locust_exit_code(environment) -> tuple[int, str]:
+def locust_exit_code(environment, seen: tuple[dict, dict] | None = None) -> tuple[int, str]:
     """What Locust itself would exit with (locust/main.py ``shutdown``) before goldfish's verdict, and why."""
     from locust import log as locust_log
 
-    runner, options = environment.runner, environment.parsed_options
+    options = environment.parsed_options
+    errors, exceptions = seen or counters(environment)
     if environment.process_exit_code is not None:
         return int(environment.process_exit_code), "another listener set it"
-    raised = user_exceptions(environment)
+    raised = user_exceptions(environment, (errors, exceptions))
     if raised:  # a bug in the users' code: conversations were cut short unjudged
         return EXIT_AUDIT, (f"{raised['count']} exception(s) in Locust users cut conversations short, so the verdict "
                             f"cannot be trusted (first: {raised['first']}; Locust's exception report has the tracebacks)")
-    if runner is not None and (len(runner.errors) or len(runner.exceptions)):
+    if len(errors) or len(exceptions):
         return int(getattr(options, "exit_code_on_error", 1)), "requests failed and --exit-code-on-error is set"
     if getattr(locust_log, "unhandled_greenlet_exception", False):
         return 2, "an unhandled greenlet exception"
@@ -324,6 +333,7 @@ class EndOfRun:
         run = self.run
         if run is None or run.phase != LOAD:
             return None
+        seen = counters(environment)  # this test's, whatever a start from the web UI does meanwhile
         try:
             self.heal(run)
             self.after_heal()
@@ -333,14 +343,14 @@ class EndOfRun:
                 self._stop_here(self.interrupt(name, phase))
             if not run.bad:  # a folder that could not be written has no room for Locust's files either
                 locust_output.write(environment, run.run_dir)
-            raised = user_exceptions(environment)
+            raised = user_exceptions(environment, seen)
             if raised:  # before the report, which warns of it
                 runfolder.update_run(run.run_dir, user_exceptions=raised)
             try:
                 run.code = self._finish(run)
             except Stopped:
                 return self.code
-            locust_code, why = locust_exit_code(environment)
+            locust_code, why = locust_exit_code(environment, seen)
             run.final = combine(run.code, locust_code)
             if run.final != run.code:
                 say(f"exit code {run.final}: Locust's own ({why})")
@@ -406,12 +416,13 @@ class EndOfRun:
         if self.code is not None:
             return self.code
         if self.final_code is None:
-            failed = next((run for run in self.runs if run.final), None)
-            if failed is not None:
+            failing = [run for run in self.runs if run.final]
+            if failing:
+                failed = failing[0]
                 self.final_code = failed.final
                 if len(self.runs) > 1:
-                    say(f"exit code {failed.final}: run {failed.run_dir} ({failed.result or 'no verdict'}), the "
-                        f"first of {len(self.runs)} runs that did not pass")
+                    say(f"exit code {failed.final}: run {failed.run_dir} ({failed.result or 'no verdict'}, exit code "
+                        f"{failed.final}), the first of the {len(failing)} of {len(self.runs)} runs that did not pass")
             else:
                 self.final_code, why = locust_exit_code(environment)
                 if self.final_code:

@@ -141,7 +141,7 @@ def test_a_failed_run_is_not_masked_by_a_later_pass_and_bad_form_values_start_no
         assert verdicts == [("fail", 1), ("pass", 0)]
         dirs = [run["dir"] for run in ui.status()["runs"]]
         assert ui.quit() == 1, ui.output[-3000:]
-    assert f"exit code 1: run {dirs[0]} (fail), the first of 2 runs that did not pass" in ui.output
+    assert f"exit code 1: run {dirs[0]} (fail, exit code 1), the first of the 1 of 2 runs that did not pass" in ui.output
     assert sorted(str(p.relative_to(ui.cwd)) for p in (ui.cwd / "results").iterdir()) == sorted(dirs)
 
 
@@ -227,3 +227,28 @@ def test_the_chaos_rows_pair_faults_as_the_audit_does_and_name_damaged_lines(tmp
     os.mkfifo(tmp_path / "chaos.jsonl")
     assert chaos_rows(tmp_path)[-1] == ("problem", "", f"cannot read {tmp_path / 'chaos.jsonl'}: not a regular "
                                                        "file but a FIFO")
+
+
+def test_a_start_during_the_previous_stop_keeps_that_runs_exit_code(tmp_path):
+    """Run 1 passes its gates (off) but requests failed, so Locust's --exit-code-on-error 7 is its code. Run 2
+    is started while run 1 settles: Locust clears its counters for run 2 before goldfish's test_start waits for
+    run 1 to finish, and run 1 came out 0 (the process too). Run 1 keeps the counters of its own test."""
+    import threading
+
+    with chat_bot("flaky") as url, locust_ui(tmp_path / "ui", "--host", url, "--script", quick_script(tmp_path),
+                                             "--gate", "off", "--exit-code-on-error", "7", "--settle", "4",
+                                             "--http-url", f"{url}/history/{{session}}", "--role-field", "role",
+                                             "--content-field", "content") as ui:
+        assert ui.swarm(user_count=3, spawn_rate=3)["success"]
+        ui.wait(lambda s: s["runs"] and s["runs"][-1]["phase"] == "load" and s["counts"]["turns"] >= 10)
+        stopping = threading.Thread(target=ui.stop)
+        stopping.start()
+        ui.wait(lambda s: s["runs"][-1]["phase"] == "settle")
+        assert ui.swarm(user_count=1, spawn_rate=1)["success"]  # waits for run 1's stop to finish
+        stopping.join(120)
+        ui.wait(lambda s: len(s["runs"]) == 2 and s["runs"][-1]["phase"] == "load")
+        ui.stop()
+        first = ui.status()["runs"][0]
+        assert (first["verdict"], first["exit_code"]) == ("pass", 7), first
+        assert json.loads((ui.cwd / first["dir"] / "run.json").read_text())["exit_code"] == 7
+        assert ui.quit() == 7, ui.output[-3000:]
