@@ -156,9 +156,16 @@ def rows(rt, base: str = "", environment=None) -> list[dict]:
     _verdict_rows(row, run, base)
     for earlier in reversed(end.runs[:-1]):
         link = f" · {base}/goldfish/runs/{earlier.settings.run_id}/report.html" if earlier.report else ""
-        row("earlier run", earlier.settings.run_id, (earlier.result or earlier.interrupted or "no verdict").upper(),
-            f"exit code {earlier.final}{link}")
+        row("earlier run", earlier.settings.run_id, _shown(earlier), f"exit code {earlier.final}{link}")
     return out
+
+
+def _shown(run) -> str:
+    """A run's verdict as the tab shows it: NOT TRUSTED when its gates held but its Locust users raised
+    exceptions (it exits 3), as the report's badge says."""
+    if run.result == "pass" and run.final == endofrun.EXIT_AUDIT:
+        return "NOT TRUSTED"
+    return (run.result or run.interrupted or "no verdict").upper()
 
 
 def _count_rows(row, c: dict, requests: int | None) -> None:
@@ -239,9 +246,9 @@ def _verdict_rows(row, run, base: str) -> None:
         return
     v = run.verdict
     audited = run.report is not None or RunFolder(run.run_dir).summary.exists()
-    untrusted = v["result"] == "pass" and run.final == endofrun.EXIT_AUDIT  # its Locust users raised exceptions
-    row("verdict", "result", "NOT TRUSTED" if untrusted else v["result"].upper(),
-        f"gates {v['gates']} · exit code {run.final}" + (" · Locust users raised exceptions: conversations were cut short, unjudged" if untrusted else "")
+    cut_short = " · Locust users raised exceptions: conversations were cut short, unjudged"
+    row("verdict", "result", _shown(run), f"gates {v['gates']} · exit code {run.final}"
+        + (cut_short if _shown(run) == "NOT TRUSTED" else "")
         + ("" if audited else " · online, from the journal: the store was not audited"))
     for rule in v["rules"]:
         if rule["result"] in ("pass", "fail"):
