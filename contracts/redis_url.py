@@ -73,6 +73,10 @@ def parse_sentinel_url(url: str) -> SentinelURL:
     return SentinelURL(tuple(sentinels), path[0], options)
 
 
+CLIENT_NAME = "goldfish"  # CLIENT SETNAME of goldfish's own connections (telemetry, audit): a redis-client-kill
+                          # fault does not count them as the bot's (chaos/backends)
+
+
 def redis_client(url: str, **kwargs) -> redis.Redis:
     """A client for ``url``: ``Redis.from_url`` for plain URLs, redis-py's Sentinel for Sentinel URLs.
 

@@ -24,7 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from contracts import codec
-from contracts.redis_url import redis_client
+from contracts.redis_url import CLIENT_NAME, redis_client
 from contracts.runfolder import RunFolder
 from locustfiles.journal import JournalFile
 
@@ -39,7 +39,7 @@ STORE_FIELDS = ("used_memory", "used_memory_rss", "maxmemory", "maxmemory_policy
 def store_client(url: str, timeout: float = TIMEOUT) -> redis.Redis:
     """A client that gives up after ``timeout`` seconds, once (redis-py retries 3 times by default)."""
     return redis_client(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                        retry=Retry(NoBackoff(), 0), health_check_interval=0)
+                        retry=Retry(NoBackoff(), 0), health_check_interval=0, client_name=CLIENT_NAME)
 
 
 def store_sample(client: redis.Redis) -> dict:

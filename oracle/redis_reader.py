@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 
 import redis
 
-from contracts.redis_url import redis_client
+from contracts.redis_url import CLIENT_NAME, redis_client
 from oracle.store import RawSession, StoreError, StoreOptions, batches
 
 
@@ -78,7 +78,8 @@ class RedisReader:
         self.options = options
         try:
             self.client = client or redis_client(  # redis:// or redis+sentinel:// (contracts/redis_url.py)
-                options.url, socket_timeout=options.timeout_s, socket_connect_timeout=options.timeout_s)
+                options.url, socket_timeout=options.timeout_s, socket_connect_timeout=options.timeout_s,
+                client_name=CLIENT_NAME)
         except ValueError as exc:
             raise StoreError(f"bad --store-url {options.where()!r}: {exc}") from exc
 

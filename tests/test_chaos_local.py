@@ -100,12 +100,16 @@ def test_client_kill_really_drops_the_bots_connections(chaos_stack, tmp_path):
     for _ in range(4):
         chaos_stack.get("/count")
     wait_until(lambda: bot_clients(chaos_stack.store_url) == ["bot-1", "bot-2"], what="both bots connected")
+    from locustfiles.telemetry import store_client
+    sampler = store_client(chaos_stack.store_url)  # goldfish's own telemetry connection: killed, not the bot's
+    sampler.ping()
     before = redis.Redis.from_url(chaos_stack.store_url).info("clients")["connected_clients"]
     tl = run_plan(chaos_stack, tmp_path, "faults: [{kind: redis-client-kill, target: redis, at: 0s}]")
     info = redis.Redis.from_url(chaos_stack.store_url).info("clients")
     assert bot_clients(chaos_stack.store_url) == []
     assert info["connected_clients"] < before
-    assert tl[0]["detail"]["killed"] >= 2
+    assert tl[0]["detail"]["killed"] >= 3
+    assert tl[0]["detail"]["touched"] == tl[0]["detail"]["killed"] - 1  # a kill that hit only goldfish is ineffective
     assert chaos_stack.get("/count").status_code == 200      # the bots reconnect
 
 

@@ -27,6 +27,7 @@ import time
 from chaos import faults as F
 from chaos.backend import Backend, MissingExtra, UnsupportedFault
 from chaos.faults import Fault
+from contracts.redis_url import CLIENT_NAME
 from targets.haproxy import runtime_command
 
 try:  # an extra: goldfish[containers]
@@ -198,11 +199,12 @@ class DockerBackend(Backend):
         elif k == F.PAUSE:
             c.pause()
         elif k == F.REDIS_CLIENT_KILL:
+            ours = self._redis_cli(c, instance, "CLIENT", "LIST").count(f" name={CLIENT_NAME} ")  # goldfish's own
             out = self._redis_cli(c, instance, "CLIENT", "KILL", "TYPE", fault.params.get("type", "normal"),
                                   "SKIPME", "yes")
             undo["killed"] = int(out) if out.isdigit() else out
             if out.isdigit():
-                undo["touched"] = int(out)
+                undo["touched"] = max(0, int(out) - ours)
         elif k == F.REDIS_STALL:
             # Exactly the planned length: Redis 7.0 postpones a CLIENT UNPAUSE sent on another
             # connection until a PAUSE ALL ends, so recover cannot cut it short anyway, and if the

@@ -20,6 +20,7 @@ from chaos import faults as F
 from chaos.backend import Backend, UnsupportedFault, refuse_own_process
 from chaos.backends import local_failover
 from chaos.faults import Fault
+from contracts.redis_url import CLIENT_NAME
 from targets import file as targets_file, registry as state, sentinel
 from targets.haproxy import runtime_command, server_sessions
 
@@ -118,8 +119,9 @@ class LocalBackend(Backend):
                 return {"pid": m["pid"], "pid_start": m.get("pid_start")}
         if k == F.REDIS_CLIENT_KILL:
             with self._redis(instance) as r:
+                ours = sum(c.get("name") == CLIENT_NAME for c in r.client_list())  # goldfish's telemetry and audit
                 killed = r.execute_command("CLIENT", "KILL", "TYPE", fault.params.get("type", "normal"), "SKIPME", "yes")
-            return {"killed": int(killed), "touched": int(killed)}
+            return {"killed": int(killed), "touched": max(0, int(killed) - ours)}
         if k == F.REDIS_STALL:
             # The pause carries its own timeout, so Redis resumes by itself even if the controller
             # dies. ALL cannot be ended early (Redis 7.0 postpones CLIENT UNPAUSE too): exact
