@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -116,6 +117,28 @@ def locust_exit_code(environment, seen: tuple[dict, dict] | None = None) -> tupl
     if getattr(locust_log, "unhandled_greenlet_exception", False):
         return 2, "an unhandled greenlet exception"
     return 0, ""
+
+
+def store_arguments(store) -> str:
+    """The options of ``oracle audit`` that read the store this run was audited from (a Redis URL stays URL:
+    it may hold a password)."""
+    if store is None:
+        return ""
+    if store.http_url or store.reader:
+        where = f" --http-url {shlex.quote(redact.url(store.http_url))}" if store.http_url else \
+            f" --reader {shlex.quote(store.reader)}"
+    else:
+        where = " --store-url URL"
+    defaults = type(store)()
+    for option, field in (("--key-template", "key_template"), ("--store-format", "format"), ("--direction", "direction"),
+                          ("--role-field", "role_field"),
+                          ("--content-field", "content_field"), ("--messages-field", "messages_field")):
+        if getattr(store, field) != getattr(defaults, field):
+            where += f" {option} {shlex.quote(str(getattr(store, field)))}"
+    for option, field in (("--user-role", "user_roles"), ("--assistant-role", "assistant_roles")):
+        if getattr(store, field) != getattr(defaults, field):
+            where += "".join(f" {option} {shlex.quote(role)}" for role in getattr(store, field))
+    return where
 
 
 def combine(goldfish: int, locust: int) -> int:
@@ -273,7 +296,7 @@ class EndOfRun:
         if run is not None and run.phase != DONE:
             run.interrupted = name
             s, phase = run.settings, phase or run.phase
-            resume = f"python -m oracle audit {s.run_dir}" + (" --store-url URL" if s.store else "")
+            resume = f"python -m oracle audit {s.run_dir}" + store_arguments(s.store)
             runfolder.end_run(s.run_dir, exit_code=self.code, phase=phase, interrupted={
                 "signal": name, "phase": phase, "time": time.time(),
                 "finish_with": f"{resume} (it reads the store again: run it while the store still holds this run)"})

@@ -288,3 +288,17 @@ def test_journal_appends_lines_and_readers_skip_a_torn_last_line(tmp_path):
         f.write(b'\n{"turn": 3}\n')
     with pytest.raises(ValueError, match=r"local-1.jsonl:3: not JSON"):
         list(read_jsonl(j.path, decode_line))
+
+def test_the_command_that_finishes_an_interrupted_audit_names_the_runs_own_store_options():
+    """`interrupted.finish_with` said --store-url URL for every run: a run audited through --http-url, with its
+    own role and text fields, could not be finished by the command it was given."""
+    from locustfiles.endofrun import store_arguments
+    from oracle.store import StoreOptions
+
+    assert store_arguments(None) == ""
+    assert store_arguments(StoreOptions(url="redis://:pw@127.0.0.1:6379/0")) == " --store-url URL"
+    got = store_arguments(StoreOptions(http_url="http://u:secret@127.0.0.1:8/history/{session}", role_field="role",
+                                       content_field="content", assistant_roles=("bot",)))
+    assert got == (" --http-url 'http://u:***@127.0.0.1:8/history/{session}' --role-field role --content-field content"
+                   " --assistant-role bot")
+    assert "secret" not in got
