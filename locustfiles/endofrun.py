@@ -91,6 +91,15 @@ def counters(environment) -> tuple[dict, dict]:
     return (runner.errors, runner.exceptions) if runner is not None else ({}, {})
 
 
+def workers_lost(environment) -> dict | None:
+    """Locust workers that went missing during this test (a master's, at its stop): how many, and whether all
+    did, which stopped the test early with its conversations cut short."""
+    runner = environment.runner
+    clients = getattr(runner, "clients", None)
+    missing = len(clients.missing) if clients is not None else 0
+    return {"count": missing, "all": missing == len(clients)} if missing else None
+
+
 def user_exceptions(environment, seen: tuple[dict, dict] | None = None) -> dict | None:
     """Exceptions Locust's users raised in this test (on the master: its workers' too): how many, and the first."""
     exceptions = (seen or counters(environment))[1]
@@ -357,6 +366,7 @@ class EndOfRun:
         if run is None or run.phase != LOAD:
             return None
         seen = counters(environment)  # this test's, whatever a start from the web UI does meanwhile
+        lost = workers_lost(environment)
         try:
             self.heal(run)
             self.after_heal()
@@ -369,11 +379,17 @@ class EndOfRun:
             raised = user_exceptions(environment, seen)
             if raised:  # before the report, which warns of it
                 runfolder.update_run(run.run_dir, user_exceptions=raised)
+            if lost:
+                runfolder.update_run(run.run_dir, workers_lost=lost)
+                say(f"{lost['count']} Locust worker(s) went missing during the test"
+                    + (": all of them, so the test stopped early" if lost["all"] else ""))
             try:
                 run.code = self._finish(run)
             except Stopped:
                 return self.code
             locust_code, why = locust_exit_code(environment, seen)
+            if lost and lost["all"] and not locust_code:  # the load generators died: conversations cut short
+                locust_code, why = EXIT_AUDIT, "every Locust worker went missing, so the test stopped early"
             run.final = combine(run.code, locust_code)
             if run.final != run.code:
                 say(f"exit code {run.final}: Locust's own ({why})")

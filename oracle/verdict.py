@@ -319,10 +319,17 @@ def headline(v: dict) -> str:
 
 def cut_short(run: dict) -> str | None:
     """Why even a held verdict cannot be trusted: Locust's users raised exceptions (run.json's
-    ``user_exceptions``, written at the end of the Locust run), so conversations were cut short,
-    unjudged. None when they did not. The run exits 3 for it; so do ``oracle audit`` and ``oracle
-    compare`` of it, and its report's badge says NOT TRUSTED (a FAIL stays a FAIL)."""
-    raised = run.get("user_exceptions") if isinstance(run, dict) else None
+    ``user_exceptions``, written at the end of the Locust run), or every Locust worker went missing
+    (``workers_lost``), so conversations were cut short, unjudged. None when neither happened. The run
+    exits 3 for it; so do ``oracle audit`` and ``oracle compare`` of it, and its report's badge says
+    NOT TRUSTED (a FAIL stays a FAIL)."""
+    if not isinstance(run, dict):
+        return None
+    lost = run.get("workers_lost")
+    if isinstance(lost, dict) and lost.get("all"):
+        return (f"every Locust worker went missing ({short(lost.get('count'))}): the test stopped early, its "
+                "conversations cut short, so the verdict cannot be trusted")
+    raised = run.get("user_exceptions")
     if raised is None:
         return None
     if not isinstance(raised, dict):  # damaged: it said something was raised

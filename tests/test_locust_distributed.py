@@ -5,6 +5,7 @@ record for record what Locust counted; a SIGKILLed worker loses only its in-flig
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -129,6 +130,34 @@ def test_sigkilled_worker_loses_only_its_in_flight_turns(tmp_path):
     assert {r["token"] for r in records if r["outcome"] == "ok"} <= received
     lost = received - journaled
     assert len(lost) <= (users // 2) * 2, sorted(lost)
+
+
+def test_a_run_whose_every_worker_went_missing_is_not_trusted(tmp_path):
+    """Both workers SIGKILLed mid-run: Locust stops the test when the last one goes missing, and the turns that
+    happened pass their gates. The load generators died and cut every conversation short: exit 3, NOT TRUSTED,
+    run.json's workers_lost says so (it passed, exit 0, with nothing recorded)."""
+    port = free_port()
+    run_dir = tmp_path / "run"
+    with chat_bot("memory") as url:
+        master = run_master(url, run_dir, port, "--think", "0.05", "--http-url", f"{url}/history/{{session}}",
+                            "--role-field", "role", "--content-field", "content", users=4, time_s="20s")
+        workers = start_workers(2, port, tmp_path)
+        try:
+            wait_until(lambda: len([p for p in (run_dir / "workers").glob("*.jsonl") if p.stat().st_size > 4000]) == 2,
+                       timeout=60, what="both workers journaling")
+            for w in workers:
+                os.killpg(w.pid, signal.SIGKILL)
+                w.wait(10)
+            done = finish(master)
+        finally:
+            for w in workers:
+                _kill_group(w)
+    output = done.stdout + done.stderr
+    assert done.returncode == 3, output[-3000:]
+    assert "every Locust worker went missing" in output
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["workers_lost"] == {"count": 2, "all": True} and meta["exit_code"] == 3
+    assert '<div class="badge warn">NOT TRUSTED</div>' in (run_dir / "report.html").read_text()
 
 
 @pytest.mark.slow
