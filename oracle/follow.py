@@ -106,13 +106,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oracle follow: {exc} (the store options come in ${ENV}, as JSON)", file=sys.stderr)
         return 2
     stop = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.append(True))
+    before = {sig: signal.signal(sig, lambda *_: stop.append(True)) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         progress = follow(Path(args.run), store, every, settle, lambda: bool(stop))
     except StoreError as exc:  # unreachable at the start: nothing was judged
         print(f"oracle follow: {exc}", file=sys.stderr)
         return 2
+    finally:  # given back (a caller in the same process keeps its Ctrl-C)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
     print(f"oracle follow: {progress['sessions']} sessions judged in {progress['passes']} passes", file=sys.stderr)
     return 0
 

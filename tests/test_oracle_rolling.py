@@ -110,10 +110,14 @@ def test_follow_refuses_bad_options_and_an_unreachable_store_with_exit_2(env, ex
     loop rewriting progress.json a thousand times a second."""
     from oracle import follow
 
+    import signal
+
     (tmp_path / "run").mkdir()
     monkeypatch.setenv(follow.ENV, json.dumps(env))
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     assert follow.main([str(tmp_path / "run"), *extra]) == 2
     assert fragment in capsys.readouterr().err
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # Ctrl-C given back
 
 
 def test_follow_of_a_folder_that_is_not_one_is_exit_2(tmp_path, monkeypatch, capsys):
