@@ -34,6 +34,7 @@ from oracle import judge, rootcause, verdict
 from oracle.history import PARTITIONS, Journal, JournalError, Problems
 from oracle.judge import Context, Evidence, Fault
 from oracle.keys import ForeignKeys, SessionSet, diagnose_missing_keys, store_evidence
+from oracle.options import OptionError, check_roles
 from oracle.snapshot import SnapshotError, SnapshotWriter, options_from_meta, read_foreign, read_meta
 from oracle.store import StoreError, StoreOptions, make_reader
 from oracle.tables import SESSION_COLUMNS, summary as build_summary
@@ -82,10 +83,10 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
             raise SnapshotError(f"the snapshot in {folder.store} was written by an older goldfish; read the store "
                                 "again: pass --store-url (or --http-url / --reader)")
         options, source = dataclasses.replace(options_from_meta(meta), **(shape or {})), "snapshot"
-        both = set(options.user_roles) & set(options.assistant_roles)
-        if both:
-            raise StoreError(f"{', '.join(sorted(both))}: both a user role and an assistant role (the snapshot's "
-                             "roles with --user-role / --assistant-role): a stored entry cannot be both")
+        try:
+            check_roles(options)
+        except OptionError as exc:
+            raise StoreError(f"{exc} (the snapshot's roles with the ones given)") from None
         evidence = meta.get("evidence") or {}
     kinds = tuple(sorted({f.kind for f in faults}))
     context = Context(folder.path, options, live,

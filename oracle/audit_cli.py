@@ -13,7 +13,7 @@ from pathlib import Path
 
 from oracle.explain import journal_copy_line
 from contracts import codec, redact
-from contracts.runfolder import RunFolder, open_regular
+from contracts.runfolder import RunFolder
 from contracts.durations import DurationError, parse_duration
 from oracle.history import JournalError
 from oracle.keys import TemplateMismatch
@@ -197,7 +197,4 @@ def recorded_run(run: Path) -> dict:
     """The run's run.json ({} when it has none: a journal written by hand); OSError or DecodeError when it is
     damaged, or not a regular file (a FIFO would never end)."""
     path = RunFolder(run).run_json
-    if not path.exists() and not path.is_symlink():
-        return {}
-    with open_regular(path) as fh:
-        return codec.loads_object(fh.read())
+    return codec.load_document(path) if path.exists() or path.is_symlink() else {}

@@ -105,6 +105,15 @@ def store_options(values) -> StoreOptions | None:
     return options
 
 
+def check_roles(options: StoreOptions) -> None:
+    """OptionError when a role is both the user's and the assistant's (also the snapshot's roles with the ones a
+    re-audit is given)."""
+    both = set(options.user_roles) & set(options.assistant_roles)
+    if both:
+        raise OptionError(f"--user-role and --assistant-role both name {', '.join(sorted(both))}: a stored entry "
+                          "is the user's or the assistant's, not both")
+
+
 def check_store(options: StoreOptions) -> None:
     """Everything that can be known about the store options without reaching the store; OptionError naming
     the option (also for options that come as JSON: ``oracle follow``)."""
@@ -154,10 +163,7 @@ def _check_store(options: StoreOptions) -> None:
                          ("--messages-field", options.messages_field)):
         if path and any(not part for part in path.split(".")):
             raise OptionError(f"--{option.lstrip('-')}: {path!r} has an empty part (write a.b, not a..b, .a or a.)")
-    both = set(options.user_roles) & set(options.assistant_roles)
-    if both:
-        raise OptionError(f"--user-role and --assistant-role both name {', '.join(sorted(both))}: a stored entry "
-                          "is the user's or the assistant's, not both")
+    check_roles(options)
     if options.batch > 100_000:
         raise OptionError(f"--batch: {options.batch} is more than 100000 sessions per round trip")
 

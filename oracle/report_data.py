@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
@@ -22,7 +21,7 @@ from contracts.jsonl import read_jsonl, record
 from contracts.timeline import load_step
 from contracts.runfolder import RunFolder
 from oracle.metrics import wilson
-from oracle.timeline import Fault, load_faults
+from oracle.timeline import Fault, at as _at, load_faults
 from oracle.verdict import GATES, cut_short
 
 RATE_METRICS = ("probe_amnesia", "stored_loss", "session_amnesia", "crosstalk")
@@ -381,14 +380,6 @@ def _faults_within(faults: pd.DataFrame, span: Span, file: Path, warnings: list[
     cut = faults.assign(start=faults["start"].where(~partly, faults["start"].clip(span.start, span.end)),
                         end=faults["end"].where(~partly, faults["end"].clip(span.start, span.end)))
     return cut[~outside].reset_index(drop=True)
-
-
-def _at(epoch: float) -> str:
-    """An epoch in a message: the number and its UTC time, when it is one."""
-    try:
-        return f"{epoch:.0f} ({datetime.fromtimestamp(epoch, tz=timezone.utc):%Y-%m-%d %H:%M:%S} UTC)"
-    except (OverflowError, OSError, ValueError):
-        return f"{epoch:g}"
 
 
 def fault_intervals(faults: list[Fault], run_end, windows: pd.DataFrame) -> pd.DataFrame:

@@ -7,9 +7,10 @@ nothing). Applies that errored are dropped: nothing was injected.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
-from contracts.jsonl import read_jsonl
+from contracts.jsonl import printable, read_jsonl
 from contracts.runfolder import RunFolder
 from contracts.timeline import chaos_event, load_step
 from oracle.history import JournalError
@@ -44,7 +45,7 @@ def check_faults(run_dir: Path, faults: list[Fault], first_sent: float | None, l
     """TimelineError when chaos.jsonl has a line that cannot be read, or a fault far outside the run's turns
     (applied at 0, recovered in the year 4000): either way the faults excuse failed requests that nothing may
     have excused, so the errors gate would judge by a damaged file."""
-    chaos = str(RunFolder(run_dir).chaos)
+    chaos = printable(RunFolder(run_dir).chaos)  # as contracts.jsonl.problem names the file
     bad = next((p for p in problems if p.startswith(chaos + ":")), None)
     if bad is not None:
         raise TimelineError(f"{bad}. The chaos timeline says which failed requests a fault excuses; repair the line "
@@ -54,19 +55,18 @@ def check_faults(run_dir: Path, faults: list[Fault], first_sent: float | None, l
     for f in faults:
         if f.start < first_sent - FAR_S or f.start > last_done + FAR_S or \
                 (f.end is not None and f.end > last_done + FAR_S):
-            raise TimelineError(f"{chaos}: fault {f.fault} ({f.kind}) from {_utc(f.start)} to "
-                                f"{_utc(f.end) if f.end is not None else 'the end'} lies far outside the run's turns "
-                                f"({_utc(first_sent)} to {_utc(last_done)}): the timeline is damaged or another "
+            raise TimelineError(f"{chaos}: fault {f.fault} ({f.kind}) from {at(f.start)} to "
+                                f"{at(f.end) if f.end is not None else 'the end'} lies far outside the run's turns "
+                                f"({at(first_sent)} to {at(last_done)}): the timeline is damaged or another "
                                 "run's; repair it (or remove the file to judge without faults)")
 
 
-def _utc(epoch: float) -> str:
-    import datetime
-
+def at(epoch: float) -> str:
+    """An epoch in a message: the number and its UTC time, when it is one."""
     try:
-        return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return f"{epoch:.0f} ({datetime.fromtimestamp(epoch, tz=timezone.utc):%Y-%m-%d %H:%M:%S} UTC)"
     except (OverflowError, OSError, ValueError):
-        return repr(epoch)
+        return f"{epoch:g}"
 
 
 def _records(path: Path, problems: list[str], decode):
