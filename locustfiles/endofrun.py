@@ -492,7 +492,7 @@ class EndOfRun:
 
     def _finish(self, run: Run) -> int:
         s = run.settings
-        from oracle import NOTHING_ACKNOWLEDGED, JournalError, headline, journal_verdict
+        from oracle import NOTHING_ACKNOWLEDGED, JournalError, TimelineError, headline, journal_verdict
 
         # the store settles (phase settle since the heal) while the journal is read
         if run.bad:
@@ -501,6 +501,9 @@ class EndOfRun:
         started = time.monotonic()
         try:
             online = journal_verdict(s.run_dir, s.gates)
+        except TimelineError as exc:  # it would excuse failed requests that nothing may have excused
+            say(f"error: {exc}")
+            return EXIT_BAD
         except JournalError:
             say(f"no turn was journaled in {s.run_dir}: nothing to judge")
             return EXIT_BAD

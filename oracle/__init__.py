@@ -12,7 +12,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     headline, rule_line                    the verdict in words
     load_faults(run_dir, problems)         chaos.jsonl paired into faults, as the audit pairs them
     NOTHING_ACKNOWLEDGED                   the failed rule of a run the target acknowledged nothing of
-    AuditOptionError, JournalError, TemplateMismatch, StoreOptions, Gates
+    AuditOptionError, JournalError, TimelineError, TemplateMismatch, StoreOptions, Gates
     FOLLOW_ENV                             how `python -m oracle follow` (the rolling audit) gets its store
 """
 from __future__ import annotations
@@ -29,7 +29,8 @@ _WHERE = {
     "AuditOptionError": ("oracle.options", "OptionError"),
     "headline": ("oracle.verdict", "headline"), "rule_line": ("oracle.verdict", "rule_line"),
     "NOTHING_ACKNOWLEDGED": ("oracle.verdict", "NOTHING_ACKNOWLEDGED"),
-    "JournalError": ("oracle.history", "JournalError"), "TemplateMismatch": ("oracle.keys", "TemplateMismatch"),
+    "JournalError": ("oracle.history", "JournalError"), "TimelineError": ("oracle.timeline", "TimelineError"),
+    "TemplateMismatch": ("oracle.keys", "TemplateMismatch"),
     "StoreOptions": ("oracle.store", "StoreOptions"), "Gates": ("oracle.verdict", "Gates"),
     "FOLLOW_ENV": ("oracle.follow", "ENV"), "load_faults": ("oracle.timeline", "load_faults"),
 }

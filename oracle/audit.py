@@ -236,7 +236,8 @@ def _peak_rss() -> dict:
 def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: float = 5.0) -> dict:
     """The verdict from the journal alone, when the store is not audited: what the clients saw online
     (failed probes, cross-talk in replies, failed requests no fault explains); the gates that need the
-    store are "not measured". Returns ``{"turns", "observed", "verdict"}``. Streams: flat memory."""
+    store are "not measured". Returns ``{"turns", "observed", "verdict"}``. Streams: flat memory.
+    Raises JournalError without a turn, TimelineError (one of them) on a damaged chaos timeline."""
     import numpy as np
 
     from contracts.journal import decode_chunk, decode_line
@@ -245,9 +246,11 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
 
     folder = RunFolder(run_dir)
     journal = Journal.open(folder.path)
-    faults = load_faults(folder.path)
+    problems: list[str] = []
+    faults = load_faults(folder.path, problems)
     margins = intervals(faults, float("inf"), recovery_s)
     counts = Counter()
+    span = [float("inf"), float("-inf")]  # the first send and the last answer: where this run's faults lie
     leaked: set = set()
     in_flight: dict = {}  # (session, turn) -> a first turn's in-flight record, until its outcome comes
 
@@ -257,6 +260,7 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
         sent = np.array([t.sent for t in turns])
         done = np.array([t.received if t.received is not None else t.sent for t in turns])
         quiet = ~overlapping(sent, done, margins)
+        span[:] = min(span[0], float(sent.min())), max(span[1], float(done.max()))
         for t, calm in zip(turns, quiet.tolist()):
             ok = t.outcome == "ok"
             error = not ok and not t.interrupted
@@ -285,6 +289,7 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
     if not counts["total"]:
         from oracle.history import JournalError
         raise JournalError(f"{folder.journal} holds no valid journal records")
+    check_faults(folder.path, faults, *span, problems)  # as the audit does: a damaged timeline excuses nothing
     observed = {"probe_amnesia": {"count": counts["probes_failed"], "total": counts["probes_answered"]},
                 "crosstalk": {"count": counts["leaked"], "total": max(counts["sessions"], counts["leaked"])},
                 "errors": {"count": counts["errors_quiet"], "total": counts["quiet"]},

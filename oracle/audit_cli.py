@@ -184,7 +184,11 @@ def _online(run: Path, limits, recovery_s: float) -> int:
     from oracle.audit import journal_verdict
     from oracle.verdict import headline
 
-    v = journal_verdict(run, limits, recovery_s)["verdict"]
+    try:
+        v = journal_verdict(run, limits, recovery_s)["verdict"]
+    except JournalError as exc:  # a damaged chaos timeline (the journal was read by the audit already)
+        print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
+        return 2
     if v["result"] != "fail":
         return 2
     print(f"verdict from the journal alone (the store was not judged): {headline(v)}")

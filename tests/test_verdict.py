@@ -369,6 +369,26 @@ def test_a_damaged_chaos_timeline_never_excuses_failed_requests(damage, tmp_path
     assert "chaos.jsonl" in err and ("repair the line" in err or "lies far outside the run's turns" in err), err
 
 
+@pytest.mark.parametrize("damage", ["garbage-recover", "applied-at-0"])
+def test_the_online_verdict_refuses_a_damaged_chaos_timeline_too(damage, tmp_path):
+    """A run with no store audited (``--no-audit``, or no ``--store-url``) is judged from the journal alone: its
+    errors gate trusted chaos.jsonl as it was, so a garbage recover line excused every refused turn (PASS).
+    Now it stops as the audit does (TimelineError: exit 2 at the end of a Locust run)."""
+    from oracle.audit import journal_verdict
+    from oracle.timeline import TimelineError
+
+    world = build_world([[TurnSpec("chatter", "ok"), TurnSpec("chatter", "fail")] for _ in range(3)], seed=2)
+    write_journal(tmp_path, world.records)
+    first = min(r["sent"] for r in world.records)
+    assert journal_verdict(tmp_path)["verdict"]["result"] == FAIL  # no fault: the refusals fail it
+    apply = {"fault": "f1#0", "kind": "kill", "target": "bot", "instance": "bot-1", "event": "apply",
+             "time": first - 1, "outcome": "ok"}
+    lines = {"garbage-recover": [json.dumps(apply), "{garbage"], "applied-at-0": [json.dumps({**apply, "time": 0.0})]}
+    (tmp_path / "chaos.jsonl").write_text("\n".join(lines[damage]) + "\n")
+    with pytest.raises(TimelineError, match="chaos.jsonl"):
+        journal_verdict(tmp_path)
+
+
 @pytest.mark.parametrize("damage", ["a-session-twice", "journal-lost-a-session"])
 def test_a_snapshot_that_disagrees_with_the_journal_is_refused(damage, tmp_path):
     """A session's line twice in the snapshot (the last one silently won: a gone copy before the real one
