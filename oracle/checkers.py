@@ -174,7 +174,7 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
 
     Matching walks from the newest entry back, giving each ok user entry a distinct later
     assistant entry: by the journaled reply text when the store keeps replies verbatim, else
-    by count. Indeterminate turns never claim an assistant entry, so they cannot make an ok
+    by count (of entries with text: an agent's tool-call entry is not the answer). Indeterminate turns never claim an assistant entry, so they cannot make an ok
     turn look unanswered. Returns (findings, misplaced): a turn whose verbatim reply is stored,
     unclaimed, *before* it is not unanswered but out of order (``check_session`` gives it to the
     reorder finding: one fault, one count).
@@ -187,6 +187,8 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
     assistants = [text for _, role, text in decoded.messages if role == ASSISTANT]
     replies = {by_turn[t].reply for t in ok_stored}
     by_text = any(text in replies for text in assistants)
+    # by count, an assistant entry with no text (an agent's tool call) is no answer, unless the bot answered so
+    blank_answers = any(not (reply or "").strip() for reply in replies)
     first_index = {v.own[v.first_position[t]][2]: t for t in v.first_position}
     seen: Counter = Counter()
     spare = 0
@@ -194,7 +196,7 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
     for index, role, text in reversed(decoded.messages):
         if role == ASSISTANT:
             seen[text] += 1
-            spare += 1
+            spare += bool(blank_answers or (text or "").strip())
             continue
         turn = first_index.get(index) if role == USER else None
         if turn is None or turn not in by_turn or by_turn[turn].outcome != "ok":

@@ -169,6 +169,37 @@ def test_a_swapped_pair_is_one_reorder_not_also_unanswered(tmp_path):
     assert summary["anomalies"] == {"reordered": 1}
 
 
+def test_an_agent_that_stores_its_tool_call_but_not_its_answer_is_unanswered(tmp_path):
+    """A LangChain agent stores, per turn, the question, an AI message with tool calls and no text, and the tool's
+    result; its final answer went to the user but not into the history. No stored text is a reply, so matching
+    fell back to counting assistant entries, and the empty tool-call entry counted as the answer: PASS. An
+    assistant entry with no text is no answer (unless the bot's replies were empty too)."""
+    world = _world(sessions=2, turns=3)
+    for s in world.order:
+        kept = []
+        for turn, message in world.stored[s]:
+            if message["type"] == "ai":
+                call = {"type": "ai", "data": {**message["data"], "content": "", "type": "ai",
+                                               "tool_calls": [{"name": "lookup", "args": {}, "id": f"c{turn}"}]}}
+                tool = {"type": "tool", "data": {"content": "42", "type": "tool", "tool_call_id": f"c{turn}"}}
+                kept += [(turn, call), (turn, tool)]
+            else:
+                kept.append((turn, message))
+        world.stored[s] = kept
+    summary = _audit(tmp_path, world)
+    assert summary["anomalies"] == {"unanswered": 6} and summary["verdict"]["result"] == FAIL
+    assert {f["evidence"]["matched_by"] for f in read_findings(tmp_path)} == {"count"}
+    answered = _world(sessions=1, turns=2)  # the agent that stores its answer after the tool call: nothing to find
+    (s,) = answered.order
+    with_calls = []
+    for turn, message in answered.stored[s]:
+        if message["type"] == "ai":
+            with_calls.append((turn, {"type": "ai", "data": {"content": "", "type": "ai"}}))
+        with_calls.append((turn, message))
+    answered.stored[s] = with_calls
+    assert _audit(tmp_path / "answered", answered)["anomalies"] == {}
+
+
 def test_a_reply_stored_before_its_question_is_a_reorder(tmp_path):
     world = _world(sessions=1, turns=3)
     (s,) = world.order
