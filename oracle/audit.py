@@ -70,7 +70,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     if live:
         reader = make_reader(store)
         reader.check()
-        evidence = store_evidence(reader, folder)
+        evidence = store_evidence(reader, folder, store)
         options, source = store, "live"
     else:
         meta = read_meta(folder.path)
@@ -116,7 +116,8 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
             if gone and hasattr(reader, "client"):
                 missing_keys = writer.meta["evidence"]["missing_keys"] = diagnose_missing_keys(
                     reader.client, store, gone, sum(r.gone_count for r in results) >= ok_sessions, tally.first_ack,
-                    (tally.totals["failed_probes"], tally.totals["answered"]), sum(r.gone_count for r in results))
+                    (tally.totals["failed_probes"], tally.totals["answered"]), sum(r.gone_count for r in results),
+                    evidence.get("counters_at_start"))
             writer.close(True, sessions)
         else:
             for record in read_foreign(folder.path):

@@ -54,7 +54,7 @@ def follow(run_dir: Path, store: StoreOptions, every: float, settle: float, stop
             while waiting and waiting[0][0] <= now - settle:
                 ready.append(waiting.popleft())
             if ready:
-                evidence = store_evidence(reader, folder)  # what the store says now: TTLs, evictions so far
+                evidence = store_evidence(reader, folder, store)  # what the store says now: TTLs, evictions so far
                 judging = Judging(Context(folder.path, store, True, Evidence(evidence.get("ttl_in_use", False),
                                                                             evidence.get("evictions") or []),
                                           (), [], 5.0, 5.0, rolling=True), list(range(PARTITIONS)))

@@ -29,6 +29,9 @@ from contracts.tokens import SESSION_RE
 SESSION_ID = re.compile(r"gf[0-9a-f]{16}")
 SAMPLE = 20              # missing sessions whose ids are looked for
 SCAN_LIMIT = 2_000_000   # keys looked at per database, at most: a huge shared store is sampled, not walked
+TTL_SCAN_CALLS = 200     # SCAN calls (of 1,000 slots) looking for a key under the template that carries a TTL
+TTL_SAMPLE = 1_000       # keys under the template whose TTL is asked
+COUNTERS = ("expired_keys", "evicted_keys")
 EXAMPLES = 5
 FORGETFUL = 0.25  # above this share of failed probes, the bot forgot: its memory is not kept anywhere we could miss
 
@@ -61,12 +64,15 @@ class ForeignKeys:
 
 
 def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list[str], all_gone: bool,
-                          first_ack: float | None, probes: tuple[int, int] = (0, 0), gone_count: int | None = None) -> dict:
+                          first_ack: float | None, probes: tuple[int, int] = (0, 0), gone_count: int | None = None,
+                          at_start: dict | None = None) -> dict:
     """Evidence about acknowledged sessions whose key does not exist; raises TemplateMismatch when
     the evidence says the oracle looks in the wrong place.
 
     ``gone``: a sample of such sessions, ``gone_count`` how many there are (default: the sample's size);
-    ``all_gone``: no acknowledged session has a key at all; ``probes``:
+    ``all_gone``: no acknowledged session has a key at all; ``at_start``: the server's expired_keys and
+    evicted_keys when the run began (its first telemetry sample), so that only what it expired or evicted
+    since counts (a shared staging Redis has expired millions of keys in its life); ``probes``:
     (failed, answered) recall probes — a bot that remembered (few failed) keeps its memory
     somewhere, so finding none of it here means the wrong place; a bot that forgot may simply not
     keep this run's memory in this store (memory in a process, built per request): a loss.
@@ -78,7 +84,7 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     info = _info(client)
     restarted_at = _started_at(info)
     restarted = restarted_at is not None and first_ack is not None and restarted_at > first_ack + 1
-    expired, evicted = int(info.get("expired_keys") or 0), int(info.get("evicted_keys") or 0)
+    expired, evicted = (_since(int(info.get(name) or 0), (at_start or {}).get(name)) for name in COUNTERS)
     failed, answered = probes
     forgot = answered > 0 and failed > answered * FORGETFUL
     evidence = {"found_elsewhere": {s: places_text({s: p}, _own_db(client)) for s, p in found.items()},
@@ -101,11 +107,17 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
             f"{template!r} at {options.where()}, no key of the store holds their session ids (looked at "
             f"{scanned:,} keys: {_examples(client)}), and nothing explains a loss: the server has been up since "
-            f"before the first acknowledged turn ({_ago(restarted_at)}), and its expired_keys ({expired}) and "
-            f"evicted_keys ({evicted}) are fewer than the missing sessions; and the bot remembered ({failed} of "
+            f"before the first acknowledged turn ({_ago(restarted_at)}), and the keys it expired ({expired}) and "
+            f"evicted ({evicted}){' since the run began' if at_start else ''} are fewer than the missing sessions; and the bot remembered ({failed} of "
             f"{answered} recall probes failed), so its memory is somewhere. The template or --store-url does not "
             "point where the bot writes (or someone flushed the store). Nothing was judged.")
     return evidence
+
+
+def _since(now: int, start) -> int:
+    """A counter's growth since the run began; all of it when the start is unknown or the counter went back
+    (the server restarted, which counts as evidence of its own)."""
+    return now - int(start) if isinstance(start, int) and 0 <= start <= now else now
 
 
 def find_session_keys(client: redis.Redis, sessions: list[str]) -> tuple[dict[str, list[tuple[int, str]]], int]:
@@ -248,24 +260,49 @@ class _Keys:
         return [next(owned) if f else False for f in fits]
 
 
-def store_evidence(reader, folder: RunFolder) -> dict:
-    """What a Redis store says before anything is judged: whether its keys carry TTLs, and when it
-    evicted keys (the run's telemetry samples, if any, then now). Empty for other readers."""
+def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = None) -> dict:
+    """What a Redis store says before anything is judged: whether keys under the key template carry TTLs
+    (so a gone key most likely expired), when it evicted keys (the run's telemetry samples, if any, then
+    now), and its expiry and eviction counters when the run began (the first sample). Empty for other
+    readers."""
     client = getattr(reader, "client", None)
     if client is None:
         return {}
     info = _info(client)
-    try:
-        keyspace = client.info("keyspace").get(f"db{_own_db(client)}") or {}
-    except redis.RedisError:
-        keyspace = {}
-    evictions = []
+    evictions, at_start = [], None
     if folder.telemetry.exists():
         for record in read_jsonl(folder.telemetry, telemetry_sample, problems=[]):  # checked: time, store's numbers
-            evicted = (record.get("store") or {}).get("evicted_keys")
-            if evicted is not None:
-                evictions.append((float(record["time"]), int(evicted)))
+            store = record.get("store") or {}
+            if at_start is None and all(isinstance(store.get(name), int) for name in COUNTERS):
+                at_start = {name: store[name] for name in COUNTERS}
+            if store.get("evicted_keys") is not None:
+                evictions.append((float(record["time"]), int(store["evicted_keys"])))
     evictions.append((time.time(), int(info.get("evicted_keys") or 0)))
     if len(evictions) == 1 and not evictions[0][1]:
         evictions = []  # never evicted anything
-    return {"ttl_in_use": bool(keyspace.get("expires")), "evictions": evictions}
+    template = (options or getattr(reader, "options", None) or StoreOptions()).key_template
+    return {"ttl_in_use": _ttl_under(client, template), "evictions": evictions, "counters_at_start": at_start}
+
+
+def _ttl_under(client: redis.Redis, template: str) -> bool:
+    """Some key under the key template carries a TTL. Not the database's expiring keys as a whole: a shared
+    staging Redis holds other applications' caches with TTLs, which say nothing of how this bot keeps
+    histories. A huge store is sampled (TTL_SCAN_CALLS), not walked."""
+    from oracle.redis_reader import glob_escape
+
+    try:
+        if not (client.info("keyspace").get(f"db{_own_db(client)}") or {}).get("expires"):
+            return False
+        prefix, _, suffix = template.partition("{session}")
+        pattern, cursor, keys = glob_escape(prefix) + "*" + glob_escape(suffix), 0, []
+        for _ in range(TTL_SCAN_CALLS):
+            cursor, found = client.scan(cursor, match=pattern, count=1000)
+            keys += found
+            if not cursor or len(keys) >= TTL_SAMPLE:
+                break
+        pipe = client.pipeline(transaction=False)
+        for key in keys[:TTL_SAMPLE]:
+            pipe.pttl(key)
+        return any(ttl >= 0 for ttl in pipe.execute())
+    except redis.RedisError:
+        return False

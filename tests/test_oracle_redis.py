@@ -358,6 +358,20 @@ def test_store_evidence_reads_the_evictions_the_run_s_telemetry_sampled(tmp_path
     assert gone.gone_class(105.0) == "evicted" and gone.gone_class(125.0) == "vanished"
 
 
+def test_only_keys_under_the_template_with_a_ttl_make_a_gone_session_expired(tmp_path, redis_server):
+    """A shared staging Redis holds other applications' caches with TTLs; one of them made every session of a bot
+    that never wrote its history "expired" (the key's TTL ran out), not "vanished". Only a TTL on a key under the
+    key template says this bot's histories expire."""
+    run, world, _ = make_run(tmp_path, redis_server, "vanished")
+    client = redis_server.client()
+    client.set("unrelated:cache:1", "x", ex=3600)
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+    assert summary["anomalies"] == {"vanished": 1}
+    client.expire(f"message_store:{world.order[0]}", 3600)
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+    assert summary["anomalies"] == {"expired": 1}
+
+
 def test_unreadable_journal_lines_fail_the_strict_verdict_counted_exactly_with_the_first_100_named(
         tmp_path, redis_server, capsys):
     from oracle.audit import journal_verdict

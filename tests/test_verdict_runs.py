@@ -233,6 +233,28 @@ def test_nothing_anywhere_and_no_restart_is_a_mismatch_not_a_loss(tmp_path, redi
     assert "does not keep the conversation in this store" in gone[0]["explanation"]
 
 
+def test_a_shared_store_s_expiries_before_the_run_explain_no_missing_session(tmp_path, redis_server):
+    """A staging Redis that has expired thousands of cache keys in its life: its lifetime expired_keys exceeded the
+    missing sessions, so a --store-url pointing at the wrong server judged every session "gone" (FAIL) instead of
+    saying where to look (exit 2). What counts is what it expired since the run began (its first telemetry sample)."""
+    run, world = world_run(tmp_path, redis_server, ago=-2)
+    client = redis_server.client()
+    client.flushall()
+    pipe = client.pipeline(transaction=False)
+    for i in range(50):
+        pipe.set(f"cache:{i}", "v", px=1)
+    pipe.execute()
+    while int(client.info("stats")["expired_keys"]) < 50:  # reading an expired key expires it
+        client.mget([f"cache:{i}" for i in range(50)])
+    stats = client.info("stats")
+    assert int(stats["expired_keys"]) >= 50 > len(world.order)
+    start = min(r["sent"] for r in world.records) - 1
+    (run / "telemetry.jsonl").write_text(json.dumps({"time": start, "store": {
+        "expired_keys": int(stats["expired_keys"]), "evicted_keys": int(stats["evicted_keys"])}}) + "\n")
+    with pytest.raises(TemplateMismatch, match=r"expired \(0\) and evicted \(0\) since the run began"):
+        audit_run(run, StoreOptions(url=redis_server.url))
+
+
 def test_a_mismatch_still_fails_on_what_the_clients_saw(tmp_path, redis_server, capsys):
     """Memory kept in the bot's processes, behind keep-alive connections that stick each user to one of them:
     the store holds nothing, and only some recall probes failed (under the quarter that says "forgot"), so the
