@@ -47,6 +47,11 @@ log = logging.getLogger("goldfish")
 CROSSTALK_LOG_LIMIT = 10  # per process: the first few cross-talks are logged with their source
 INTERRUPTED = "interrupted: the test stopped with this turn in flight"
 HUNG = "no complete reply within --timeout {:g}s: still in flight when the test stopped"  # an error, not interrupted
+# A pooled connection idle longer than this is not reused: servers close idle keep-alive connections
+# (gunicorn after 2 s, uvicorn and Node after 5 s), and a turn sent just as the server closes one fails
+# without ever reaching the bot (geventhttpclient checks the socket first, but the close can land between
+# the check and the send): a failed request no bot and no fault caused, at random (docs/locust.md).
+MAX_IDLE_S = 1.0
 SESSION_MARK = "GOLDFISH-SESSION-ID"  # stands for {session} in a URL until a turn knows its session
 REQUEST_NAMES = {kind: f"chat {kind}" for kind in ("plant", "probe", "chatter", "burst")}
 # What FastHttpSession.request adds to a ``json=`` request unless the caller set it (pinned
@@ -118,6 +123,24 @@ class Wire:
                                                                                    self.defaults)
 
 
+def reuse_only_fresh(client) -> None:
+    """Make ``client`` (a geventhttpclient HTTPClient: one per host, holding the user's connections) open a
+    new connection instead of reusing one idle for MAX_IDLE_S or more. Its pool has no idle limit of its
+    own, so its two calls are wrapped: giving a socket back stamps the time, taking one checks it."""
+    pool = client._connection_pool  # noqa: SLF001 - geventhttpclient is pinned (pyproject.toml)
+    alive, give_back, returned = pool._is_socket_alive, pool.return_socket, {}  # noqa: SLF001
+
+    def return_socket(sock) -> None:
+        returned[sock] = perf_counter()
+        give_back(sock)
+
+    def is_socket_alive(sock) -> bool:
+        at = returned.pop(sock, None)
+        return at is not None and perf_counter() - at < MAX_IDLE_S and alive(sock)
+
+    pool.return_socket, pool._is_socket_alive = return_socket, is_socket_alive  # noqa: SLF001
+
+
 class ChatUser(FastHttpUser):
     """A user who holds whole conversations from a script (``--script``), one per iteration."""
 
@@ -131,6 +154,7 @@ class ChatUser(FastHttpUser):
         self._wire: Wire | None = None
         self._lean = True  # False once the bot redirected: then every turn goes through urlopen
         self.bot_session: str | None = None  # the id the bot issued for the conversation in progress (--session-from)
+        reuse_only_fresh(self.client.client.clientpool.get_client(URL(self.host)))
 
     def wait_time(self):
         return self.think()

@@ -49,12 +49,13 @@ class RawServer:
     without a response), "reset" (RST), "hang" (never answer). Keeps every raw request."""
 
     def __init__(self, handler):
-        self.handler, self.requests = handler, []
+        self.handler, self.requests, self.connections = handler, [], 0
         self.server = StreamServer(("127.0.0.1", 0), self._serve)
         self.server.start()
         self.url = f"http://127.0.0.1:{self.server.server_port}"
 
     def _serve(self, sock, _addr):
+        self.connections += 1
         buf = b""
         while True:
             while b"\r\n\r\n" not in buf:
@@ -294,6 +295,25 @@ def test_urlopen_never_retries_a_post(raw_server):
     user = make_user(server.url)
     assert send(user, lean=False)[1:3] == ("info", None)
     assert len(server.requests) == 1
+
+
+def test_a_connection_idle_too_long_is_not_reused(raw_server, monkeypatch):
+    """A correct bot behind uvicorn (keep-alive 5 s) failed a run at random: a burst's second connection, idle
+    4.998 s, was reused just as the server closed it, and the turn failed without reaching the bot (errors: 1,
+    no fault to explain it). A connection idle for MAX_IDLE_S (here shortened) is replaced, on both paths."""
+    from locustfiles import conversation
+
+    monkeypatch.setattr(conversation, "MAX_IDLE_S", 0.2)
+    server = raw_server(lambda path, head, body: response())
+    user = make_user(server.url)
+    for lean in (True, False):
+        gevent.sleep(0.3)  # the idle time under test (not a wait for something): what is pooled is stale now
+        before = server.connections
+        assert send(user, lean)[1] == "ok" and send(user, lean)[1] == "ok"
+        assert server.connections == before + 1  # a new one for the first turn, reused back to back
+        gevent.sleep(0.3)
+        assert send(user, lean)[1] == "ok"
+        assert server.connections == before + 2
 
 
 # ---- the same outcomes -----------------------------------------------------------------------
