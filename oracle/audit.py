@@ -117,7 +117,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
                 missing_keys = writer.meta["evidence"]["missing_keys"] = diagnose_missing_keys(
                     reader.client, store, gone, sum(r.gone_count for r in results) >= ok_sessions, tally.first_ack,
                     (tally.totals["failed_probes"], tally.totals["answered"]), sum(r.gone_count for r in results),
-                    evidence.get("counters_at_start"))
+                    evidence.get("counters_at_start"), sum(r.keys_seen for r in results))
             writer.close(True, sessions)
         else:
             for record in read_foreign(folder.path):

@@ -40,7 +40,7 @@ def explain(f: dict) -> str:
             return (f"{head} Its session id is in another key of the store ({', '.join(e['found_under'])}): the bot "
                     "stored this session under a different key than the others.")
         if cls == "expired":
-            return f"{head} Other keys in this store carry a TTL, so the most likely cause is key expiry."
+            return f"{head} Keys under the key template carry a TTL, so the most likely cause is key expiry."
         if cls == "evicted":
             return (f"{head} The store evicted keys after this session's last acknowledged turn (its evicted_keys "
                     "counter grew): a Redis with maxmemory and an eviction policy dropped the history under memory "

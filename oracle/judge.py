@@ -102,6 +102,7 @@ class PartitionResult:
     run: str | None = None
     classes: Counter = field(default_factory=Counter)  # findings per class
     reused: int = 0              # sessions whose rolling-audit judgement stood (key and journal unchanged)
+    keys_seen: int = 0           # sessions whose key the rolling audit read under the template (so it is right)
     judged: SessionSet = field(default_factory=SessionSet)  # the sessions of its rows: whose keys are the run's
 
 
@@ -256,8 +257,9 @@ class _Partition:
         key still has the digest it had then: nothing was added, lost or changed since, so the judgement
         stands and the whole history is not read again. A session with findings is always judged again,
         with the evidence of the end of the run (evictions, TTLs)."""
-        prior = {s: j for s, j in self.prior.take(entries).items()
-                 if not j.findings and j.journal == self.journaled[s][1]}
+        taken = self.prior.take(entries)
+        self.result.keys_seen += sum(j.exists for j in taken.values())
+        prior = {s: j for s, j in taken.items() if not j.findings and j.journal == self.journaled[s][1]}
         digests = self.reader.digests(self._stored_ids(list(prior))) if prior else {}
         now = {s: digests.get(self.issued.get(s, s)) for s in prior}
         reused = {s: j for s, j in prior.items() if now.get(s) == j.digest}

@@ -65,14 +65,16 @@ class ForeignKeys:
 
 def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list[str], all_gone: bool,
                           first_ack: float | None, probes: tuple[int, int] = (0, 0), gone_count: int | None = None,
-                          at_start: dict | None = None) -> dict:
+                          at_start: dict | None = None, keys_seen: int = 0) -> dict:
     """Evidence about acknowledged sessions whose key does not exist; raises TemplateMismatch when
     the evidence says the oracle looks in the wrong place.
 
     ``gone``: a sample of such sessions, ``gone_count`` how many there are (default: the sample's size);
     ``all_gone``: no acknowledged session has a key at all; ``at_start``: the server's expired_keys and
     evicted_keys when the run began (its first telemetry sample), so that only what it expired or evicted
-    since counts (a shared staging Redis has expired millions of keys in its life); ``probes``:
+    since counts (a shared staging Redis has expired millions of keys in its life); ``keys_seen``: sessions
+    whose key the rolling audit read under this template during the run (then the template is right and
+    the keys were lost since, whatever else the store says); ``probes``:
     (failed, answered) recall probes — a bot that remembered (few failed) keeps its memory
     somewhere, so finding none of it here means the wrong place; a bot that forgot may simply not
     keep this run's memory in this store (memory in a process, built per request): a loss.
@@ -89,8 +91,8 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     forgot = answered > 0 and failed > answered * FORGETFUL
     evidence = {"found_elsewhere": {s: places_text({s: p}, _own_db(client)) for s, p in found.items()},
                 "restarted_at": restarted_at if restarted else None,
-                "expired_keys": expired, "evicted_keys": evicted, "bot_forgot": forgot}
-    if not all_gone:
+                "expired_keys": expired, "evicted_keys": evicted, "bot_forgot": forgot, "keys_seen": keys_seen}
+    if not all_gone or keys_seen:
         return evidence
     template = options.key_template
     if found:

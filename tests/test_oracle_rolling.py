@@ -65,6 +65,26 @@ def test_judgements_stand_only_while_key_and_journal_are_unchanged(tmp_path, red
     assert offline["metrics"] == summary["metrics"] and finding_keys(run) == finding_keys(fresh)
 
 
+def test_keys_the_rolling_audit_read_then_flushed_are_a_loss_not_a_wrong_template(tmp_path, redis_server):
+    """Someone flushed the store after the rolling audit had read the run's keys under the template: the final
+    audit saw no key anywhere, a server up all along and a bot that remembered, and said the template or
+    --store-url was wrong (exit 2, no verdict). The rolling audit's reads say the template was right: a loss."""
+    import dataclasses
+    import time
+
+    specs = [[dataclasses.replace(spec, verdict_amnesia=False) for spec in session] for session in simple_specs(12)]
+    world = build_world(specs, start=time.time() + 2, seed=9)  # acknowledged after the server started
+    run = tmp_path / "run"
+    write_journal(run, world.records, by_user=True)
+    store_with_langchain(redis_server.url, world)
+    store = StoreOptions(url=redis_server.url)
+    assert one_pass(run, store)["sessions"] == 8
+    redis_server.client().flushall()
+    summary = audit_run(run, store)
+    assert summary["verdict"]["result"] == "fail" and summary["anomalies"] == {"vanished": 12}
+    assert summary["information"]["missing_keys"]["keys_seen"] == 8
+
+
 def test_a_torn_or_foreign_rolling_file_costs_reads_not_results(tmp_path, redis_server):
     world = build_world(simple_specs(12), seed=8)
     run = tmp_path / "run"
