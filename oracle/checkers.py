@@ -173,9 +173,10 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
     """An acknowledged turn's user entry is stored but no assistant entry after it holds its reply.
 
     Matching walks from the newest entry back, giving each ok user entry a distinct later
-    assistant entry: by the journaled reply text when the store keeps replies verbatim, else
-    by count (of entries with text: an agent's tool-call entry is not the answer). Indeterminate turns never claim an assistant entry, so they cannot make an ok
-    turn look unanswered. Returns (findings, misplaced): a turn whose verbatim reply is stored,
+    assistant entry: its journaled reply verbatim when stored so, else any later assistant entry
+    that is no ok turn's verbatim reply and has text (an API that adds a footer to what it stores,
+    a reply re-encoded; an agent's tool-call entry without text is not the answer). Indeterminate
+    turns never claim an assistant entry, so they cannot make an ok turn look unanswered. Returns (findings, misplaced): a turn whose verbatim reply is stored,
     unclaimed, *before* it is not unanswered but out of order (``check_session`` gives it to the
     reorder finding: one fault, one count).
     """
@@ -184,37 +185,34 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
         return [], []
     if _each_reply_follows(ok_stored, by_turn, decoded, v):
         return [], []
-    assistants = [text for _, role, text in decoded.messages if role == ASSISTANT]
-    replies = {by_turn[t].reply for t in ok_stored}
-    by_text = any(text in replies for text in assistants)
+    replies = Counter(by_turn[t].reply for t in ok_stored)
     # by count, an assistant entry with no text (an agent's tool call) is no answer, unless the bot answered so
     blank_answers = any(not (reply or "").strip() for reply in replies)
     first_index = {v.own[v.first_position[t]][2]: t for t in v.first_position}
-    seen: Counter = Counter()
-    spare = 0
+    seen: Counter = Counter()  # verbatim replies of ok turns after the walk's position, unclaimed
+    spare = 0                  # other assistant entries with text after it, unclaimed
     out = []
     for index, role, text in reversed(decoded.messages):
         if role == ASSISTANT:
-            seen[text] += 1
-            spare += bool(blank_answers or (text or "").strip())
+            if text in replies:
+                seen[text] += 1
+            elif blank_answers or (text or "").strip():
+                spare += 1
             continue
         turn = first_index.get(index) if role == USER else None
         if turn is None or turn not in by_turn or by_turn[turn].outcome != "ok":
             continue
         t = by_turn[turn]
-        if by_text and seen[t.reply] > 0:
+        if seen[t.reply] > 0:
             seen[t.reply] -= 1
-        elif not by_text and spare > 0:
+        elif spare > 0:  # stored otherwise than it was sent (a footer the API adds, another encoding)
             spare -= 1
         else:
             out.append(finding("unanswered", session, turn, t.sent, token=t.token, reply=t.reply,
-                               matched_by="reply text" if by_text else "count",
-                               assistant_entries_after=sum(seen.values()) if by_text else spare,
+                               matched_by="reply text, then count", assistant_entries_after=sum(seen.values()),
                                **({"other_roles": sorted(map(str, decoded.other_roles))[:5]}
                                   if decoded.other_roles else {})))
     out.reverse()
-    if not by_text:
-        return out, []
     misplaced = []
     for f in out:  # the walk has seen every assistant entry: what is left unclaimed lies before its turn
         reply = f["evidence"]["reply"]

@@ -87,7 +87,7 @@ def explain(f: dict) -> str:
                 f"{e['contradicting_pairs']} contradicting pair(s).{tail}")
     if cls == "unanswered":
         return (f"Session {s} turn {turn} (token {e['token']}) was acknowledged with a reply, and its user entry is "
-                f"stored, but no assistant entry after it holds that reply (matched by {e['matched_by']}). The bot "
+                f"stored, but no assistant entry after it holds that reply, verbatim or otherwise. The bot "
                 f"answered the user without keeping its answer, so the next turn's context is missing half of "
                 f"this exchange." + _other_roles(e.get("other_roles")))
     if cls == "corrupt":

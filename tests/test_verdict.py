@@ -188,7 +188,7 @@ def test_an_agent_that_stores_its_tool_call_but_not_its_answer_is_unanswered(tmp
         world.stored[s] = kept
     summary = _audit(tmp_path, world)
     assert summary["anomalies"] == {"unanswered": 6} and summary["verdict"]["result"] == FAIL
-    assert {f["evidence"]["matched_by"] for f in read_findings(tmp_path)} == {"count"}
+    assert {f["evidence"]["assistant_entries_after"] for f in read_findings(tmp_path)} == {0}
     answered = _world(sessions=1, turns=2)  # the agent that stores its answer after the tool call: nothing to find
     (s,) = answered.order
     with_calls = []
@@ -198,6 +198,25 @@ def test_an_agent_that_stores_its_tool_call_but_not_its_answer_is_unanswered(tmp
         with_calls.append((turn, message))
     answered.stored[s] = with_calls
     assert _audit(tmp_path / "answered", answered)["anomalies"] == {}
+
+
+def test_replies_stored_without_the_footer_the_api_adds_are_answers(tmp_path):
+    """A bot whose API adds a footer to some replies (its probes' sources) stores them without it. One verbatim
+    reply switched the whole session to matching by text, so each footed turn was 'unanswered': a correct bot
+    FAILed. Now each turn is matched verbatim where it can be, else by count among the other assistant entries."""
+    world = _world(sessions=2, turns=4)
+    for r in world.records:
+        if r["turn"] % 2:
+            r["reply"] += "\n\nSources: the knowledge base."
+    assert _audit(tmp_path, world)["anomalies"] == {}
+    dropped = _world(sessions=1, turns=4)  # one reply not stored at all: still found, and only that one
+    (s,) = dropped.order
+    dropped.stored[s] = [(t, m) for t, m in dropped.stored[s] if not (t == 1 and m["type"] == "ai")]
+    for r in dropped.records:
+        if r["turn"] % 2:
+            r["reply"] += " (footer)"
+    _audit(tmp_path / "dropped", dropped)
+    assert finding_keys(tmp_path / "dropped") == {("unanswered", s, 1)}
 
 
 def test_a_reply_stored_before_its_question_is_a_reorder(tmp_path):
