@@ -82,6 +82,11 @@ class Turn(msgspec.Struct, gc=False):
         return self.received is None and self.error == IN_FLIGHT
 
 
+def planted(turn: Turn) -> bool:
+    """The turn planted a fact: its message carries the value (``nonce``) the store must keep."""
+    return turn.kind == "plant" and bool(turn.nonce) and turn.nonce in (turn.message or "")
+
+
 def in_flight(turn: Turn) -> Turn:
     """The invocation record of ``turn`` (same fields up to ``sent``), written before it is sent."""
     return Turn(turn.run, turn.session, turn.turn, turn.kind, turn.token, turn.message, turn.fact, turn.nonce,

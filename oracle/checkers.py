@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from oracle.decode import ASSISTANT, USER, Decoded
+from contracts.journal import planted
 from oracle.history import Turn
 from oracle.store import RawSession
 from contracts.tokens import TOKEN_RE
@@ -110,6 +111,24 @@ def check_lost(session: str, turns: list[Turn], raw: RawSession, v: StoredView) 
     return [finding("lost", session, t.turn, t.sent, token=t.token, key=raw.key,
                     stored_user_entries=len(v.own), sent=t.sent, received=t.received)
             for t in turns if t.outcome == "ok" and t.turn not in v.copies and t.turn not in v.corrupt_turns]
+
+
+def check_facts(session: str, by_turn: dict[int, Turn], decoded: Decoded, v: StoredView, key: str) -> list[dict]:
+    """An acknowledged plant whose user entry is stored with its token but without the value it planted
+    (truncated, redacted, summarised): the store kept the message and lost the fact, so a bot that reads
+    the history back cannot recall it. A loss of that turn, as the store's only copy of it says nothing.
+    Case does not matter (a bot may store messages lowercased)."""
+    texts = dict(decoded.users)
+    out = []
+    for position, turn, index in v.own:
+        t = by_turn.get(turn)
+        if t is None or t.outcome != "ok" or not planted(t) or v.first_position[turn] != position:
+            continue
+        text = texts.get(index)
+        if isinstance(text, str) and t.nonce.lower() not in text.lower():
+            out.append(finding("lost", session, turn, t.sent, token=t.token, key=key, fact=t.fact, value=t.nonce,
+                               stored=text[:160], altered=True, sent=t.sent, received=t.received))
+    return out
 
 
 def check_aborted(session: str, by_turn: dict[int, Turn], v: StoredView) -> list[dict]:
@@ -304,7 +323,8 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
         findings = check_vanished(session, turns, raw, gone_class)
     else:
         findings = check_lost(session, turns, raw, v)
-        findings += check_aborted(session, by_turn, v)
+        altered = check_facts(session, by_turn, decoded, v, raw.key)
+        findings += altered + check_aborted(session, by_turn, v)
         if v.foreign:
             findings += check_crosstalk(session, v, journal, raw.key)
         if len(v.own) != len(v.copies):
@@ -317,8 +337,10 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
         if decoded.corrupt:
             findings += check_corrupt(session, by_turn, decoded, raw)
     gone = not raw.exists and bool(findings)
+    altered_turns = {f["turn"] for f in altered} if raw.exists else set()
     lost_turns = [t.turn for t in turns if t.outcome == "ok" and
-                  (gone or (raw.exists and t.turn not in v.copies and t.turn not in v.corrupt_turns))]
+                  (gone or t.turn in altered_turns or
+                   (raw.exists and t.turn not in v.copies and t.turn not in v.corrupt_turns))]
     return SessionResult(findings, session_stats(turns, v.copies, v.corrupt_turns, findings, len(lost_turns),
                                                  raw.exists), lost_turns)
 

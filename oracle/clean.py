@@ -1,8 +1,8 @@
 """Proving a whole batch of stored sessions clean at C speed: the audit's fast path.
 
 Almost every session of a healthy run is clean: the key exists, it holds exactly the
-acknowledged turns' user entries in turn order, each followed by its journaled reply, and
-nothing else. ``prove_clean`` checks that for a whole batch with a few C-level list
+acknowledged turns' user entries in turn order (a plant's with the value it planted), each
+followed by its journaled reply, and nothing else. ``prove_clean`` checks that for a whole batch with a few C-level list
 operations over all of its messages (msgspec decodes each entry to role and text, then lists
 are compared), and only the sessions it cannot prove go through the exact decoder and
 checkers. It is conservative: anything unusual (an undecodable or oddly shaped entry, a stored
@@ -16,7 +16,7 @@ import operator
 from dataclasses import dataclass
 
 from oracle.decode import ASSISTANT, USER, Shape, decode_elements
-from contracts.journal import Turn
+from contracts.journal import Turn, planted
 from oracle.store import RawSession
 from contracts.tokens import SESSION_RE
 
@@ -45,6 +45,7 @@ def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: 
     want_replies: list = []
     want_prefixes: list = []
     candidates: list = []  # (batch index, first message, ok turns)
+    plants: list = []      # (candidate, its user entry's place among the users, the value it planted)
     for i, raw in enumerate(batch):
         if not raw.exists or raw.type != "list":
             continue
@@ -59,6 +60,7 @@ def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: 
         numbers = list(map(TURN, ok))
         if ok and (sent != sorted(sent) or min(numbers) < 0 or max(numbers) >= MAX_TURN):
             continue
+        plants += [(len(candidates), len(roles) // 2 + k, t.nonce) for k, t in enumerate(ok) if planted(t)]
         candidates.append((i, len(roles), len(ok)))
         roles += map(ROLE, elements)
         texts += map(shape.text_of, elements)
@@ -69,6 +71,10 @@ def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: 
     kinds = list(map(shape.roles.get, roles))
     users, answers = kinds[0::2], kinds[1::2]
     user_texts, answer_texts = texts[0::2], texts[1::2]
+    altered = {c for c, at, value in plants if not isinstance(user_texts[at], str)
+               or value.lower() not in user_texts[at].lower()}  # a fact the store no longer holds
+    if altered:
+        candidates = [c for n, c in enumerate(candidates) if n not in altered]
     if users == [USER] * len(users) and answers == [ASSISTANT] * len(answers) and answer_texts == want_replies \
             and all(map(str.startswith, user_texts, want_prefixes)):
         for i, _, _ in candidates:

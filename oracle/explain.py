@@ -17,6 +17,11 @@ def _t(epoch) -> str:
 def explain(f: dict) -> str:
     e, s, turn = f["evidence"], f["session"], f["turn"]
     cls = f["class"]
+    if cls == "lost" and e.get("altered"):
+        return (f"Session {s} turn {turn} (token {e['token']}) planted {e['fact']} = {e['value']!r} and the bot "
+                f"acknowledged it at {_t(e['received'])}. Its user entry is stored in {e['key']}, but without that "
+                f"value: {e['stored']!r}. The store kept the message and lost the fact (truncated, redacted or "
+                "summarised), so a bot that reads this history back cannot recall it.")
     if cls == "lost":
         head = (f"Session {s} sent turn {turn} (token {e['token']}) at {_t(e['sent'])} and the bot acknowledged it "
                 f"at {_t(e['received'])}, so the user's message must be in the stored history. The key {e['key']} "

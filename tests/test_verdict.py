@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
 from oracle.audit import audit_run
 from oracle.verdict import (FAIL, GATES, OFF, PASS, UNMEASURED, GateError, Limit, evaluate, headline,
                             legacy_overrides, parse_gates, parse_limit)
-from support_oracle import TurnSpec, build_world, finding_keys, lc, read_findings, write_journal, write_snapshot
+from support_oracle import (TurnSpec, build_world, finding_keys, lc, read_findings, simple_specs, write_journal,
+                            write_snapshot)
 
 
 # ---- gate specs ----------------------------------------------------------------------------------
@@ -217,6 +219,29 @@ def test_replies_stored_without_the_footer_the_api_adds_are_answers(tmp_path):
             r["reply"] += " (footer)"
     _audit(tmp_path / "dropped", dropped)
     assert finding_keys(tmp_path / "dropped") == {("unanswered", s, 1)}
+
+
+@pytest.mark.parametrize("damage", ["truncated", "redacted", "lowercased"])
+def test_a_plant_stored_without_its_value_is_lost(damage, tmp_path):
+    """A bot that stores each message cut to 32 characters, or with its digits masked (a PII scrub), keeps every
+    token and no planted fact; it answered its probes from a cache, so nothing failed online: PASS. A stored plant
+    must hold the value it planted (in any case: a bot may lowercase what it stores)."""
+    world = build_world(simple_specs(3), seed=5)
+    plants = {(r["session"], r["turn"]): r["nonce"] for r in world.records if r["kind"] == "plant"}
+    for s in world.order:
+        for turn, message in world.stored[s]:
+            if message["type"] == "human" and (s, turn) in plants:
+                text = message["data"]["content"]
+                message["data"]["content"] = {"truncated": text[:32], "redacted": text.replace(plants[s, turn], re.sub(r"[0-9]", "#", plants[s, turn])),
+                                              "lowercased": text.lower()}[damage]
+    ok = {(r["session"], r["turn"]) for r in world.records if r["outcome"] == "ok"}
+    summary = _audit(tmp_path, world)
+    if damage == "lowercased":
+        assert summary["anomalies"] == {}
+        return
+    assert summary["anomalies"] == {"lost": len(plants.keys() & ok)} and summary["verdict"]["result"] == FAIL
+    f = read_findings(tmp_path)[0]
+    assert f["evidence"]["altered"] and "lost the fact" in f["explanation"]
 
 
 def test_a_reply_stored_before_its_question_is_a_reorder(tmp_path):
