@@ -45,18 +45,20 @@ Epoch = Annotated[float, msgspec.Meta(ge=0, le=MAX_EPOCH)]  # NaN and infinity a
 
 class Turn(msgspec.Struct, gc=False):
     """One turn. Field order is the line's key order. The typed decoder checks the types and ranges
-    in C; a line it refuses goes through ``from_dict``, which says what is wrong or fills defaults."""
+    in C; a line it refuses goes through ``from_dict``, which says what is wrong or fills defaults.
+    The required fields' defaults (``REQUIRED``) are values no line can decode to, so a line that
+    lacks one is told by its value (``decode_chunk``), not read as turn 0, sent at 1970, in doubt."""
     run: Optional[str] = None
     session: Annotated[str, msgspec.Meta(min_length=1)] = "?"
-    turn: TurnIndex = 0
+    turn: TurnIndex = -1
     kind: str = "chatter"             # plant | probe | chatter | burst
     token: str = ""                   # session + "t" + turn (from_dict fills it when absent)
     message: Optional[str] = None
     fact: Optional[str] = None
     nonce: Optional[str] = None
-    sent: Epoch = 0.0                 # wall time (epoch s) just before sending
+    sent: Epoch = -1.0                # wall time (epoch s) just before sending
     received: Optional[Epoch] = None  # when the response (or error) arrived
-    outcome: Literal[OUTCOMES] = "info"
+    outcome: Literal[OUTCOMES] = ""  # type: ignore[assignment] - missing, as above
     status: Optional[Annotated[int, msgspec.Meta(ge=0, lt=1000)]] = None
     reply: Optional[str] = None
     error: Optional[str] = None
@@ -131,12 +133,13 @@ def decode_chunk(lines: list[bytes]) -> list[Turn] | None:
         turns = list(map(_decode_typed, lines))
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
-    if "" in map(_TOKEN, turns) or "?" in map(_SESSION, turns):
+    if "" in map(_TOKEN, turns) or "?" in map(_SESSION, turns) or -1 in map(_TURN, turns) or \
+            "" in map(_OUTCOME, turns) or -1.0 in map(_SENT, turns):
         return None
     return turns
 
 
-_TOKEN, _SESSION = operator.attrgetter("token"), operator.attrgetter("session")
+_TOKEN, _SESSION, _TURN, _OUTCOME, _SENT = map(operator.attrgetter, ("token", "session", "turn", "outcome", "sent"))
 
 
 def decode_line(raw: bytes | str) -> Turn:

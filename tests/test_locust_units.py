@@ -277,7 +277,7 @@ def test_journal_appends_lines_and_readers_skip_a_torn_last_line(tmp_path):
     forwarded = []
     j = Journal(tmp_path / "j" / "local-1.jsonl", forward=forwarded.append)
     j.record(Turn(session="gf0", turn=0, reply="ünïcode", outcome="ok", sent=1.0))
-    j.record(Turn(session="gf0", turn=1, sent=2.0))
+    j.record(Turn(session="gf0", turn=1, sent=2.0, outcome="info"))
     j.close()
     with open(j.path, "ab") as f:
         f.write(b'{"turn": 2, "tor')

@@ -444,6 +444,18 @@ def test_a_damaged_chaos_timeline_never_excuses_failed_requests(damage, tmp_path
     assert "chaos.jsonl" in err and ("repair the line" in err or "lies far outside the run's turns" in err), err
 
 
+@pytest.mark.parametrize("field", ["turn", "outcome", "sent"])
+def test_a_journal_line_without_a_required_field_is_unreadable_not_a_default(field, tmp_path):
+    """A line with its "turn" deleted decoded as turn 0 (then "journaled twice", its loss hidden: PASS); without
+    "outcome" it was an indeterminate turn, whose loss nothing counts. A line lacking a required field is not a
+    turn: unreadable, named by file and line, and the strict verdict fails."""
+    world = _world(sessions=2, turns=3)
+    world.records[4].pop(field)
+    summary = _audit(tmp_path, world)
+    assert summary["observed"]["unreadable"]["count"] == 1 and summary["verdict"]["result"] == FAIL
+    assert any(f"local-0.jsonl:5: missing field {field!r}" in p for p in summary["problems"]), summary["problems"]
+
+
 @pytest.mark.parametrize("damage", ["garbage-recover", "applied-at-0"])
 def test_the_online_verdict_refuses_a_damaged_chaos_timeline_too(damage, tmp_path):
     """A run with no store audited (``--no-audit``, or no ``--store-url``) is judged from the journal alone: its
