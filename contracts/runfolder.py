@@ -42,6 +42,7 @@ class RunFolder:
     telemetry = property(lambda self: self.path / "telemetry.jsonl")
     outstanding = property(lambda self: self.path / "chaos" / "outstanding.json")
     store = property(lambda self: self.path / "store")
+    store_reading = property(lambda self: self.path / "store.reading")  # a read in progress (oracle/snapshot.py)
     audit = property(lambda self: self.path / "audit")
     anomalies = property(lambda self: self.path / "audit" / "anomalies.jsonl")
     summary = property(lambda self: self.path / "audit" / "summary.json")
@@ -52,9 +53,10 @@ class RunFolder:
     report = property(lambda self: self.path / "report.html")
     charts = property(lambda self: self.path / "charts")
 
-    def snapshot_part(self, partition: int) -> Path:
-        """The snapshot's sessions of one partition of the audit (oracle/judge.py)."""
-        return self.store / f"sessions.{partition:02d}.jsonl"
+    def snapshot_part(self, partition: int, reading: bool = False) -> Path:
+        """The snapshot's sessions of one partition of the audit (oracle/judge.py); ``reading``: of the read in
+        progress, which replaces the snapshot when it completes."""
+        return (self.store_reading if reading else self.store) / f"sessions.{partition:02d}.jsonl"
 
     def audit_part(self, partition: int, name: str) -> Path:
         """A file one partition of the audit writes before they are put together (``audit/parts/``)."""

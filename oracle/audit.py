@@ -129,10 +129,11 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
         if isinstance(exc, OSError) and exc.filename is not None:  # a file of the run folder, not the store
             raise
         if isinstance(exc, STORE_ERRORS) and not isinstance(exc, (StoreError, SnapshotError)):
+            kept = f"the earlier complete snapshot in {folder.store} is kept" if writer and writer.kept_earlier else \
+                f"the partial snapshot is kept in {folder.store} (marked incomplete)"
             raise StoreError(f"the store at {options.where()} ({options.name()}) failed after "
-                             f"{writer.meta['sessions_read'] if writer else 0} sessions: {exc}. The partial snapshot "
-                             f"is kept in {folder.store} (marked incomplete); run the audit again once the store "
-                             "is back") from exc
+                             f"{writer.meta['sessions_read'] if writer else 0} sessions: {exc}. {kept[0].upper()}"
+                             f"{kept[1:]}; run the audit again once the store is back") from exc
         raise
     check_faults(folder.path, faults, tally.first_sent, tally.last_done, problems)
     read_s = time.perf_counter() - clock

@@ -189,7 +189,7 @@ class _Partition:
             else None
         self.findings = None if ctx.rolling else open(folder.audit_part(p, "anomalies.raw"), "wb")
         self.rows = None if ctx.rolling else open(folder.audit_part(p, "sessions.csv"), "wb")
-        self.snapshot = open(folder.snapshot_part(p), "wb") if ctx.live and not ctx.rolling else None
+        self.snapshot = open(folder.snapshot_part(p, reading=True), "wb") if ctx.live and not ctx.rolling else None
         self.stored = None if ctx.live else _Lockstep(folder.path, folder.snapshot_part(p))
 
     def add(self, entry: SessionLines) -> None:

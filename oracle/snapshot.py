@@ -11,6 +11,7 @@ reads back as the same bytes (msgspec hands out each element's raw span).
 from __future__ import annotations
 
 import base64
+import shutil
 import time
 from pathlib import Path
 from typing import Iterator, Optional
@@ -93,14 +94,18 @@ def session_lines(raws: list[RawSession], decoded: list[bool] | None = None) -> 
 
 class SnapshotWriter:
     """meta.json and foreign.jsonl; the sessions are written by the audit's partitions, one file each
-    (``RunFolder.snapshot_part``), in the order each judged them."""
+    (``RunFolder.snapshot_part(p, reading=True)``), in the order each judged them.
+
+    A read is written beside the snapshot (``store.reading/``) and replaces it when it completes, or when
+    it failed and there was no complete snapshot to keep: a re-audit whose store has since been flushed,
+    or died mid-read, never destroys the evidence an earlier audit kept."""
 
     def __init__(self, run_dir: Path, options: StoreOptions, evidence: dict, partitions: int):
-        folder = RunFolder(run_dir)
-        self.dir = folder.store
-        self.dir.mkdir(parents=True, exist_ok=True)
-        for stale in self.dir.glob("sessions*.jsonl"):  # an earlier read's
-            stale.unlink()
+        folder = self.folder = RunFolder(run_dir)
+        self.dir = folder.store_reading
+        shutil.rmtree(self.dir, ignore_errors=True)  # a killed read's
+        self.dir.mkdir(parents=True)
+        self.kept_earlier = False  # closed: a failed read left the earlier complete snapshot in place
         self.meta = {
             "reader": options.name(), "url": options.where(), "key_template": options.key_template,
             "format": options.format, "direction": options.direction,
@@ -133,6 +138,25 @@ class SnapshotWriter:
                            if (self.dir / name).exists())
         self.meta.update(complete=complete, error=error, read_end=time.time(), sessions_read=sessions)
         self._write_meta()
+        store = self.folder.store
+        if not complete and _complete(store):  # the earlier snapshot stands; this read's part goes
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.kept_earlier = True
+            return
+        old = store.with_name("store.replaced")
+        shutil.rmtree(old, ignore_errors=True)
+        if store.exists():
+            store.rename(old)
+        self.dir.rename(store)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _complete(store: Path) -> bool:
+    """``store`` holds a snapshot whose read completed."""
+    try:
+        return codec.load_document(store / "meta.json").get("complete") is True
+    except (OSError, codec.DecodeError, AttributeError):
+        return False
 
 
 def read_meta(run_dir: Path) -> dict:

@@ -258,7 +258,7 @@ def write_snapshot(run_dir: Path, world: World, entries_as_json: bool = False) -
         by_partition.setdefault(partition_of(users.get(s, s)), []).append(raw)
     for p, raws in by_partition.items():
         decoded = prove_clean(raws, {}, Shape(opts)).decoded if entries_as_json else None
-        folder.snapshot_part(p).write_bytes(session_lines(raws, decoded))
+        folder.snapshot_part(p, reading=True).write_bytes(session_lines(raws, decoded))
     for record in world.foreign:
         writer.write_foreign(record)
     writer.close(True, len(world.order))

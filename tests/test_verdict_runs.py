@@ -255,6 +255,23 @@ def test_a_shared_store_s_expiries_before_the_run_explain_no_missing_session(tmp
         audit_run(run, StoreOptions(url=redis_server.url))
 
 
+def test_a_failed_re_read_keeps_the_earlier_complete_snapshot(tmp_path, redis_server):
+    """A nightly run audited (PASS, its store read into store/), then re-audited with --store-url after the store was
+    flushed: the re-read found nothing (exit 2) and had already replaced the snapshot with 'exists: false' lines
+    marked incomplete, so the run could never be re-audited again and its evidence was gone. A read now replaces
+    the snapshot only once complete."""
+    run, world = world_run(tmp_path, redis_server, ago=-2)
+    first = audit_run(run, StoreOptions(url=redis_server.url))
+    assert first["anomalies"] == {}
+    kept = {p.name: p.read_bytes() for p in (run / "store").iterdir()}
+    redis_server.client().flushall()
+    with pytest.raises(TemplateMismatch):
+        audit_run(run, StoreOptions(url=redis_server.url))
+    assert {p.name: p.read_bytes() for p in (run / "store").iterdir()} == kept
+    assert not (run / "store.reading").exists()
+    assert audit_run(run)["metrics"] == first["metrics"]  # from the snapshot, as before
+
+
 def test_a_mismatch_still_fails_on_what_the_clients_saw(tmp_path, redis_server, capsys):
     """Memory kept in the bot's processes, behind keep-alive connections that stick each user to one of them:
     the store holds nothing, and only some recall probes failed (under the quarter that says "forgot"), so the
