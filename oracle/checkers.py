@@ -138,18 +138,26 @@ def check_aborted(session: str, by_turn: dict[int, Turn], v: StoredView) -> list
             for turn in v.first_position if turn in by_turn and by_turn[turn].outcome == "fail"]
 
 
+MAX_CROSSTALK = 100  # findings per session: many sessions sharing one key would write each other's entries squared
+
+
 def check_crosstalk(session: str, v: StoredView, journal: dict[str, list[Turn]], key: str) -> list[dict]:
     """A user entry in this session carries another session's token: the source is in the token.
+    The first MAX_CROSSTALK are findings, the last of them counting the rest (``more``): sessions that
+    share one key (ids the bot issued that collide) hold each other's entries, n squared of them.
 
     ``journal`` holds the sessions judged alongside this one; a source outside it is looked up
     once the whole journal is judged (``source_journaled`` None until then: oracle/rootcause.py)."""
     out = []
-    for index, source, turn, text in v.foreign:
+    for index, source, turn, text in v.foreign[:MAX_CROSSTALK]:
         source_turns = journal.get(source)
         source_turn = next((t for t in source_turns or () if t.turn == turn), None)
         out.append(finding("crosstalk", session, None, source_turn.sent if source_turn else None,
                            source_session=source, source_turn=turn, entry_index=index, key=key,
                            source_journaled=True if source_turns is not None else None, excerpt=text[:120]))
+    if len(v.foreign) > MAX_CROSSTALK:
+        out[-1]["evidence"]["more"] = {"entries": len(v.foreign) - MAX_CROSSTALK,
+                                       "sessions": len({source for _, source, _, _ in v.foreign[MAX_CROSSTALK:]})}
     return out
 
 

@@ -69,10 +69,14 @@ def explain(f: dict) -> str:
         where = "" if e["source_journaled"] else " (that session is not in this run's journal)"
         moved = (" That turn is missing from its own session: the bot misrouted it (one fault, counted once)."
                  if e.get("missing_from_own_session") else "")
+        more = e.get("more")
+        rest = (f" It holds {more['entries']:,} more such entries, of {more['sessions']:,} session(s), not listed one "
+                "by one: sessions that share one key (ids that collide) hold each other's whole histories."
+                if more else "")
         return (f"The stored history of session {s} holds a user entry (entry {e['entry_index']}) carrying the "
                 f"token of session {e['source_session']} turn {e['source_turn']}{where}. Tokens are unique to one "
                 f"session, so another user's message was written into this user's memory: cross-talk.{moved} "
-                f"Entry: {e['excerpt']!r}.")
+                f"Entry: {e['excerpt']!r}.{rest}")
     if cls == "duplicated":
         return (f"Session {s} turn {turn} was sent once (outcome {e['outcome']}), but its user entry is stored "
                 f"{e['copies']} times, at positions {e['positions']} of the session's user entries. The client "

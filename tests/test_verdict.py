@@ -244,6 +244,28 @@ def test_a_plant_stored_without_its_value_is_lost(damage, tmp_path):
     assert f["evidence"]["altered"] and "lost the fact" in f["explanation"]
 
 
+def test_sessions_sharing_one_key_give_bounded_cross_talk_findings(tmp_path):
+    """A bot whose issued ids collide files many conversations under one key: each session's history holds every
+    other's entries, one cross-talk finding each, n squared (207,528 findings and a 137 MB anomalies.jsonl from a
+    20-s run). A session gives at most MAX_CROSSTALK of them, the last counting the rest; the verdict is the same."""
+    from oracle.checkers import MAX_CROSSTALK
+
+    world = _world(sessions=40, turns=4)
+    shared = [entry for s in world.order for entry in world.stored[s]]
+    for s in world.order:
+        world.stored[s] = list(shared)
+    summary = _audit(tmp_path, world)
+    found = [f for f in read_findings(tmp_path) if f["class"] == "crosstalk"]
+    per_session = {s: [f for f in found if f["session"] == s] for s in world.order}
+    assert all(len(fs) == MAX_CROSSTALK for fs in per_session.values())
+    others = 39  # four user entries each, in order: the first MAX_CROSSTALK are findings
+    assert per_session[world.order[0]][-1]["evidence"]["more"] == {"entries": others * 4 - MAX_CROSSTALK,
+                                                                   "sessions": others - MAX_CROSSTALK // 4}
+    assert "hold each other's whole histories" in per_session[world.order[0]][-1]["explanation"]
+    assert summary["verdict"]["result"] == FAIL
+    assert next(r for r in summary["verdict"]["rules"] if r["gate"] == "crosstalk")["count"] == 40
+
+
 def test_a_reply_stored_before_its_question_is_a_reorder(tmp_path):
     world = _world(sessions=1, turns=3)
     (s,) = world.order
