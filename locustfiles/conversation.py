@@ -39,7 +39,7 @@ from locustfiles.contract import SESSION, ChatContract
 from contracts.codec import dumps
 from contracts.journal import Turn, in_flight
 from locustfiles.judge import crosstalk, recall
-from locustfiles.outcome import BadRedirect, classify_error, judge_response
+from locustfiles.outcome import BadRedirect, as_utf8, classify_error, judge_response
 from locustfiles.script import MAX_BURST
 from contracts.tokens import make_token, new_nonce, new_session_id
 
@@ -76,11 +76,12 @@ def locust_headers(headers: dict | None, auth_header: str | None, defaults: tupl
 
 
 def with_body(resp, status: int, error: BaseException | None = None) -> tuple:
-    """(response, status, body, error); a body lost mid-read makes the turn indeterminate (status 0)."""
+    """(response, status, body in UTF-8, error); a body lost mid-read makes the turn indeterminate (status 0)."""
     try:
-        return resp, status, resp.content, error
+        content = resp.content
     except Exception as exc:  # noqa: BLE001 - body lost mid-read
         return resp, 0, None, exc
+    return resp, status, as_utf8(content, resp.headers.get("content-type")), error
 
 
 class Wire:

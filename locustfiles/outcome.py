@@ -6,7 +6,9 @@ resolved); ``info`` anything after which the bot may or may not have stored the 
 """
 from __future__ import annotations
 
+import codecs
 import errno
+import re
 import socket
 
 from gevent import Timeout as GeventTimeout
@@ -35,6 +37,23 @@ def classify_error(exc: BaseException | None) -> tuple[str, str]:
         return "info", "connection reset"
     detail = str(exc)[:100] if exc is not None else ""
     return "info", f"connection error: {type(exc).__name__}" + (f": {detail}" if detail else "")
+
+
+_CHARSET = re.compile(r";\s*charset\s*=\s*\"?([^\";\s]+)", re.IGNORECASE)
+
+
+def as_utf8(content: bytes | None, content_type) -> bytes | None:
+    """The body in UTF-8, which every reply format is read as: a bot answering ``text/plain; charset=ISO-8859-1``
+    (or JSON it declares so) was read byte for byte as UTF-8, its accents replaced, and its stored replies then
+    differed from the journal's. An unknown charset is left as it is."""
+    match = _CHARSET.search(content_type) if content and isinstance(content_type, str) else None
+    if match is None:
+        return content
+    try:
+        charset = codecs.lookup(match.group(1)).name
+    except LookupError:
+        return content
+    return content if charset == "utf-8" else content.decode(charset, "replace").encode("utf-8")
 
 
 def judge_response(status: int, content: bytes | None, error: BaseException | None,

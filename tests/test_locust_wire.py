@@ -316,6 +316,22 @@ def test_a_connection_idle_too_long_is_not_reused(raw_server, monkeypatch):
         assert server.connections == before + 2
 
 
+@pytest.mark.parametrize("reply_format, content_type, body", [
+    ("text", "text/plain; charset=ISO-8859-1", "¿Señor, qué tal?".encode("latin-1")),
+    ("json", "application/json; charset=windows-1252", '{"reply": "¿Señor, qué tal?"}'.encode("cp1252")),
+    ("text", "text/plain; charset=utf-8", "¿Señor, qué tal?".encode()),
+])
+def test_a_reply_is_read_in_the_charset_the_bot_declares(raw_server, reply_format, content_type, body):
+    """A bot answering text/plain in ISO-8859-1 was read as UTF-8, each accent replaced (so its stored replies,
+    kept in the right characters, differed from the journal's and 1,560 turns were 'unanswered'); JSON declared
+    as windows-1252 was 'not JSON'. The declared charset is honoured, on both paths."""
+    server = raw_server(lambda path, head, b: response(body=body, headers=()).replace(
+        b"Content-Type: application/json", f"Content-Type: {content_type}".encode()))
+    user = make_user(server.url, "--reply-format", reply_format)
+    for lean in (True, False):
+        assert send(user, lean)[1:3] == ("ok", "¿Señor, qué tal?")
+
+
 # ---- the same outcomes -----------------------------------------------------------------------
 ANSWERS = {
     "ok": lambda: response(),
