@@ -41,6 +41,7 @@ from oracle.rolling import Judged, RollingPrior, RollingWriter, journal_print
 from oracle.store import StoreOptions, make_reader
 from oracle.tables import SESSION_COLUMNS, STORE_COLUMNS
 from oracle.tally import Tally
+from oracle.verdict import BY_DESIGN
 
 GONE_SAMPLE = 20
 _SENT, _RECEIVED, _OUTCOME, _KIND, _VERDICT, _CROSSTALK, _STEP, _BOT_SESSION, _TURN = map(
@@ -366,7 +367,8 @@ class _Partition:
             "anomalous_sessions": int(rows["anomalous"].sum()), "info_stored": int(rows["info_stored"].sum()),
             "crosstalk_sessions": int(((rows["crosstalk"] + rows["crosstalk_online"]) > 0).sum()),
             "leaked_sessions": int((rows["crosstalk_online"] > 0).sum()),
-            "lost_turns": int(rows["lost_turns"].sum())})
+            "lost_turns": int(rows["lost_turns"].sum()),
+            **{f"{gone}_lost_turns": int(rows["lost_turns"][rows[gone] > 0].sum()) for gone in BY_DESIGN}})
         rows.to_csv(self.rows, header=False, index=False)
 
     def close(self) -> None:

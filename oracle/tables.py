@@ -14,6 +14,7 @@ from oracle.attribution import by_fault, by_step
 from oracle.history import Problems
 from oracle.metrics import wilson
 from oracle.tally import Tally, quantiles
+from oracle.verdict import BY_DESIGN
 from oracle.timeline import Fault
 from oracle.windows import window_table
 
@@ -84,7 +85,8 @@ def observed(t: Counter, metrics: dict, causes: Counter, entries: int, misrouted
 
     return {
         "probe_amnesia": of(t["failed_probes"], t["answered"]),
-        "stored_loss": of(max(0, t["lost_turns"] - misrouted), t["ok"]),
+        "stored_loss": {**of(max(0, t["lost_turns"] - misrouted), t["ok"]),
+                        **{gone: int(t[f"{gone}_lost_turns"]) for gone in BY_DESIGN}},
         "crosstalk": of(metrics["crosstalk"]["count"], t["sessions"]),
         "duplicated": of(causes["duplicated"], t["turns"]),
         "reordered": of(causes["reordered"], t["sessions"]),

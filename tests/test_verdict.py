@@ -266,6 +266,26 @@ def test_sessions_sharing_one_key_give_bounded_cross_talk_findings(tmp_path):
     assert next(r for r in summary["verdict"]["rules"] if r["gate"] == "crosstalk")["count"] == 40
 
 
+def test_expiry_allowed_by_its_gate_is_not_also_a_stored_loss(tmp_path):
+    """A bot that sets a TTL on histories by design: `--gate strict,expired=off` still FAILed, on stored_loss, since
+    the expired sessions' turns counted as lost too (and the headline named the expiry just allowed). With the
+    expired (or evicted) gate off, those turns are not counted again; any other loss still is."""
+    world = _world(sessions=4, turns=3)
+    a, b, c, _ = world.order
+    world.ttl[c] = 3600  # the store's keys carry TTLs: a gone key expired
+    world.gone.update({a, b})
+    strict = _audit(tmp_path / "strict", world)
+    assert strict["anomalies"] == {"expired": 2}
+    assert {r["gate"] for r in strict["verdict"]["rules"] if r["result"] == FAIL} == {"expired", "stored_loss"}
+    allowed = _audit(tmp_path / "allowed", world, gates="strict,expired=off")
+    assert allowed["verdict"]["result"] == "pass", allowed["verdict"]["failed"]
+    assert allowed["observed"]["stored_loss"]["count"] == 6  # kept as measured: the rule subtracts what is allowed
+    world.stored[c] = world.stored[c][2:]  # and a real loss on top of it still fails
+    lost = _audit(tmp_path / "lost", world, gates="strict,expired=off")
+    rule = next(r for r in lost["verdict"]["rules"] if r["gate"] == "stored_loss")
+    assert rule["result"] == FAIL and rule["count"] == 1
+
+
 def test_a_reply_stored_before_its_question_is_a_reorder(tmp_path):
     world = _world(sessions=1, turns=3)
     (s,) = world.order
