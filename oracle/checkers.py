@@ -316,6 +316,7 @@ class SessionResult:
     findings: list
     stats: dict
     lost_turns: list  # ok turns the store cannot give back (lost, or gone with the key); a corrupt one is corrupt
+    order: str | None = None  # a list's own user entries, two turns or more: "ordered", "reversed", else None
 
 
 def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Decoded,
@@ -350,7 +351,18 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
                   (gone or t.turn in altered_turns or
                    (raw.exists and t.turn not in v.copies and t.turn not in v.corrupt_turns))]
     return SessionResult(findings, session_stats(turns, v.copies, v.corrupt_turns, findings, len(lost_turns),
-                                                 raw.exists), lost_turns)
+                                                 raw.exists), lost_turns, list_order(raw, [t for _, t, _ in v.own]))
+
+
+def list_order(raw: RawSession, turns: list[int]) -> str | None:
+    """How a list key holds its session's turns, by the majority of neighbouring pairs: "ordered" (ascending, a
+    burst's pair either way), "reversed" (descending: read with the wrong --direction, when every session is
+    so), or None (one turn, a tie, not a list)."""
+    if raw.type != "list" or len(turns) < 2:
+        return None
+    up = sum(a < b for a, b in zip(turns, turns[1:]))
+    down = sum(a > b for a, b in zip(turns, turns[1:]))
+    return "ordered" if up > down else "reversed" if down > up else None
 
 
 _CLASSES = ("lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished", "expired", "evicted",

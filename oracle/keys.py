@@ -40,6 +40,21 @@ class TemplateMismatch(StoreError):
     """The run's sessions are not where the key template says: the audit would report 100% loss."""
 
 
+def check_direction(order, options: StoreOptions, live: bool) -> None:
+    """TemplateMismatch when every list key holding two turns or more holds them in the reverse order (mostly: a
+    burst's pair may be either way): the store keeps histories the other way round from --direction (every
+    session would be 'reordered')."""
+    if order["reversed"] < 2 or order["ordered"]:
+        return
+    other = "rpush" if options.direction == "lpush" else "lpush"
+    again = "" if live else "read the store again with --store-url and "
+    raise TemplateMismatch(
+        f"every one of the {order['reversed']} sessions with two or more stored turns holds them in the "
+        f"reverse order of --direction {options.direction} "
+        f"({'newest first' if options.direction == 'lpush' else 'oldest first'}): the store keeps histories the "
+        f"other way round; {again}pass --direction {other}. Nothing was judged.")
+
+
 @dataclass
 class ForeignKeys:
     """Keys under the template that no session of this run owns, split by whose they look like."""

@@ -272,6 +272,22 @@ def test_a_failed_re_read_keeps_the_earlier_complete_snapshot(tmp_path, redis_se
     assert audit_run(run)["metrics"] == first["metrics"]  # from the snapshot, as before
 
 
+def test_a_store_read_in_the_wrong_direction_is_a_mismatch_naming_the_right_one(tmp_path, redis_server):
+    """A bot that RPUSHes (oldest first) audited with the default --direction lpush: every session exactly reversed,
+    a FAIL of 100% 'reordered' with no hint. Every list in exactly the reverse order is the wrong --direction:
+    exit 2, naming the one that reads it."""
+    run, world = world_run(tmp_path, redis_server, key_template="chat:{session}")
+    client = redis_server.client()
+    client.flushall()
+    for s in world.order:
+        world.stored[s] = world.stored[s][::-1]  # LPUSH of the reversed history is an RPUSH of it
+    fill_redis(client, world, "chat:{session}")
+    with pytest.raises(TemplateMismatch, match="the reverse order of --direction lpush .*pass --direction rpush"):
+        audit_run(run, StoreOptions(url=redis_server.url, key_template="chat:{session}"))
+    right = audit_run(run, StoreOptions(url=redis_server.url, key_template="chat:{session}", direction="rpush"))
+    assert right["anomalies"] == {}
+
+
 def test_a_mismatch_still_fails_on_what_the_clients_saw(tmp_path, redis_server, capsys):
     """Memory kept in the bot's processes, behind keep-alive connections that stick each user to one of them:
     the store holds nothing, and only some recall probes failed (under the quarter that says "forgot"), so the
@@ -360,3 +376,4 @@ def test_a_redirect_that_cannot_be_followed_is_a_failed_turn_not_an_exception(tm
     assert "Traceback" not in run.output
     probes = [r for r in run.records() if r["kind"] == "probe" and not r["error"].startswith("interrupted")]
     assert probes and all(r["error"].startswith("a redirect that cannot be followed") for r in probes), probes[:2]
+
