@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from contracts import yamldoc
+from contracts.runfolder import open_regular
 from targets import registry
 
 TOP_KEYS = ("targets", "state_dir", "haproxy_socket")
@@ -45,13 +46,11 @@ class Targets:
 
 def load(path: str | Path) -> Targets:
     path = Path(path).absolute()
-    try:
-        text = path.read_bytes().decode()
-    except OSError as exc:
-        raise TargetsError([f"{path}: cannot read targets file: {exc.strerror or exc}"]) from None
-    except UnicodeDecodeError as exc:
-        raise TargetsError([f"{path}: not a text file (byte {exc.start} is not UTF-8)"]) from None
-    return parse(text, path)
+    try:  # the one YAML reader: plain data, file:line; a FIFO or /dev/zero refused unread, at most MAX_BYTES read
+        _text, root = yamldoc.load(path, "targets file")
+    except yamldoc.YamlError as exc:
+        raise TargetsError([str(exc)]) from None
+    return parse(root, path)
 
 
 def open_registry(path: str | Path) -> Path:
@@ -59,13 +58,10 @@ def open_registry(path: str | Path) -> Path:
     return sync(load(path))
 
 
-def parse(text: str, path: Path) -> Targets:
-    """Check every field (nothing is started or signalled); TargetsError lists all problems."""
+def parse(root: yaml.Node | None, path: Path) -> Targets:
+    """Check every field of the file's checked node tree (nothing is started or signalled); TargetsError
+    lists all problems."""
     problems: list[str] = []
-    try:
-        root = yamldoc.parse(text, str(path))  # the one YAML reader: plain data, bounded, file:line
-    except yamldoc.YamlError as exc:
-        raise TargetsError([str(exc)]) from None
     if not isinstance(root, yaml.MappingNode):
         raise TargetsError([f"{path}:{_line(root) if root else 1}: the targets file must be a mapping "
                             f"with a 'targets' mapping (name -> command or pid_file, ...)"])
@@ -137,6 +133,13 @@ def _member(name, line, node, path, base, state_dir, sock, problems) -> dict | N
     for key in ("pid_file", "cwd", "log"):
         if key in f and (value := _string(f[key], path, f"{key} (target {name})", problems)):
             member[key] = str(base / value)
+    if member.get("pid_file"):  # a FIFO or a device is never a pid file: reading one would hang or never end
+        try:
+            open_regular(member["pid_file"]).close()
+        except FileNotFoundError:
+            pass  # not written yet: the process is not running
+        except OSError as exc:
+            bad("pid_file", f"{member['pid_file']}: {exc.strerror or exc}")
     if "cwd" in f and not Path(member["cwd"]).is_dir():
         bad("cwd", f"{member['cwd']} is not a directory")
     if "env" in f:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,10 +31,16 @@ from pathlib import Path
 
 import redis
 
+from contracts import codec
+from contracts.runfolder import open_regular
+
 VERSION = 1
 DEFAULT_DIR = ".stack"
 STATE_NAME = "state.json"
 LOCK_NAME = "state.lock"
+MAX_BYTES = 16 << 20    # a state file names a few processes; more than this is not one
+PID_MAX = 1 << 22       # the largest pid Linux hands out (kernel.pid_max's ceiling)
+LB_SERVER = re.compile(r"^[^/\s]+/[^/\s]+$")   # HAProxy's backend/server
 
 
 class StateError(RuntimeError):
@@ -54,19 +61,92 @@ def state_path(path=None) -> Path:
 
 
 def load(path=None) -> dict | None:
-    """The state in ``path`` (a state dir), or None when nothing is up there."""
+    """The state in ``path`` (a state dir), or None when nothing is up there; StateError naming the
+    file (and the field) when it is not a state file whose members can be signalled and started."""
     file = state_path(path)
     try:
-        text = file.read_text()
+        data = read_small(file, MAX_BYTES)
     except FileNotFoundError:
         return None
+    except (OSError, ValueError) as exc:  # a FIFO, a device, a directory, no permission; ValueError: a NUL byte
+        raise StateError(f"{file}: cannot read the state file: {getattr(exc, 'strerror', None) or exc}") from None
+    if len(data) > MAX_BYTES:
+        raise StateError(f"{file}: more than the {MAX_BYTES} bytes a state file may have")
     try:
-        state = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise StateError(f"{file}: not valid JSON ({exc}); remove it once you have stopped its processes") from None
+        state = codec.loads(data)
+    except codec.DecodeError as exc:
+        raise StateError(f"{file}: not valid JSON ({str(exc).removeprefix('not JSON: ')}); remove it once you "
+                         f"have stopped its processes") from None
     if not isinstance(state, dict) or state.get("version") != VERSION or "members" not in state:
         raise StateError(f"{file}: not a version-{VERSION} state file")
+    if problem := _problem(state):
+        raise StateError(f"{file}: {problem}")
     return state
+
+
+def read_small(path, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of a regular file (more says it is too long, without reading it all);
+    OSError naming the file for a FIFO, which never opens without a writer, or a device such as /dev/zero,
+    which never ends."""
+    with open_regular(path) as fh:
+        return fh.read(limit + 1)
+
+
+def _problem(state: dict) -> str | None:
+    """``field: why`` for the first field a backend would trip over (a wrong type or range), or None."""
+    members = state["members"]
+    if not isinstance(members, dict):
+        return f"members: must be a mapping of name -> member, not {codec.short(members)}"
+    sock = state.get("haproxy_socket")
+    if not (sock is None or _text(sock) or _host_port(sock)):
+        return f"haproxy_socket: must be a socket path, [host, port] or null, not {codec.short(sock)}"
+    for name, m in members.items():
+        name = name if name.isprintable() and len(name) <= 60 else codec.short(name, 60)
+        if not isinstance(m, dict):
+            return f"members.{name}: must be a mapping of the member's fields, not {codec.short(m)}"
+        for field, (ok, what) in _FIELDS.items():
+            if field in m and not ok(m[field]):
+                return f"members.{name}.{field}: must be {what}, not {codec.short(m[field])}"
+        for field in ("cwd", "log"):
+            if m.get("cmd") and field not in m:
+                return f"members.{name}.{field}: missing (a member with a cmd is started in its cwd, output to its log)"
+    return None
+
+
+def _text(v) -> bool:
+    return isinstance(v, str) and v != "" and "\0" not in v
+
+
+def _host_port(v) -> bool:
+    return isinstance(v, list) and len(v) == 2 and _text(v[0]) and type(v[1]) is int and 0 < v[1] < 65536
+
+
+def _health(v) -> bool:
+    return isinstance(v, dict) and set(v) <= {"http", "redis", "tcp"} and all(
+        _host_port(check) if kind == "tcp" else _text(check) for kind, check in v.items())
+
+
+_FIELDS = {   # what the backends and refbot do with a member's fields; every one but cwd and log may be absent
+    "name": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "role": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "pid": (lambda v: v is None or (type(v) is int and 1 < v <= PID_MAX),
+            f"a pid (a whole number from 2 to {PID_MAX}: 1 is init) or null"),
+    "pid_start": (lambda v: v is None or (type(v) is int and v >= 0), "clock ticks since boot (a whole number) or null"),
+    "port": (lambda v: v is None or (type(v) is int and 0 < v < 65536), "a port (1-65535) or null"),
+    "cmd": (lambda v: v is None or (isinstance(v, list) and bool(v) and _text(v[0])
+                                    and all(isinstance(a, str) and "\0" not in a for a in v)),
+            "a list of strings naming a program (no NUL character) or null"),
+    "env": (lambda v: isinstance(v, dict) and all(_text(k) and "=" not in k and isinstance(x, str) and "\0" not in x
+                                                  for k, x in v.items()),
+            "a mapping of NAME: string (no '=' in a name, no NUL character)"),
+    "cwd": (_text, "a directory (a non-empty string)"),
+    "log": (_text, "a file (a non-empty string)"),
+    "pid_file": (lambda v: v is None or _text(v), "a file (a non-empty string) or null"),
+    "health": (_health,
+               "one check: {http: URL}, {redis: URL} or {tcp: [host, port]} (or none: {})"),
+    "lb_server": (lambda v: v is None or (isinstance(v, str) and bool(LB_SERVER.match(v))),
+                  "HAProxy's backend/server (e.g. bots/bot-1) or null"),
+}
 
 
 def save(state: dict, path=None) -> Path:
@@ -153,7 +233,7 @@ def adopt_pid_file(member: dict) -> str | None:
     adopted, else why not. A pid file older than its process is stale: its pid was reused."""
     path = member["pid_file"]
     try:
-        data = Path(path).read_bytes()[:4096].strip()
+        data = read_small(path, 4096).strip()   # never more: a pid file is a line
         written = os.stat(path).st_mtime
     except (OSError, ValueError) as exc:  # ValueError: a path with a NUL byte
         return f"pid file {path}: {getattr(exc, 'strerror', None) or exc}"

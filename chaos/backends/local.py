@@ -289,7 +289,12 @@ def _uptime(pid: int) -> float | None:
 
 
 def stack_options(path: str) -> dict:
-    """Backend options for Locust's ``--stack-state PATH``: a targets file (.yaml/.yml), else a stack state file."""
+    """Backend options for Locust's ``--stack-state PATH``: a targets file (.yaml/.yml), else a stack's state file,
+    which is always named state.json (the backend reads and writes ``state.json`` in its folder, whatever the
+    path's file name, so another name is refused rather than a different file used)."""
     if Path(path).suffix in (".yaml", ".yml"):
         return {"targets": path}
+    if Path(path).name != state.STATE_NAME:
+        raise ValueError(f"--stack-state {path}: a stack's state file is named {state.STATE_NAME} (e.g. "
+                         f".stack/{state.STATE_NAME}), a targets file ends in .yaml or .yml")
     return {"state_dir": str(Path(path).parent)}
