@@ -68,18 +68,20 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
 def _tie_by_reply(decoded: Decoded, by_turn: dict[int, Turn], v: StoredView) -> None:
     """A corrupt entry whose token is unreadable belongs to the acknowledged turn whose verbatim
     reply is stored right after it, when that turn's user entry is nowhere else: one fault (the
-    entry was mangled), not two (corrupt here and lost there)."""
-    replies = {}
-    for t in by_turn.values():
+    entry was mangled), not two (corrupt here and lost there). Turns with the same reply ("I see.") are
+    tied in turn order, one each."""
+    replies: dict[str, list[int]] = {}
+    for t in sorted(by_turn.values(), key=lambda t: t.turn):
         if t.outcome == "ok" and t.reply and t.turn not in v.copies and t.turn not in v.corrupt_turns:
-            replies.setdefault(t.reply, t.turn)
+            replies.setdefault(t.reply, []).append(t.turn)
     indices = [index for index, _, _ in decoded.messages]
     for bad in decoded.corrupt:
         if "turn" in bad:
             continue
         at = bisect.bisect_right(indices, bad["index"])
         if at < len(indices) and decoded.messages[at][1] == ASSISTANT:
-            turn = replies.pop(decoded.messages[at][2], None)
+            waiting = replies.get(decoded.messages[at][2])
+            turn = waiting.pop(0) if waiting else None
             if turn is not None:
                 bad["turn"] = turn
                 bad["tied_by"] = "the verbatim reply stored right after it"

@@ -309,6 +309,22 @@ def test_a_mangled_user_entry_is_tied_to_its_turn_by_the_reply_after_it(tmp_path
     assert summary["metrics"]["stored_loss"]["count"] == 0
 
 
+def test_mangled_entries_followed_by_the_same_reply_are_tied_one_each(tmp_path):
+    """A bot that answers "I see." to most turns: two mangled user entries each followed by "I see." were tied to
+    one turn, the other counted corrupt AND lost (one fault, two counts: 23 extra 'lost' in a real run)."""
+    world = _world(sessions=1, turns=4)
+    (s,) = world.order
+    for r in world.records:
+        r["reply"] = "I see."
+    world.stored[s] = [(t, {**m, "data": {**m["data"], "content": "I see."}}) if m["type"] == "ai" else (t, m)
+                       for t, m in world.stored[s]]
+    world.stored[s][2] = (None, b"\x80\x04\x95 mangled one")  # u1's place
+    world.stored[s][4] = (None, b"\x80\x04\x95 mangled two")  # u2's place
+    summary = _audit(tmp_path, world)
+    assert finding_keys(tmp_path) == {("corrupt", s, 1), ("corrupt", s, 2)}  # neither also lost
+    assert summary["metrics"]["stored_loss"]["count"] == 0
+
+
 def test_an_unrelated_corrupt_entry_still_leaves_a_lost_turn_lost(tmp_path):
     world = _world(sessions=1, turns=3)
     (s,) = world.order
