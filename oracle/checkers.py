@@ -6,7 +6,9 @@ list the user appends to. An ``ok`` turn was acknowledged, so its user entry mus
 turn never left the client, so finding it stored is an anomaly (*aborted*, Elle's G1a
 "aborted read"). An ``info`` turn may or may not have been applied: its presence or absence
 is never an anomaly, only counted. Only user-role entries are the user's writes: assistant
-entries often quote the user and are never read as writes (no false duplicates or cross-talk).
+entries often quote the user and are never read as writes (no false duplicates); an assistant
+entry is cross-talk only when it carries another session's token and is none of this session's
+own replies, nor of a session they quoted (another session's answer filed here).
 
 A finding is a dict: ``{"class", "session", "turn", "time", "evidence"}``; the explanation
 is added later by ``oracle.explain``.
@@ -28,14 +30,17 @@ from contracts.tokens import TOKEN_RE
 class StoredView:
     """The stored session seen through its tokens."""
     own: list = field(default_factory=list)       # [(position, turn index, entry index)] own user entries in stored order
-    foreign: list = field(default_factory=list)   # [(entry index, source session, source turn, text)] other sessions' tokens
+    foreign: list = field(default_factory=list)   # [(entry index, source session, source turn, text, role)] other sessions' tokens
     first_position: dict = field(default_factory=dict)  # turn -> position of its first stored copy
     copies: Counter = field(default_factory=Counter)    # turn -> stored copies
     corrupt_turns: set = field(default_factory=set)     # own turns whose only trace is a corrupt entry
 
 
 def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Turn] | None = None) -> StoredView:
-    """Find the token of every user entry: own entries, and other sessions' (cross-talk)."""
+    """Find the token of every user entry: own entries, and other sessions' (cross-talk); and other sessions'
+    tokens in assistant entries that are none of this session's own journaled replies, of sessions none of
+    them quoted (what the client received was judged online): another session's reply, or a reply quoting
+    its message, written into this history."""
     v = StoredView()
     search = TOKEN_RE.search
     position = 0
@@ -45,7 +50,7 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
             continue  # not a goldfish message (no token): nothing to judge it by
         source, turn = m.group(1), int(m.group(2))
         if source != session:
-            v.foreign.append((index, source, turn, text))
+            v.foreign.append((index, source, turn, text, USER))
             continue
         v.own.append((position, turn, index))
         v.first_position.setdefault(turn, position)
@@ -62,6 +67,14 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
                 break
     if by_turn and any("turn" not in bad for bad in decoded.corrupt):
         _tie_by_reply(decoded, by_turn, v)
+    own_replies = {t.reply for t in by_turn.values() if t.reply} if by_turn else set()
+    quoted = {m.group(1) for reply in own_replies if "gf" in reply for m in TOKEN_RE.finditer(reply)}
+    moved = {(source, turn) for _, source, turn, _, _ in v.foreign}  # its answer with it is the same fault
+    for index, role, text in decoded.messages:
+        if role == ASSISTANT and "gf" in text and text not in own_replies:
+            m = next((m for m in TOKEN_RE.finditer(text) if m.group(1) not in quoted and m.group(1) != session), None)
+            if m is not None and (m.group(1), int(m.group(2))) not in moved:
+                v.foreign.append((index, m.group(1), int(m.group(2)), text, ASSISTANT))
     return v
 
 
@@ -151,15 +164,16 @@ def check_crosstalk(session: str, v: StoredView, journal: dict[str, list[Turn]],
     ``journal`` holds the sessions judged alongside this one; a source outside it is looked up
     once the whole journal is judged (``source_journaled`` None until then: oracle/rootcause.py)."""
     out = []
-    for index, source, turn, text in v.foreign[:MAX_CROSSTALK]:
+    for index, source, turn, text, role in v.foreign[:MAX_CROSSTALK]:
         source_turns = journal.get(source)
         source_turn = next((t for t in source_turns or () if t.turn == turn), None)
         out.append(finding("crosstalk", session, None, source_turn.sent if source_turn else None,
                            source_session=source, source_turn=turn, entry_index=index, key=key,
-                           source_journaled=True if source_turns is not None else None, excerpt=text[:120]))
+                           source_journaled=True if source_turns is not None else None, excerpt=text[:120],
+                           **({"role": "assistant"} if role == ASSISTANT else {})))
     if len(v.foreign) > MAX_CROSSTALK:
         out[-1]["evidence"]["more"] = {"entries": len(v.foreign) - MAX_CROSSTALK,
-                                       "sessions": len({source for _, source, _, _ in v.foreign[MAX_CROSSTALK:]})}
+                                       "sessions": len({f[1] for f in v.foreign[MAX_CROSSTALK:]})}
     return out
 
 

@@ -73,6 +73,11 @@ def explain(f: dict) -> str:
         rest = (f" It holds {more['entries']:,} more such entries, of {more['sessions']:,} session(s), not listed one "
                 "by one: sessions that share one key (ids that collide) hold each other's whole histories."
                 if more else "")
+        if e.get("role") == "assistant":
+            return (f"The stored history of session {s} holds an assistant entry (entry {e['entry_index']}) carrying "
+                    f"the token of session {e['source_session']} turn {e['source_turn']}{where}, and it is none of "
+                    f"the replies this session was sent: another session's answer (or an answer quoting its message) "
+                    f"was written into this user's memory: cross-talk. Entry: {e['excerpt']!r}.{rest}")
         return (f"The stored history of session {s} holds a user entry (entry {e['entry_index']}) carrying the "
                 f"token of session {e['source_session']} turn {e['source_turn']}{where}. Tokens are unique to one "
                 f"session, so another user's message was written into this user's memory: cross-talk.{moved} "

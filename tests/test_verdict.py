@@ -325,6 +325,25 @@ def test_mangled_entries_followed_by_the_same_reply_are_tied_one_each(tmp_path):
     assert summary["metrics"]["stored_loss"]["count"] == 0
 
 
+def test_another_session_s_answer_stored_in_a_history_is_cross_talk(tmp_path):
+    """A bot that writes some answers through a shared pointer files session A's answer in session B's history: B's
+    own entries are all there, A's turn is unanswered, and B's extra assistant entry went unseen (assistant entries
+    were never read), so `--gate lenient` (no cross-talk allowed) PASSed. An assistant entry carrying another
+    session's token that is none of this session's own replies is cross-talk; the session's own replies (which
+    quote its own messages, or were judged online) never are."""
+    world = _world(sessions=2, turns=3)
+    b, a = world.order  # b's own replies quote no other session (some of the world's replies do)
+    answer = next(m for t, m in world.stored[a] if t == 1 and m["type"] == "ai")
+    world.stored[a] = [(t, m) for t, m in world.stored[a] if m is not answer]
+    world.stored[b] = world.stored[b] + [(None, answer)]
+    summary = _audit(tmp_path, world, gates="lenient")
+    assert finding_keys(tmp_path) == {("unanswered", a, 1), ("crosstalk", b, None)}
+    (f,) = [f for f in read_findings(tmp_path) if f["class"] == "crosstalk"]
+    assert f["evidence"]["role"] == "assistant" and f["evidence"]["source_session"] == a
+    assert "another session's answer" in f["explanation"]
+    assert summary["verdict"]["result"] == FAIL
+
+
 def test_an_unrelated_corrupt_entry_still_leaves_a_lost_turn_lost(tmp_path):
     world = _world(sessions=1, turns=3)
     (s,) = world.order
