@@ -11,12 +11,16 @@ loop. It stops on SIGTERM or SIGINT (after the batch in hand), or when its paren
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
 import time
 from collections import Counter, deque
 from pathlib import Path
+from typing import Annotated, get_type_hints
+
+import msgspec
 
 from contracts import codec
 from contracts.durations import DurationError, parse_duration
@@ -28,6 +32,12 @@ from oracle.options import OptionError, check_store
 from oracle.store import StoreError, StoreOptions, make_reader
 
 ENV = "GOLDFISH_FOLLOW"  # the store options, as JSON: not on the command line, where `ps` shows passwords
+_TYPES = {"user_roles": tuple[str, ...], "assistant_roles": tuple[str, ...],  # a string is not its characters
+          "timeout_s": Annotated[float, msgspec.Meta(gt=0, le=3600)]}  # NaN, 0 or -5 was a traceback
+# what $GOLDFISH_FOLLOW may hold, field by field: StoreOptions' fields (but a test's hook, on_batch) of their types
+_EnvOptions = msgspec.defstruct("_EnvOptions", [
+    (f.name, _TYPES.get(f.name, get_type_hints(StoreOptions)[f.name]), f.default)
+    for f in dataclasses.fields(StoreOptions) if f.name != "on_batch"], forbid_unknown_fields=True)
 
 
 def follow(run_dir: Path, store: StoreOptions, every: float, settle: float, stopping) -> dict:
@@ -100,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             raise OptionError(f"{args.run} is not a folder (the run folder being written)")
         if ENV not in os.environ:
             raise OptionError(f"${ENV} is not set: `--audit-every` starts this command with it")
-        store = StoreOptions(**codec.loads_object(os.environ[ENV]))
+        given = msgspec.convert(codec.loads_object(os.environ[ENV]), _EnvOptions)
+        store = StoreOptions(**msgspec.structs.asdict(given))
         check_store(store)
-    except (DurationError, OptionError, TypeError, AttributeError, codec.DecodeError) as exc:
+    except (DurationError, OptionError, TypeError, AttributeError, msgspec.ValidationError, codec.DecodeError) as exc:
         print(f"oracle follow: {exc} (the store options come in ${ENV}, as JSON)", file=sys.stderr)
         return 2
     stop = []

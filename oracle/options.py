@@ -197,11 +197,12 @@ def reach_store(options: StoreOptions | None, timeout: float = 3.0) -> None:
         import redis
 
         from contracts.redis_url import redis_client
+        from oracle.redis_reader import ping
 
         try:
             client = redis_client(options.url, socket_timeout=timeout, socket_connect_timeout=timeout)
             try:
-                client.ping()
+                ping(client)
             finally:
                 client.close()
         except (redis.RedisError, OSError, ValueError) as exc:

@@ -73,6 +73,17 @@ def _text(value) -> str:
     return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
 
 
+def ping(client: redis.Redis) -> None:
+    """PING, as ``client.ping()``; a server that answers but not as Redis does (its reply to the connection's
+    HELLO is not a map, say) is a ``redis.ConnectionError`` saying so, not the AttributeError or TypeError
+    redis-py's handshake stumbles into. Also Locust's check of the store (oracle/options.py reach_store)."""
+    try:
+        client.ping()
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+        raise redis.ConnectionError(f"it does not answer as a Redis server (its replies made redis-py raise "
+                                    f"{type(exc).__name__})") from None
+
+
 class RedisReader:
     def __init__(self, options: StoreOptions, client: redis.Redis | None = None):
         self.options = options
@@ -252,6 +263,6 @@ class RedisReader:
     def check(self) -> None:
         """Fail early, with the address, when the store does not answer at all."""
         try:
-            self.client.ping()
+            ping(self.client)
         except redis.RedisError as exc:
             raise StoreError(f"cannot reach the store at {self.options.where()}: {exc}") from exc

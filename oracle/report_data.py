@@ -71,7 +71,18 @@ class Rate(msgspec.Struct):
     high: Share = None
 
     def __post_init__(self):
+        if (self.count is None) != (self.total is None):  # oracle.metrics.wilson writes both, always
+            raise ValueError("count and total are not both numbers or both null")
+        if self.rate is not None and self.total is None:
+            raise ValueError(f"rate {self.rate} without the count and total it is of")
         _check_rate(self.count, self.total, self.rate, self.low, self.high)
+
+
+class _SummaryRate(Rate, kw_only=True):
+    """A rate of summary.json's metrics: its count and total are what a comparison tests (a missing count was
+    read as 0 of the total: a candidate with half its probes failed compared as no change)."""
+    count: Count
+    total: Count
 
 
 class _Observed(msgspec.Struct):
@@ -159,7 +170,7 @@ class _Turns(msgspec.Struct):
 
 
 # by name, so that a message names the one that is damaged (``$.metrics.stored_loss.total``, not ``$.metrics[...]``)
-_Metrics = msgspec.defstruct("_Metrics", [(name, Optional[Rate], None) for name in RATE_METRICS])
+_Metrics = msgspec.defstruct("_Metrics", [(name, Optional[_SummaryRate], None) for name in RATE_METRICS])
 _ObservedGates = msgspec.defstruct("_ObservedGates", [(gate.name, Optional[_Observed], None) for gate in GATES])
 _Latency = msgspec.defstruct("_Latency", [(q, Optional[Amount], None) for q in ("p50", "p95", "p99")])
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import msgspec
 
-from contracts.runfolder import RunFolder
+from contracts.runfolder import RunFolder, open_regular
 from oracle.history import SessionLines
 
 LOOKAHEAD = 4096  # records read past the one wanted before giving up on it (it is then read from the store)
+LINE_LIMIT = 64 << 20  # bytes of one record: a longer line ends the reading of its file (memory stays bounded)
 
 
 class Judged(msgspec.Struct):
@@ -95,13 +96,16 @@ class RollingPrior:
 
 class _ShardPrior:
     def __init__(self, path: Path):
-        self.fh = open(path, "rb") if path.exists() else None
+        try:  # a FIFO, a device or a directory in its place is passed over: its sessions are read from the store
+            self.fh = open_regular(path)
+        except OSError:
+            self.fh = None
         self.ahead: OrderedDict[str, Judged] = OrderedDict()
 
     def take(self, session: str) -> Judged | None:
         while session not in self.ahead and self.fh is not None and len(self.ahead) < LOOKAHEAD:
-            line = self.fh.readline()
-            if not line.endswith(b"\n"):  # the end, or the line a killed rolling audit was writing
+            line = self.fh.readline(LINE_LIMIT)
+            if not line.endswith(b"\n"):  # the end, the line a killed rolling audit was writing, or one too long
                 self.close()
                 break
             try:

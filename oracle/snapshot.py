@@ -14,13 +14,14 @@ import base64
 import shutil
 import time
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Literal, Optional
 
 import msgspec
 
 from contracts import codec
 from contracts.jsonl import JsonlError, line_chunks, read_jsonl
 from contracts.runfolder import RunFolder
+from oracle.history import PARTITIONS
 from oracle.store import RawSession, StoreOptions
 
 
@@ -176,10 +177,11 @@ def read_meta(run_dir: Path) -> dict:
 
 
 class _Shape(msgspec.Struct):
-    role_field: Optional[str] = None
-    content_field: Optional[str] = None
+    role_field: str = ""  # given, a field is text (null was a traceback)
+    content_field: str = ""
     user_roles: list[str] = []
     assistant_roles: list[str] = []
+    messages_field: str = ""
 
 
 class _Evidence(msgspec.Struct):
@@ -191,11 +193,11 @@ class _Evidence(msgspec.Struct):
 class _Meta(msgspec.Struct):
     """What ``read_meta`` checks of meta.json (the writer is ``SnapshotWriter``)."""
     complete: bool = False
-    partitions: Optional[int] = None
+    partitions: Optional[Literal[PARTITIONS]] = None  # none: an older goldfish's; another number: damage
     sessions_read: Optional[int] = None
     key_template: Optional[str] = None
-    format: Optional[str] = None
-    direction: Optional[str] = None
+    format: Optional[Literal["auto", "list", "blob"]] = None  # what StoreOptions.validate accepts
+    direction: Optional[Literal["lpush", "rpush"]] = None
     shape: Optional[_Shape] = None
     evidence: Optional[_Evidence] = None
 
@@ -244,8 +246,11 @@ def snapshot_session(line: bytes) -> RawSession:
                           r.type or ("list" if r.exists else "none"))
     r = codec.loads(line)  # written as text (or by an older goldfish, or by hand): the exact path
     try:
+        entries = r.get("entries") or []
+        if not isinstance(entries, list):  # a string or an object would be read as its characters or keys
+            raise TypeError(f"entries is {type(entries).__name__}, not a list")
         return RawSession(str(r["session"]), str(r.get("key", "")), bool(r["exists"]), r.get("ttl"),
-                          [_from_snapshot(e) for e in r.get("entries") or []],
+                          [_from_snapshot(e) for e in entries],
                           r.get("type") or ("list" if r["exists"] else "none"))
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ValueError(f"not a snapshot session ({type(exc).__name__}: {exc})") from None
@@ -260,7 +265,10 @@ def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
             if not raw.strip():
                 continue
             try:
-                yield _decode_head(raw).session, raw
+                head = _decode_head(raw)
+                if bytes(memoryview(head.entries)[:1]) not in (b"[", b"n"):  # a list, or null (none)
+                    raise msgspec.ValidationError("Expected `array | null` - at `$.entries`")
+                yield head.session, raw
             except msgspec.ValidationError as exc:
                 raise SnapshotError(f"{path}:{before + i + 1}: not a snapshot line: {exc}") from None
             except (msgspec.DecodeError, UnicodeDecodeError) as exc:
@@ -272,6 +280,7 @@ def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
 class _Head(msgspec.Struct):
     session: str
     exists: bool
+    entries: msgspec.Raw = msgspec.Raw(b"[]")  # its span only: checked to be a list here, where the line is known
 
 
 _decode_head = msgspec.json.Decoder(_Head).decode
