@@ -85,6 +85,31 @@ def test_keys_the_rolling_audit_read_then_flushed_are_a_loss_not_a_wrong_templat
     assert summary["information"]["missing_keys"]["keys_seen"] == 8
 
 
+def test_an_entry_changed_in_the_middle_after_the_rolling_pass_is_found(tmp_path, redis_server):
+    """The digest was the key's length and its two end entries: an entry overwritten in the middle (LSET), or one
+    removed and another inserted in its place (same length, same ends), kept the old PASS. The digest is now the
+    whole content's, computed by Redis: any change shows, and the session is judged again."""
+    world = build_world(simple_specs(12), seed=7)
+    run = tmp_path / "run"
+    write_journal(run, world.records, by_user=True)
+    store_with_langchain(redis_server.url, world)
+    store = StoreOptions(url=redis_server.url)
+    one_pass(run, store)
+    judged = [json.loads(line)["session"] for f in sorted((run / "audit" / "rolling").glob("judged.*.jsonl"))
+              for line in f.read_text().splitlines()]
+    client = redis_server.client()
+    overwritten, swapped, donor = judged[0], judged[1], judged[2]
+    client.lset(f"message_store:{overwritten}", 2, client.lindex(f"message_store:{donor}", 2))
+    key = f"message_store:{swapped}"
+    middle = client.lindex(key, 2)
+    client.lrem(key, 1, middle)
+    client.linsert(key, "BEFORE", client.lindex(key, 2), client.lindex(f"message_store:{donor}", 3))
+    assert client.llen(key) == len(world.stored[swapped])
+    summary = audit_run(run, store)
+    assert summary["rolling"] == {"reused": 8 - 2}
+    assert {overwritten, swapped} <= {session for _, session, _ in finding_keys(run)}
+
+
 def test_a_torn_or_foreign_rolling_file_costs_reads_not_results(tmp_path, redis_server):
     world = build_world(simple_specs(12), seed=8)
     run = tmp_path / "run"
