@@ -112,8 +112,10 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
         gone = [s for r in results for s in r.gone][:judge.GONE_SAMPLE]
         if live:
             for record in (reader.foreign(owned.keys(store)) if store.scan_foreign else ()):
-                writer.write_foreign(record)
+                if "type" in record:  # described: listed in the snapshot; the rest only counted
+                    writer.write_foreign(record)
                 foreign.add(record)
+            writer.meta["foreign"] = foreign.information()
             if gone and hasattr(reader, "client"):
                 missing_keys = writer.meta["evidence"]["missing_keys"] = diagnose_missing_keys(
                     reader.client, store, gone, sum(r.gone_count for r in results) >= ok_sessions, tally.first_ack,
@@ -123,6 +125,8 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
         else:
             for record in read_foreign(folder.path):
                 foreign.add(record)
+            if isinstance(meta.get("foreign"), dict):  # the counts of every foreign key, listed or not
+                foreign = ForeignKeys.counted(options.key_template, meta["foreign"])
     except BaseException as exc:
         if writer is not None and not writer.closed:  # a store error, an audit bug or Ctrl-C: keep what was read
             writer.close(False, error=f"{type(exc).__name__}: {exc}")

@@ -77,6 +77,16 @@ class ForeignKeys:
     def information(self) -> dict:
         return {"other_goldfish_runs": self.goldfish, "not_goldfish": self.other, "examples": self.examples}
 
+    @classmethod
+    def counted(cls, template: str, information: dict) -> "ForeignKeys":
+        """As ``information`` recorded them (a snapshot's meta.json: every key counted, the first few listed)."""
+        def whole(value) -> int:
+            return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+        examples = information.get("examples")
+        return cls(template, whole(information.get("other_goldfish_runs")), whole(information.get("not_goldfish")),
+                   [str(e) for e in examples[:EXAMPLES]] if isinstance(examples, list) else [])
+
 
 def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list[str], all_gone: bool,
                           first_ack: float | None, probes: tuple[int, int] = (0, 0), gone_count: int | None = None,

@@ -372,6 +372,26 @@ def test_only_keys_under_the_template_with_a_ttl_make_a_gone_session_expired(tmp
     assert summary["anomalies"] == {"expired": 1}
 
 
+def test_a_shared_store_s_foreign_keys_are_all_counted_and_the_first_listed(tmp_path, redis_server, monkeypatch):
+    """A staging Redis with a million other keys under message_store:* took 31 s of TYPE and length calls per audit
+    and wrote 63 MB of store/foreign.jsonl into every run folder. The first MAX_FOREIGN_LISTED are listed, every
+    one is counted, and a re-audit from the snapshot says the same counts."""
+    from oracle import redis_reader
+
+    monkeypatch.setattr(redis_reader, "MAX_FOREIGN_LISTED", 5)
+    run, world, _ = make_run(tmp_path, redis_server)
+    client = redis_server.client()
+    client.mset({f"message_store:other-app-{i}": "x" for i in range(40)})
+    client.mset({f"message_store:gf{i:016x}": "x" for i in range(3)})  # another goldfish run's
+    live = audit_run(run, StoreOptions(url=redis_server.url))
+    counts = {"other_goldfish_runs": 3, "not_goldfish": 40}
+    assert {k: live["information"]["foreign_keys"][k] for k in counts} == counts
+    listed = (run / "store" / "foreign.jsonl").read_text().splitlines()
+    assert 5 <= len(listed) < 43 and all(json.loads(line)["type"] == "string" for line in listed)
+    offline = audit_run(run)
+    assert {k: offline["information"]["foreign_keys"][k] for k in counts} == counts
+
+
 def test_unreadable_journal_lines_fail_the_strict_verdict_counted_exactly_with_the_first_100_named(
         tmp_path, redis_server, capsys):
     from oracle.audit import journal_verdict
