@@ -41,6 +41,10 @@ def explain(f: dict) -> str:
             return (f"{head} {e['misrouted_turns']} of its turns were written under other sessions' keys ({where}"
                     f"{', ...' if e['misrouted_turns'] > len(e['stored_under']) else ''}): the bot misrouted this "
                     "session's memory, so its own key was never written. Counted once, as cross-talk.")
+        if e.get("found_in_shared"):
+            return (f"{head} Its messages are in {e['found_in_shared']}, a key under the template that holds other "
+                    "sessions' messages too: the bot files conversations under one shared key instead of one per "
+                    "session, so every user's history is everyone's (cross-talk).")
         if e.get("found_under"):
             return (f"{head} Its session id is in another key of the store ({', '.join(e['found_under'])}): the bot "
                     "stored this session under a different key than the others.")

@@ -32,6 +32,8 @@ SCAN_LIMIT = 2_000_000   # keys looked at per database, at most: a huge shared s
 TTL_SCAN_CALLS = 200     # SCAN calls (of 1,000 slots) looking for a key under the template that carries a TTL
 TTL_SAMPLE = 1_000       # keys under the template whose TTL is asked
 COUNTERS = ("expired_keys", "evicted_keys")
+SHARED_KEYS, SHARED_ENTRIES, SHARED_BYTES = 50, 200, 65536  # how much of which keys find_in_shared_keys reads
+TOKEN_BYTES = re.compile(rb"\b(gf[0-9a-f]{16})t[0-9]{1,6}\b")
 EXAMPLES = 5
 FORGETFUL = 0.25  # above this share of failed probes, the bot forgot: its memory is not kept anywhere we could miss
 
@@ -114,10 +116,11 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     expired, evicted = (_since(int(info.get(name) or 0), (at_start or {}).get(name)) for name in COUNTERS)
     failed, answered = probes
     forgot = answered > 0 and failed > answered * FORGETFUL
+    shared = find_in_shared_keys(client, options, [s for s in gone[:SAMPLE] if s not in found])
     evidence = {"found_elsewhere": {s: places_text({s: p}, _own_db(client)) for s, p in found.items()},
-                "restarted_at": restarted_at if restarted else None,
+                "found_in_shared": shared, "restarted_at": restarted_at if restarted else None,
                 "expired_keys": expired, "evicted_keys": evicted, "bot_forgot": forgot, "keys_seen": keys_seen}
-    if not all_gone or keys_seen:
+    if not all_gone or keys_seen or shared:  # in a key of many sessions: the bot's bug, judged, never a mismatch
         return evidence
     template = options.key_template
     if found:
@@ -139,6 +142,41 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             f"{answered} recall probes failed), so its memory is somewhere. The template or --store-url does not "
             "point where the bot writes (or someone flushed the store). Nothing was judged.")
     return evidence
+
+
+def find_in_shared_keys(client: redis.Redis, options: StoreOptions, sessions: list[str]) -> dict[str, str]:
+    """{session: key} for sessions whose messages (their tokens) are inside a key under the template that is not
+    theirs: a bot that files every conversation under one key (``message_store:default``), so each user reads
+    everyone's history. Looks at the start (SHARED_ENTRIES entries, or SHARED_BYTES of a blob) of the first
+    SHARED_KEYS keys under the template."""
+    if not sessions:
+        return {}
+    from oracle.redis_reader import glob_escape
+
+    prefix, _, suffix = options.key_template.partition("{session}")
+    pattern, wanted, found = glob_escape(prefix) + "*" + glob_escape(suffix), set(sessions), {}
+    try:
+        keys = [k for _, k in zip(range(SHARED_KEYS), client.scan_iter(match=pattern, count=1000))]
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.type(key)
+        kinds = pipe.execute()
+        pipe = client.pipeline(transaction=False)
+        for key, kind in zip(keys, kinds):
+            {"list": lambda k: pipe.lrange(k, 0, SHARED_ENTRIES - 1),
+             "string": lambda k: pipe.getrange(k, 0, SHARED_BYTES - 1)}.get(_text(kind), pipe.exists)(key)
+        for key, value in zip(keys, pipe.execute(raise_on_error=False)):
+            parts = value if isinstance(value, list) else [value] if isinstance(value, (bytes, str)) else []
+            text = b"\n".join(p.encode() if isinstance(p, str) else p for p in parts)
+            for session in {m.group(1).decode() for m in TOKEN_BYTES.finditer(text)} & wanted:
+                found.setdefault(session, _text(key))
+    except redis.RedisError:
+        return found
+    return found
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 def _since(now: int, start) -> int:

@@ -116,6 +116,9 @@ def _key_evidence(f: dict, missing_keys: dict | None) -> None:
     elsewhere = (missing_keys.get("found_elsewhere") or {}).get(f["session"])
     if elsewhere:
         f["evidence"]["found_under"] = elsewhere
+    shared = (missing_keys.get("found_in_shared") or {}).get(f["session"])
+    if shared:
+        f["evidence"]["found_in_shared"] = shared
     if missing_keys.get("restarted_at"):  # when exactly is in summary.information (a reading of the live server)
         f["evidence"]["store_restarted"] = True
     elif missing_keys.get("bot_forgot") and not elsewhere:

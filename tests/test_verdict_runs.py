@@ -288,6 +288,26 @@ def test_a_store_read_in_the_wrong_direction_is_a_mismatch_naming_the_right_one(
     assert right["anomalies"] == {}
 
 
+def test_a_bot_that_files_every_conversation_under_one_key_fails_naming_it(tmp_path, redis_server):
+    """A LangChain app whose session key ignores the conversation (every user in message_store:default): no key of
+    the run's sessions, a bot that remembered (it reads everyone's history), so the store 'did not point where the
+    bot writes' (exit 2, no verdict) or every session 'vanished'. Their messages are in a key of many sessions:
+    judged (FAIL), each gone session naming that key."""
+    run, world = world_run(tmp_path, redis_server, ago=-2)
+    client = redis_server.client()
+    client.flushall()
+    pipe = client.pipeline(transaction=False)
+    for s in world.order:
+        for _, message in world.stored[s]:
+            pipe.rpush("message_store:default", json.dumps(message))
+    pipe.execute()
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+    assert summary["verdict"]["result"] == "fail" and summary["anomalies"] == {"vanished": len(world.order)}
+    gone = read_findings(run)
+    assert {f["evidence"].get("found_in_shared") for f in gone} == {"message_store:default"}
+    assert "one shared key" in gone[0]["explanation"]
+
+
 def test_a_mismatch_still_fails_on_what_the_clients_saw(tmp_path, redis_server, capsys):
     """Memory kept in the bot's processes, behind keep-alive connections that stick each user to one of them:
     the store holds nothing, and only some recall probes failed (under the quarter that says "forgot"), so the
