@@ -72,13 +72,14 @@ def cmd_run(args) -> int:
     def interrupt(signum, _frame):
         raise Interrupted(signal.Signals(signum).name)
 
+    given = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
-    ctl.start()
-    print(f"chaos: running {args.plan} ({plan.horizon:g}s) on {backend.name}; timeline {ctl.timeline.path}",
-          flush=True)
     via = "end"
     try:
+        ctl.start()
+        print(f"chaos: running {args.plan} ({plan.horizon:g}s) on {backend.name}; timeline {ctl.timeline.path}",
+              flush=True)
         while not ctl.wait(0.2):
             pass
     except Interrupted as exc:
@@ -88,6 +89,9 @@ def cmd_run(args) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print(f"chaos: {exc.args[0]}: stopping and healing everything outstanding...", flush=True)
         ctl.stop(via=via)
+    finally:  # given back: in-process callers (tests) must not keep a handler that raises Interrupted
+        signal.signal(signal.SIGINT, given[0])
+        signal.signal(signal.SIGTERM, given[1])
     failed = ctl.outstanding.entries()
     print(f"chaos: done ({via}); {len(failed)} fault(s) left outstanding", flush=True)
     for e in failed:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -176,8 +177,11 @@ def test_chaos_run_on_a_member_with_a_wrong_field_is_exit_2_before_anything_is_t
     (tmp_path / "state.json").write_text(json.dumps(st))
     (tmp_path / "plan.yaml").write_text(PLAN)
     run = tmp_path / "run"
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     assert main(["run", str(tmp_path / "plan.yaml"), "--backend", "local", "--state-dir", str(tmp_path),
                  "--run-dir", str(run)]) == 2
+    # given back: a handler left behind turned a later test's Ctrl-C into chaos's Interrupted (test_refbot_stack)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
     captured = capsys.readouterr()
     assert_named(captured.err, f"{tmp_path / 'state.json'}: members.bot-1.pid: must be a pid", "not 'x'")
     assert "apply" not in captured.out and "NOT healed" not in captured.out, captured.out
