@@ -31,8 +31,7 @@ from pathlib import Path
 
 import redis
 
-from contracts import codec
-from contracts.runfolder import open_regular
+from contracts.runfolder import open_regular  # stdlib only: refbot's image has redis-py and no msgspec
 
 VERSION = 1
 DEFAULT_DIR = ".stack"
@@ -73,10 +72,11 @@ def load(path=None) -> dict | None:
     if len(data) > MAX_BYTES:
         raise StateError(f"{file}: more than the {MAX_BYTES} bytes a state file may have")
     try:
-        state = codec.loads(data)
-    except codec.DecodeError as exc:
-        raise StateError(f"{file}: not valid JSON ({str(exc).removeprefix('not JSON: ')}); remove it once you "
-                         f"have stopped its processes") from None
+        state = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else \
+            "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise StateError(f"{file}: not valid JSON ({why}); remove it once you have stopped its processes") from None
     if not isinstance(state, dict) or state.get("version") != VERSION or "members" not in state:
         raise StateError(f"{file}: not a version-{VERSION} state file")
     if problem := _problem(state):
@@ -96,21 +96,27 @@ def _problem(state: dict) -> str | None:
     """``field: why`` for the first field a backend would trip over (a wrong type or range), or None."""
     members = state["members"]
     if not isinstance(members, dict):
-        return f"members: must be a mapping of name -> member, not {codec.short(members)}"
+        return f"members: must be a mapping of name -> member, not {_short(members)}"
     sock = state.get("haproxy_socket")
     if not (sock is None or _text(sock) or _host_port(sock)):
-        return f"haproxy_socket: must be a socket path, [host, port] or null, not {codec.short(sock)}"
+        return f"haproxy_socket: must be a socket path, [host, port] or null, not {_short(sock)}"
     for name, m in members.items():
-        name = name if name.isprintable() and len(name) <= 60 else codec.short(name, 60)
+        name = name if name.isprintable() and len(name) <= 60 else _short(name, 60)
         if not isinstance(m, dict):
-            return f"members.{name}: must be a mapping of the member's fields, not {codec.short(m)}"
+            return f"members.{name}: must be a mapping of the member's fields, not {_short(m)}"
         for field, (ok, what) in _FIELDS.items():
             if field in m and not ok(m[field]):
-                return f"members.{name}.{field}: must be {what}, not {codec.short(m[field])}"
+                return f"members.{name}.{field}: must be {what}, not {_short(m[field])}"
         for field in ("cwd", "log"):
             if m.get("cmd") and field not in m:
                 return f"members.{name}.{field}: missing (a member with a cmd is started in its cwd, output to its log)"
     return None
+
+
+def _short(value, limit: int = 40) -> str:
+    """A value for a one-line message, cut short (contracts.codec.short, which needs msgspec)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _text(v) -> bool:
