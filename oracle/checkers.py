@@ -30,7 +30,7 @@ from contracts.tokens import TOKEN_RE
 class StoredView:
     """The stored session seen through its tokens."""
     own: list = field(default_factory=list)       # [(position, turn index, entry index)] own user entries in stored order
-    foreign: list = field(default_factory=list)   # [(entry index, source session, source turn, text, role)] other sessions' tokens
+    foreign: list = field(default_factory=list)   # [(entry index, source session, source turn, text, role)]: others' tokens
     first_position: dict = field(default_factory=dict)  # turn -> position of its first stored copy
     copies: Counter = field(default_factory=Counter)    # turn -> stored copies
     corrupt_turns: set = field(default_factory=set)     # own turns whose only trace is a corrupt entry
@@ -219,9 +219,10 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
     assistant entry: its journaled reply verbatim when stored so, else any later assistant entry
     that is no ok turn's verbatim reply and has text (an API that adds a footer to what it stores,
     a reply re-encoded; an agent's tool-call entry without text is not the answer). Indeterminate
-    turns never claim an assistant entry, so they cannot make an ok turn look unanswered. Returns (findings, misplaced): a turn whose verbatim reply is stored,
-    unclaimed, *before* it is not unanswered but out of order (``check_session`` gives it to the
-    reorder finding: one fault, one count).
+    turns never claim an assistant entry, so they cannot make an ok turn look unanswered. Returns
+    (findings, misplaced): a turn whose verbatim reply is stored, unclaimed, *before* it is not
+    unanswered but out of order (``check_session`` gives it to the reorder finding: one fault, one
+    count).
     """
     ok_stored = [t for t in v.first_position if t in by_turn and by_turn[t].outcome == "ok"]
     if not ok_stored:

@@ -2,8 +2,8 @@
 
 Almost every session of a healthy run is clean: the key exists, it holds exactly the
 acknowledged turns' user entries in turn order (a plant's with the value it planted), each
-followed by its journaled reply, and nothing else. ``prove_clean`` checks that for a whole batch with a few C-level list
-operations over all of its messages (msgspec decodes each entry to role and text, then lists
+followed by its journaled reply, and nothing else. ``prove_clean`` checks that for a whole
+batch with a few C-level list operations over all of its messages (msgspec decodes each entry to role and text, then lists
 are compared), and only the sessions it cannot prove go through the exact decoder and
 checkers. It is conservative: anything unusual (an undecodable or oddly shaped entry, a stored
 ``info`` or ``fail`` turn, a stranger's token, a text that does not start with its token, ok
