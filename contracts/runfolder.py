@@ -96,6 +96,13 @@ def open_regular(path: str | Path) -> BinaryIO:
     return open(path, "rb")
 
 
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of a regular file (one more than allowed says it is too long, without reading
+    it all); OSError as ``open_regular``'s for a FIFO or a device."""
+    with open_regular(path) as fh:
+        return fh.read(limit + 1)
+
+
 def write_text(path: str | Path, text: str) -> None:
     """``path.write_text`` whose OSError always names the path (a full device's does not by itself), so that
     it is reported as the user's path that cannot be written."""

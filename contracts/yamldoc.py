@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from yaml.constructor import SafeConstructor
 
-from contracts.runfolder import open_regular
+from contracts.runfolder import read_regular
 
 MAX_BYTES = 1 << 20     # a plan or script is a page of text; a megabyte is a mistake
 MAX_DEPTH = 32
@@ -35,8 +35,7 @@ class YamlError(ValueError):
 def load(path: str | Path, what: str = "the file") -> tuple[str, yaml.Node | None]:
     """The file's text and its checked root node (None for an empty document)."""
     try:
-        with open_regular(path) as fh:  # a FIFO never ends, nor does /dev/zero: neither is a plan or a script
-            data = fh.read(MAX_BYTES + 1)  # enough to say it is too long, never more
+        data = read_regular(path, MAX_BYTES)  # a FIFO never ends, nor does /dev/zero: neither is a plan or a script
     except OSError as exc:
         raise YamlError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     text = decode(data, str(path))

@@ -23,6 +23,7 @@ from contracts.jsonl import read_jsonl
 from contracts.runfolder import RunFolder
 from contracts.timeline import telemetry_sample
 
+from oracle.redis_reader import as_text, template_pattern
 from oracle.store import StoreError, StoreOptions
 from contracts.tokens import SESSION_RE
 
@@ -151,10 +152,7 @@ def find_in_shared_keys(client: redis.Redis, options: StoreOptions, sessions: li
     SHARED_KEYS keys under the template."""
     if not sessions:
         return {}
-    from oracle.redis_reader import glob_escape
-
-    prefix, _, suffix = options.key_template.partition("{session}")
-    pattern, wanted, found = glob_escape(prefix) + "*" + glob_escape(suffix), set(sessions), {}
+    pattern, wanted, found = template_pattern(options.key_template), set(sessions), {}
     try:
         keys = [k for _, k in zip(range(SHARED_KEYS), client.scan_iter(match=pattern, count=1000))]
         pipe = client.pipeline(transaction=False)
@@ -164,19 +162,15 @@ def find_in_shared_keys(client: redis.Redis, options: StoreOptions, sessions: li
         pipe = client.pipeline(transaction=False)
         for key, kind in zip(keys, kinds):
             {"list": lambda k: pipe.lrange(k, 0, SHARED_ENTRIES - 1),
-             "string": lambda k: pipe.getrange(k, 0, SHARED_BYTES - 1)}.get(_text(kind), pipe.exists)(key)
+             "string": lambda k: pipe.getrange(k, 0, SHARED_BYTES - 1)}.get(as_text(kind), pipe.exists)(key)
         for key, value in zip(keys, pipe.execute(raise_on_error=False)):
             parts = value if isinstance(value, list) else [value] if isinstance(value, (bytes, str)) else []
             text = b"\n".join(p.encode() if isinstance(p, str) else p for p in parts)
             for session in {m.group(1).decode() for m in TOKEN_BYTES.finditer(text)} & wanted:
-                found.setdefault(session, _text(key))
+                found.setdefault(session, as_text(key))
     except redis.RedisError:
         return found
     return found
-
-
-def _text(value) -> str:
-    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 def _since(now: int, start) -> int:
@@ -353,13 +347,10 @@ def _ttl_under(client: redis.Redis, template: str) -> bool:
     """Some key under the key template carries a TTL. Not the database's expiring keys as a whole: a shared
     staging Redis holds other applications' caches with TTLs, which say nothing of how this bot keeps
     histories. A huge store is sampled (TTL_SCAN_CALLS), not walked."""
-    from oracle.redis_reader import glob_escape
-
     try:
         if not (client.info("keyspace").get(f"db{_own_db(client)}") or {}).get("expires"):
             return False
-        prefix, _, suffix = template.partition("{session}")
-        pattern, cursor, keys = glob_escape(prefix) + "*" + glob_escape(suffix), 0, []
+        pattern, cursor, keys = template_pattern(template), 0, []
         for _ in range(TTL_SCAN_CALLS):
             cursor, found = client.scan(cursor, match=pattern, count=1000)
             keys += found

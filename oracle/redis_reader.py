@@ -76,13 +76,13 @@ def stream_message(fields: dict):
         value = next(iter(fields.values()))
         if isinstance(value, bytes) and value.lstrip()[:1] == b"{":
             return value
-    return {_text(k): _text(v) for k, v in fields.items()}
+    return {as_text(k): as_text(v) for k, v in fields.items()}
 
 
 def hash_history(raw: RawSession, fields: dict, messages_field: str) -> None:
     """A history kept in a Redis hash: the field named ``messages_field`` holding the JSON message list (read
     as a blob), or one field per message numbered 0, 1, 2 ... (read in that order); else not a history."""
-    named = {_text(k): v for k, v in fields.items()}
+    named = {as_text(k): v for k, v in fields.items()}
     if messages_field in named:
         raw.type, raw.entries = "string", [named[messages_field]]
     elif named and all(name.isascii() and name.isdigit() for name in named):
@@ -92,7 +92,13 @@ def hash_history(raw: RawSession, fields: dict, messages_field: str) -> None:
                                           f"0, 1, 2 ...: {', '.join(sorted(named)[:5])}>".encode()]
 
 
-def _text(value) -> str:
+def template_pattern(template: str) -> str:
+    """The SCAN MATCH pattern of every key under a key template (its ``{session}`` any text)."""
+    prefix, _, suffix = template.partition("{session}")
+    return glob_escape(prefix) + "*" + glob_escape(suffix)
+
+
+def as_text(value) -> str:
     return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
 
 
@@ -240,9 +246,9 @@ class RedisReader:
         out = {}
         for session, reply in zip(sessions, pipe.execute(raise_on_error=False)):
             if isinstance(reply, list) and len(reply) == 3:
-                out[session] = [_text(reply[0]), int(reply[1]), _text(reply[2])]
+                out[session] = [as_text(reply[0]), int(reply[1]), as_text(reply[2])]
             else:
-                out[session] = [_text(reply[0]) if isinstance(reply, list) and reply else "?", "not digested"]
+                out[session] = [as_text(reply[0]) if isinstance(reply, list) and reply else "?", "not digested"]
         return out
 
     def foreign(self, owned) -> Iterable[dict]:
@@ -250,8 +256,7 @@ class RedisReader:
         ``owned.owns(keys)`` tells a page of SCAN at a time. The first MAX_FOREIGN_LISTED are described
         (type, length); the rest only named, ``{"key"}``, to be counted: a shared store with a million
         other keys under the prefix cost 30 s of TYPE and length calls and 63 MB per run folder."""
-        prefix, _, suffix = self.options.key_template.partition("{session}")
-        pattern = glob_escape(prefix) + "*" + glob_escape(suffix)
+        pattern = template_pattern(self.options.key_template)
         found: list[str] = []
         cursor, listed = None, 0
         while cursor != 0:

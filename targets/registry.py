@@ -31,7 +31,7 @@ from pathlib import Path
 
 import redis
 
-from contracts.runfolder import open_regular  # stdlib only: refbot's image has redis-py and no msgspec
+from contracts.runfolder import read_regular  # stdlib only: refbot's image has redis-py and no msgspec
 
 VERSION = 1
 DEFAULT_DIR = ".stack"
@@ -64,7 +64,7 @@ def load(path=None) -> dict | None:
     file (and the field) when it is not a state file whose members can be signalled and started."""
     file = state_path(path)
     try:
-        data = read_small(file, MAX_BYTES)
+        data = read_regular(file, MAX_BYTES)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:  # a FIFO, a device, a directory, no permission; ValueError: a NUL byte
@@ -82,14 +82,6 @@ def load(path=None) -> dict | None:
     if problem := _problem(state):
         raise StateError(f"{file}: {problem}")
     return state
-
-
-def read_small(path, limit: int) -> bytes:
-    """At most ``limit + 1`` bytes of a regular file (more says it is too long, without reading it all);
-    OSError naming the file for a FIFO, which never opens without a writer, or a device such as /dev/zero,
-    which never ends."""
-    with open_regular(path) as fh:
-        return fh.read(limit + 1)
 
 
 def _problem(state: dict) -> str | None:
@@ -239,7 +231,7 @@ def adopt_pid_file(member: dict) -> str | None:
     adopted, else why not. A pid file older than its process is stale: its pid was reused."""
     path = member["pid_file"]
     try:
-        data = read_small(path, 4096).strip()   # never more: a pid file is a line
+        data = read_regular(path, 4096).strip()   # never more: a pid file is a line
         written = os.stat(path).st_mtime
     except (OSError, ValueError) as exc:  # ValueError: a path with a NUL byte
         return f"pid file {path}: {getattr(exc, 'strerror', None) or exc}"
