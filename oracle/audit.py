@@ -169,9 +169,10 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     result["store"] = {"complete": True, "reader": options.name(), "url": options.where(), "source": source}
     result["timings"] = {"read_judge": read_s, "total": time.perf_counter() - clock, **_peak_rss()}
     gates = gates or verdict.parse_gates(None)
-    result["verdict"] = verdict.require_healed(verdict.require_measured(
-        verdict.evaluate(result["observed"], gates), result["turns"]["ok"], tally.totals["probes"],
-        tally.totals["answered"], gates), faults)
+    t = tally.totals
+    result["verdict"] = verdict.require_healed(verdict.require_quiet(verdict.require_measured(
+        verdict.evaluate(result["observed"], gates), result["turns"]["ok"], t["probes"], t["answered"], gates),
+        t["errors"], t["errors_quiet"], t["turns_quiet"], t["turns"], gates), faults)
     result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted,
                                                            result["metrics"]["probe_amnesia"]["count"],
                                                            tally.totals["leaked_sessions"])
@@ -302,8 +303,9 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
                 "errors": {"count": counts["errors_quiet"], "total": counts["quiet"]},
                 "unreadable": {"count": counts["unreadable"], "total": counts["total"] + counts["unreadable"]}}
     gates = gates or verdict.parse_gates(None)
-    judged = verdict.require_healed(verdict.require_measured(verdict.evaluate(observed, gates), counts["ok"],
-                                                             counts["probes"], counts["probes_answered"], gates), faults)
+    judged = verdict.require_healed(verdict.require_quiet(verdict.require_measured(
+        verdict.evaluate(observed, gates), counts["ok"], counts["probes"], counts["probes_answered"], gates),
+        counts["errors"], counts["errors_quiet"], counts["quiet"], counts["total"], gates), faults)
     judged["root_causes"] = verdict.root_causes({}, 0, observed["probe_amnesia"]["count"], counts["leaked"])
     turns = {k: int(counts[k]) for k in ("total", "ok", "fail", "info", "errors", "probes_answered", "probes_failed",
                                          "crosstalk_replies")}

@@ -39,7 +39,7 @@ GATES: tuple[Gate, ...] = (
     Gate("probe_amnesia", "failed recall probes", "answered probes"),
     Gate("stored_loss", "acknowledged turns lost by the store", "acknowledged turns"),
     Gate("crosstalk", "sessions holding another session's data", "sessions"),
-    Gate("duplicated", "user entries stored twice", "turns"),
+    Gate("duplicated", "turns whose user entry or reply is stored twice", "turns"),
     Gate("reordered", "sessions stored out of real-time order", "sessions"),
     Gate("corrupt", "stored entries that do not decode", "stored entries"),
     Gate("vanished", "sessions whose whole history is gone", "sessions"),
@@ -240,10 +240,17 @@ def rule_line(rule: dict) -> str:
 
 def of_summary(summary: dict, gates: Gates | None = None) -> dict:
     """The verdict of an audited summary: its own (when ``gates`` is None and it has one), else
-    evaluated afresh with ``gates`` (compare, or a summary written before verdicts existed)."""
-    if gates is None and isinstance(summary.get("verdict"), dict):
-        return summary["verdict"]
-    return evaluate(summary.get("observed") or observed_from_metrics(summary), gates or parse_gates(None))
+    evaluated afresh with ``gates`` (compare, or a summary written before verdicts existed), keeping the failed
+    requirements of its own (nothing acknowledged, a fault never healed ...) that ``gates`` does not waive."""
+    earlier = summary.get("verdict")
+    if gates is None and isinstance(earlier, dict):
+        return earlier
+    v = evaluate(summary.get("observed") or observed_from_metrics(summary), gates or parse_gates(None))
+    waived = tuple(start for gate, start in WAIVED_BY.items() if gates and gates.limits.get(gate, ZERO).off)
+    kept = [line for line in requirements(earlier) if not line.startswith(waived)] if isinstance(earlier, dict) else []
+    if kept:
+        v["result"], v["failed"] = FAIL, kept + v["failed"]
+    return v
 
 
 def require_measured(v: dict, acknowledged: int, probes: int, answered: int, gates: Gates) -> dict:
@@ -255,6 +262,36 @@ def require_measured(v: dict, acknowledged: int, probes: int, answered: int, gat
     if lines:
         v["result"], v["failed"] = FAIL, lines + v["failed"]
     return v
+
+
+MIN_QUIET_SHARE = 0.05  # the errors gate measures the turns no fault overlapped: fewer than this share is no measure
+NO_QUIET = ("errors: not measured: the faults and their recovery margins overlapped {covered:,} of {turns:,} turns "
+            "({share:.0%}), so the {excused:,} failed request(s) they excused cannot be told from failures of the bot's "
+            "own; space the chaos plan's faults further apart than the recovery margin (--recovery-s), or allow it "
+            "with --gate errors=off")
+
+
+def require_quiet(v: dict, errors: int, errors_quiet: int, quiet: int, turns: int, gates: Gates) -> dict:
+    """Fail ``v`` when requests failed under faults that left (almost) no quiet turn to measure the errors gate
+    on: a plan firing faults closer together than their recovery margin (redis-client-kill every 4 s) would
+    otherwise excuse every failed request, however many, and a bot failing half its turns would PASS."""
+    excused = errors - errors_quiet
+    if gates.limits.get("errors", ZERO).off or excused <= 0 or quiet >= MIN_QUIET_SHARE * turns:
+        return v
+    v["result"], v["failed"] = FAIL, v["failed"] + [NO_QUIET.format(
+        covered=turns - quiet, turns=turns, share=(turns - quiet) / turns, excused=excused)]
+    return v
+
+
+# a requirement that a gate turned off waives: the gate, and the fixed start of the requirement's line
+WAIVED_BY = {"probe_amnesia": NO_PROBE_ANSWERED.split("{")[0], "errors": NO_QUIET.split("{")[0]}
+
+
+def requirements(v: dict) -> list[str]:
+    """The failed lines of ``v`` that no gate's limit decides (require_measured, require_quiet, require_healed):
+    a re-evaluation under other gates (``compare --gate``) keeps them, as they hold whatever the limits."""
+    ruled = {rule_line(r) for r in v.get("rules") or [] if isinstance(r, dict) and r.get("result") == FAIL}
+    return [line for line in v.get("failed") or [] if isinstance(line, str) and line not in ruled]
 
 
 NOT_HEALED = ("chaos: fault {fault} ({kind} on {instance}) was never healed: no recover of it succeeded, so its target "
@@ -286,7 +323,7 @@ CAUSES = {
     "misroute": "turns written under another session's key: missing where they belong, cross-talk where they landed",
     "lost": "acknowledged turns the store lost",
     "crosstalk": "entries of one session copied into another's history",
-    "duplicated": "user entries stored more than once",
+    "duplicated": "turns whose user entry or reply is stored more than once",
     "reordered": "sessions stored out of real-time order",
     "corrupt": "stored entries that do not decode",
     "vanished": "sessions whose whole history is gone",

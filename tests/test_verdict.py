@@ -585,10 +585,14 @@ def test_a_failed_heal_ends_no_fault_and_a_fault_never_healed_fails_the_run(tmp_
     from oracle.timeline import load_faults
 
     world = build_world([[TurnSpec("chatter", "ok"), TurnSpec("chatter", "fail")] for _ in range(3)], seed=2)
-    write_journal(tmp_path, world.records)
-    write_snapshot(tmp_path, world)
     first = min(r["sent"] for r in world.records)
     last = max(r["received"] or r["sent"] for r in world.records)
+    later = build_world([[TurnSpec("chatter", "ok")] * 4], start=last + 100, seed=3)  # quiet turns, after it
+    world.records += later.records
+    world.stored.update(later.stored)
+    world.order += later.order
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
     apply = {"fault": "f1#0", "kind": "kill", "target": "bot", "instance": "bot-2", "event": "apply",
              "time": first - 1, "outcome": "ok"}
     failed = {**apply, "event": "recover", "time": first, "outcome": "error", "error": "port taken", "via": "schedule"}
@@ -600,3 +604,62 @@ def test_a_failed_heal_ends_no_fault_and_a_fault_never_healed_fails_the_run(tmp_
     assert main([str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "chaos: fault f1#0 (kill on bot-2) was never healed" in out
+
+
+# ---- a plan that leaves no quiet time cannot excuse every failed request -----------------------------------
+
+def _fails_every_other_turn(tmp_path):
+    world = build_world([[TurnSpec("chatter", "ok"), TurnSpec("chatter", "fail")] * 3 for _ in range(4)], seed=4)
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    return world, min(r["sent"] for r in world.records), max(r["received"] or r["sent"] for r in world.records)
+
+
+@pytest.mark.parametrize("how", ["audit", "online"])
+def test_faults_covering_the_whole_run_do_not_excuse_a_bot_that_fails_half_its_turns(how, tmp_path):
+    """redis-client-kill every 4 s with a 5-s recovery margin overlaps every turn: the errors gate counted the
+    failed requests of turns no fault overlapped, none, so a bot refusing half its turns PASSed (strict and
+    lenient). With no quiet turn to measure on and requests failing, the verdict FAILs and says why."""
+    from oracle.audit import journal_verdict
+
+    _, first, last = _fails_every_other_turn(tmp_path)
+    _timeline(tmp_path, "redis-client-kill", first - 1, last + 1)
+    judge = (lambda gates: audit_run(tmp_path, gates=parse_gates(gates))) if how == "audit" else \
+        (lambda gates: journal_verdict(tmp_path, parse_gates(gates)))
+    for gates in ("strict", "lenient"):
+        v = judge(gates)["verdict"]
+        assert v["result"] == FAIL, v
+        assert any(line.startswith("errors: not measured: the faults and their recovery margins overlapped 24 of 24 "
+                                   "turns (100%), so the 12 failed request(s)") for line in v["failed"]), v["failed"]
+    assert judge("strict,errors=off")["verdict"]["result"] == PASS  # allowed by name
+
+
+def test_faults_that_leave_quiet_turns_measure_the_errors_gate_there(tmp_path):
+    """A fault over the first part of the run only: the refusals after it are measured (and fail the gate), the
+    ones under it are excused; no "not measured" line."""
+    world, first, last = _fails_every_other_turn(tmp_path)
+    _timeline(tmp_path, "kill", first - 1, first + (last - first) / 4)
+    summary = audit_run(tmp_path, recovery_s=0.0)
+    observed = summary["observed"]["errors"]
+    assert 0 < observed["total"] < 24 and observed["count"] > 0
+    assert not any("not measured" in line for line in summary["verdict"]["failed"])
+
+
+def test_a_verdict_evaluated_again_under_other_gates_keeps_what_no_limit_decides():
+    """``compare --gate lenient`` evaluated the candidate's observations afresh: a run that acknowledged nothing,
+    or left a fault never healed, came back PASS. The requirements of its own verdict stay; a gate turned off
+    waives its own (no probe answered: probe_amnesia=off; no quiet turn: errors=off)."""
+    from oracle.verdict import NO_PROBE_ANSWERED, NO_QUIET, NOTHING_ACKNOWLEDGED, of_summary, require_measured, \
+        require_quiet
+
+    observed = {"probe_amnesia": {"count": 0, "total": 0}, "errors": {"count": 0, "total": 0}}
+    strict = parse_gates("strict")
+    v = require_quiet(require_measured(evaluate(observed, strict), 0, 5, 0, strict), 7, 0, 0, 10, strict)
+    assert v["failed"][0] == NOTHING_ACKNOWLEDGED and v["failed"][1].startswith(NO_QUIET.split("{")[0])
+    summary = {"observed": observed, "verdict": v}
+    again = of_summary(summary, parse_gates("lenient"))
+    assert again["result"] == FAIL and again["failed"] == v["failed"]
+    assert of_summary(summary, parse_gates("lenient,errors=off"))["failed"] == [NOTHING_ACKNOWLEDGED]
+    answered = require_measured(evaluate(observed, strict), 3, 5, 0, strict)
+    assert answered["failed"] == [NO_PROBE_ANSWERED.format(sent=5)]
+    assert of_summary({"observed": observed, "verdict": answered}, parse_gates("probe_amnesia=off"))["result"] == PASS
