@@ -8,7 +8,8 @@ turn never left the client, so finding it stored is an anomaly (*aborted*, Elle'
 is never an anomaly, only counted. Only user-role entries are the user's writes: assistant
 entries often quote the user and are never read as writes (no false duplicates); an assistant
 entry is cross-talk only when it carries another session's token and is none of this session's
-own replies, nor of a session they quoted (another session's answer filed here).
+own replies, nor of a session they quoted (another session's answer filed here). A reply stored twice is
+judged by its text and counts (``check_duplicated_replies``).
 
 A finding is a dict: ``{"class", "session", "turn", "time", "evidence"}``; the explanation
 is added later by ``oracle.explain``.
@@ -185,6 +186,62 @@ def check_duplicated(session: str, by_turn: dict[int, Turn], v: StoredView) -> l
             for turn, count in v.copies.items() if count > 1]
 
 
+def check_duplicated_replies(session: str, by_turn: dict[int, Turn], decoded: Decoded, v: StoredView) -> list[dict]:
+    """An acknowledged turn's reply stored more than once: a reply appended on the write path and again in a
+    callback, or a retried write, is the same bug as a user entry stored twice.
+
+    Replies carry no token, so this judges by count, conservatively. A bot may answer several turns with the same
+    text ("OK."): a reply is duplicated only when its verbatim, non-empty copies outnumber the ok turns journaled
+    with it by more than the entries that could legitimately share its text: one per turn the journal cannot
+    vouch for (an info turn, or a fail turn stored anyway, may have any reply stored), and one per ok turn with
+    no verbatim reply stored that no other assistant entry answers either (check_unanswered matches those by
+    count: a footer bot's stored reply may equal another turn's). Each copy goes to the latest ok turn with that
+    reply whose user entry precedes it (else the first such turn); turns holding two copies or more are the
+    findings, at most the surplus of them."""
+    ok = sorted((t for t in by_turn.values() if t.outcome == "ok"), key=lambda t: t.turn)
+    journaled = Counter(t.reply for t in ok)
+    answers = [text for _, role, text in decoded.messages if role == ASSISTANT]
+    stored = Counter(text for text in answers if text in journaled)
+    if not any(stored[r] > n and (r or "").strip() for r, n in journaled.items()):
+        return []
+    unsure = sum(1 for t in by_turn.values() if t.outcome == "info" or
+                 (t.outcome == "fail" and (t.turn in v.copies or t.turn in v.corrupt_turns)))
+    unverbatim = sum(n - stored[r] for r, n in journaled.items() if n > stored[r])
+    spare = sum(1 for text in answers if text not in journaled and text.strip())
+    slack = unsure + max(0, unverbatim - spare)
+    surplus = {r: stored[r] - n - slack for r, n in journaled.items() if stored[r] - n > slack and (r or "").strip()}
+    if not surplus:
+        return []
+    latest = {r: next(t.turn for t in ok if t.reply == r) for r in surplus}
+    turn_of_user = {index: turn for _, turn, index in v.own}
+    copies: dict[int, list[int]] = {}
+    for index, role, text in decoded.messages:
+        if role == USER and index in turn_of_user:
+            t = by_turn.get(turn_of_user[index])
+            if t is not None and t.outcome == "ok" and t.reply in surplus:
+                latest[t.reply] = t.turn
+        elif role == ASSISTANT and text in surplus:
+            copies.setdefault(latest[text], []).append(index)
+    return [finding("duplicated", session, t.turn, t.sent, role="assistant", reply=t.reply[:120],
+                    copies=len(copies[t.turn]), positions=copies[t.turn], outcome=t.outcome,
+                    turns_with_this_reply=journaled[t.reply])
+            for reply, extra in surplus.items()
+            for t in [t for t in ok if t.reply == reply and len(copies.get(t.turn, ())) > 1][:extra]]
+
+
+def with_duplicated_replies(duplicated: list[dict], replies: list[dict]) -> list[dict]:
+    """A turn whose user entry and reply are both stored twice (the pair written again) is one fault: the user
+    entry's finding carries the reply's copies, and the turn is counted once."""
+    users = {f["turn"]: f for f in duplicated}
+    for f in replies:
+        if f["turn"] in users:
+            users[f["turn"]]["evidence"].update(reply_copies=f["evidence"]["copies"],
+                                                reply_positions=f["evidence"]["positions"])
+        else:
+            duplicated.append(f)
+    return duplicated
+
+
 def check_reordered(session: str, by_turn: dict[int, Turn], v: StoredView) -> list[dict]:
     """B stored before A although A was acknowledged before B was sent; evidence: the closest pair.
 
@@ -341,7 +398,8 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
     """Every checker over one session, and the counts its row in sessions.csv needs.
 
     Checkers that cannot fire are skipped (no foreign entries: no cross-talk; one copy of each
-    turn: no duplicates). Sessions oracle/clean.py proves clean never get here (``journal_stats``).
+    turn's user entry: no duplicated user entries). Sessions oracle/clean.py proves clean never get here
+    (``journal_stats``): one holding a reply twice has more entries than 2 x its ok turns, so it does.
     """
     by_turn = {t.turn: t for t in turns}
     v = view(session, decoded, raw, by_turn)
@@ -353,8 +411,8 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
         findings += altered + check_aborted(session, by_turn, v)
         if v.foreign:
             findings += check_crosstalk(session, v, journal, raw.key)
-        if len(v.own) != len(v.copies):
-            findings += check_duplicated(session, by_turn, v)
+        duplicated = check_duplicated(session, by_turn, v) if len(v.own) != len(v.copies) else []
+        findings += with_duplicated_replies(duplicated, check_duplicated_replies(session, by_turn, decoded, v))
         unanswered, misplaced = check_unanswered(session, by_turn, decoded, v)
         if decoded.corrupt and unanswered:
             unanswered = _corrupt_replies(unanswered, decoded, v)

@@ -86,10 +86,18 @@ def explain(f: dict) -> str:
                 f"token of session {e['source_session']} turn {e['source_turn']}{where}. Tokens are unique to one "
                 f"session, so another user's message was written into this user's memory: cross-talk.{moved} "
                 f"Entry: {e['excerpt']!r}.{rest}")
+    if cls == "duplicated" and e.get("role") == "assistant":
+        return (f"Session {s} turn {turn} was answered once with {e['reply']!r}, but that reply is stored "
+                f"{e['copies']} times, at entries {e['positions']} of the history ({e['turns_with_this_reply']} "
+                f"acknowledged turn(s) of the session were answered with that text, and it is stored more often than "
+                f"that). The bot wrote the same answer twice (a retried write, or the reply appended on the write "
+                f"path and again in a callback), so every later turn's context repeats it.")
     if cls == "duplicated":
+        reply = (f" Its reply is stored {e['reply_copies']} times too (entries {e['reply_positions']}): the whole "
+                 "exchange was written again." if e.get("reply_copies") else "")
         return (f"Session {s} turn {turn} was sent once (outcome {e['outcome']}), but its user entry is stored "
                 f"{e['copies']} times, at positions {e['positions']} of the session's user entries. The client "
-                f"never resends a token, so the store or the bot wrote the same message twice.")
+                f"never resends a token, so the store or the bot wrote the same message twice.{reply}")
     if cls == "reordered":
         misplaced = e.get("replies_before_their_turn") or []
         tail = (f" The bot's reply to turn(s) {', '.join(map(str, misplaced))} is stored before the turn itself; "
