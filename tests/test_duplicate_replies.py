@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import json
 
-import pytest
 
 from contracts.journal import Turn
 from contracts.tokens import make_token
