@@ -8,9 +8,14 @@ meets them in, so reading the file back needs a short look-ahead only, never the
 """
 from __future__ import annotations
 
+import errno
+import os
+import stat
+import sys
 import zlib
 from collections import OrderedDict
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 
@@ -48,6 +53,30 @@ def _name(shard: str) -> str:
     return f"judged.{Path(shard).stem}"
 
 
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFSOCK: "a socket"}
+
+
+def open_append(path: Path) -> BinaryIO:
+    """``path`` opened to append, only as a regular file (a symlink is followed, as ``open_regular`` does);
+    OSError naming the path otherwise. O_NONBLOCK, because a plain open of a FIFO waits for a reader forever
+    (without one the open fails with ENXIO; with one, or for a device, fstat of what was opened refuses it)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:
+            raise
+        mode = os.stat(path).st_mode
+    else:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, "ab")
+        os.close(fd)
+    raise OSError(errno.EINVAL, f"not a regular file but {_KINDS.get(stat.S_IFMT(mode), 'some other file')}",
+                  str(path))
+
+
 class RollingWriter:
     """The rolling audit's judgements of one partition, appended pass after pass."""
 
@@ -55,15 +84,24 @@ class RollingWriter:
         self.folder, self.p, self.files = folder, p, {}
 
     def write(self, shard: str, judged: Judged, snapshot_line: bytes) -> None:
-        fh = self.files.get(shard)
+        if shard not in self.files:
+            path = self.folder.rolling_part(self.p, _name(shard))
+            try:
+                self.files[shard] = open_append(path)
+            except OSError as exc:  # passed over, as RollingPrior passes it over: these sessions cost reads at the
+                self.files[shard] = None  # end (the final audit reads them from the store), never results
+                print(f"oracle follow: {path}: {exc.strerror or exc}; this shard's judgements are not kept (the final "
+                      "audit reads its sessions from the store)", file=sys.stderr)
+        fh = self.files[shard]
         if fh is None:
-            fh = self.files[shard] = open(self.folder.rolling_part(self.p, _name(shard)), "ab")
+            return
         judged.stored = msgspec.Raw(snapshot_line.rstrip(b"\n"))
         fh.write(_encode(judged) + b"\n")
 
     def close(self) -> None:
         for fh in self.files.values():
-            fh.close()
+            if fh is not None:
+                fh.close()
 
 
 class RollingPrior:

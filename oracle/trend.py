@@ -1,10 +1,13 @@
 """`python -m oracle trend results/*`: amnesia and loss over many runs — per run (a nightly soak's
 night) in start order, and pooled per release.
 
-Folders that are not audited runs (``results/matrix``, a run still going) are skipped with a note,
-so a shell glob over results/ just works. Each run is compared with the one before it by compare's
-rules (Fisher's exact test, ``--margin``); the exit code is 0 unless nothing could be read (2):
-a trend informs, ``oracle compare`` gates.
+Folders that are not runs (``results/matrix``: no journal) and runs still going (run.json has no
+``end`` yet) are skipped with a note, so a shell glob over results/ just works. A run that ended
+without a usable verdict (its audit failed or was interrupted: no valid audit/summary.json) is a
+night with no verdict: listed, with the reason, and the exit code is 2 (cannot judge, as everywhere
+in goldfish; never 1, a failed gate) unless ``--allow-no-verdict``. Each run is compared with the
+audited one before it by compare's rules (Fisher's exact test, ``--margin``); otherwise the exit
+code is 0 unless nothing could be read (2): a trend informs, ``oracle compare`` gates.
 """
 from __future__ import annotations
 
@@ -15,25 +18,89 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from contracts.runfolder import write_text
+from contracts import codec, redact
+from contracts.journal import MAX_EPOCH
+from contracts.runfolder import RunFolder, write_text
 from oracle import charts
 from oracle.compare import bad_statistics, compare_pair, trend_rows
-from oracle.report_data import RATE_METRICS as POOLED, RunData, RunFolderError, load_run, rate
+from oracle.history import JournalError
+from oracle.report_data import RATE_METRICS as POOLED, NotAudited, RunData, RunFolderError, load_run, rate
 from oracle.report_format import interval, ms, number, pct
 from oracle.verdict import cut_short, of_summary
 
 
-def night(run: RunData) -> str:
+NO_VERDICT = "no-verdict"  # the verdict column of a run that ended without one (one word: columns split on blanks)
+
+
+@dataclasses.dataclass
+class Unjudged:
+    """A run (it has a journal) that ended without a usable verdict: the audit failed (the store unreachable
+    or dead mid-read, no snapshot, a journal it cannot use), was interrupted, or never ran. Never skipped:
+    a nightly gate that dropped it would hide a night that gave no verdict."""
+    path: Path
+    run: dict
+    reason: str
+
+    @property
+    def label(self) -> str:
+        return str(self.run.get("label") or self.path.name)
+
+
+def run_meta(folder: RunFolder) -> dict | None:
+    """run.json as written by the Locust run ({} when there is none: a journal written by hand); None when it
+    cannot be read. ``start`` is kept only as a valid epoch (it orders the nights)."""
+    if not (folder.run_json.exists() or folder.run_json.is_symlink()):
+        return {}
+    try:
+        meta = redact.deep(codec.load_document(folder.run_json))
+    except (OSError, codec.DecodeError):
+        return None
+    start = meta.get("start")
+    ok = isinstance(start, (int, float)) and not isinstance(start, bool) and 0 <= start <= MAX_EPOCH
+    return {**meta, "start": float(start) if ok else None}
+
+
+def still_going(meta: dict | None) -> bool:
+    """run.json has no ``end`` and no ``exit_code`` yet: the Locust run writes both as it ends
+    (locustfiles/runfolder.py), so it is still going (or was killed before its end: nothing says which)."""
+    return bool(meta) and meta.get("end") is None and meta.get("exit_code") is None
+
+
+def unjudged(path: Path, meta: dict | None, why: str) -> Unjudged:
+    """``why`` (the summary missing or unusable) with what the run left about its end: exit code, phase,
+    interruption, the journal's own verdict, an incomplete snapshot (the store died mid-read)."""
+    folder, parts = RunFolder(path), [why]
+    if meta is None:
+        parts.append(f"{folder.run_json} cannot be read")
+    meta = meta or {}
+    stopped = meta.get("interrupted")
+    if isinstance(stopped, dict):
+        parts.append(f"interrupted by {stopped.get('signal')} during its {stopped.get('phase')} phase")
+    if meta.get("exit_code") is not None:
+        parts.append(f"the run ended with exit code {meta['exit_code']} (phase {meta.get('phase')})")
+    if meta.get("verdict") == "fail":
+        parts.append("the journal alone failed a gate (the store was not judged)")
+    try:
+        snapshot = codec.load_document(folder.store / "meta.json")
+        if snapshot.get("complete") is False:
+            parts.append(f"its store snapshot is incomplete ({snapshot.get('error')})")
+    except (OSError, codec.DecodeError):
+        pass
+    return Unjudged(path, meta, redact.text("; ".join(parts)))
+
+
+def night(run: RunData | Unjudged) -> str:
     """The UTC date the run started (a nightly soak's night)."""
     start = run.run.get("start")
     return datetime.fromtimestamp(float(start), tz=timezone.utc).strftime("%Y-%m-%d %H:%M") if start else "?"
 
 
-def load_runs(paths: list[str], audit: bool = False) -> tuple[list[RunData], list[str]]:
-    """The audited runs among ``paths`` in start order, and a note for each folder skipped."""
+def load_runs(paths: list[str], audit: bool = False) -> tuple[list[RunData], list[Unjudged], list[str]]:
+    """The audited runs among ``paths`` in start order, the runs that ended with no verdict, and a note for
+    each folder skipped (not a run, or a run still going)."""
     from oracle.report import ensure_audited
 
-    runs, skipped, seen = [], [], set()
+    runs, failed, skipped, seen = [], [], [], set()
     for path in paths:
         same = Path(path).resolve()
         if same in seen:  # `trend R R/` or a glob that names a run twice: pooled once
@@ -43,21 +110,35 @@ def load_runs(paths: list[str], audit: bool = False) -> tuple[list[RunData], lis
         try:
             ensure_audited(path, audit)
             runs.append(load_run(path))
+        except (NotAudited, JournalError) as exc:  # JournalError: --audit of a run whose journal is unusable
+            why = str(exc) if isinstance(exc, NotAudited) else f"{path}: the audit failed: {exc}"
+            folder = RunFolder(path)
+            meta = run_meta(folder)
+            if not folder.journal.is_dir():  # run.json alone: no goldfish run to judge
+                skipped.append(why)
+            elif still_going(meta):
+                skipped.append(f"{why} (still going, or killed before its end: run.json has no end yet)")
+            else:
+                failed.append(unjudged(folder.path, meta, why))
         except RunFolderError as exc:
             skipped.append(str(exc))
     runs.sort(key=lambda r: (float(r.run.get("start") or 0), r.path.name))
-    return runs, skipped
+    return runs, failed, skipped
 
 
-def per_run(runs: list[RunData], alpha: float, margin: float) -> list[dict]:
-    """compare's trend rows, each run judged against the previous one, plus its night and verdict."""
+def per_run(runs: list[RunData], alpha: float, margin: float, failed: list[Unjudged] = ()) -> list[dict]:
+    """compare's trend rows, each run judged against the previous audited one, plus its night and verdict;
+    with a row for each run in ``failed`` (no rates, verdict ``no-verdict`` and its reason), all in start order."""
     results = {r.path.as_posix(): compare_pair(prev, r, alpha, margin) for prev, r in zip(runs, runs[1:])}
     rows = trend_rows(runs, results)
     for row, r in zip(rows, runs):
         result = of_summary(r.summary)["result"]
         row.update(night=night(r), result="untrusted" if result == "pass" and cut_short(r.run) else result,
-                   vs_previous="-" if row["verdict"] == "base" else row["verdict"])
-    return rows
+                   vs_previous="-" if row["verdict"] == "base" else row["verdict"], start=r.run.get("start"))
+    rows += [{"label": u.label, "run": u.path.name, "verdict": "-", "throughput": None, "p95": None,
+              **{m: rate(None) for m in POOLED}, "night": night(u), "result": NO_VERDICT, "vs_previous": "-",
+              "start": u.run.get("start"), "reason": u.reason} for u in failed]
+    return sorted(rows, key=lambda row: (float(row["start"] or 0), row["run"]))
 
 
 def per_release(runs: list[RunData]) -> list[dict]:
@@ -81,14 +162,20 @@ def format_text(rows: list[dict], releases: list[dict]) -> str:
              f"  {'started (UTC)':<17} {'label':<14}{'probe amnesia':>22}{'stored loss':>24}{'session amn.':>13}"
              f"{'turns/s':>9}{'p95':>9}  {'verdict':<8}vs previous"]
     for r in rows:
-        lines.append(f"  {r['night']:<17} {r['label'][:14]:<14}{cell(r['probe_amnesia']):>22}{cell(r['stored_loss']):>24}"
-                     f"{pct(r['session_amnesia']['rate']):>13}{number(r['throughput'], 1):>9}{ms(r['p95']):>9}  "
-                     f"{r['result']:<8}{r['vs_previous']}")
+        c = ("-",) * 5 if r["result"] == NO_VERDICT else (cell(r["probe_amnesia"]), cell(r["stored_loss"]),
+                                                          pct(r["session_amnesia"]["rate"]), number(r["throughput"], 1),
+                                                          ms(r["p95"]))
+        lines.append(f"  {r['night']:<17} {r['label'][:14]:<14}{c[0]:>22}{c[1]:>24}{c[2]:>13}{c[3]:>9}{c[4]:>9}  "
+                     f"{r['result']:<7} {r['vs_previous']}")
     lines += ["", "per release, pooled over its runs",
               f"  {'label':<14}{'runs':>5}{'probe amnesia':>22}  {'95% interval':<18}{'stored loss':>24}  95% interval"]
     for e in releases:
         lines.append(f"  {e['label'][:14]:<14}{e['runs']:>5}{cell(e['probe_amnesia']):>22}  "
                      f"{interval(e['probe_amnesia']):<18}{cell(e['stored_loss']):>24}  {interval(e['stored_loss'])}")
+    failed = [r for r in rows if r["result"] == NO_VERDICT]
+    if failed:  # last, so the two tables above keep their shape
+        lines += ["", f"no verdict ({len(failed)} run(s) ended without a usable audit/summary.json)"]
+        lines += [f"  {r['night']:<17} {r['run']}: {r['reason']}" for r in failed]
     return "\n".join(lines)
 
 
@@ -96,8 +183,8 @@ def write_html(out: Path, runs: list[RunData], rows: list[dict], releases: list[
     from oracle.report import _env, data_uri
 
     dated = [dataclasses.replace(r, run={**r.run, "label": f"{r.label}\n{night(r)[:10]}"}) for r in runs]
-    with tempfile.TemporaryDirectory() as tmp:
-        chart = data_uri(charts.trend(dated, Path(tmp) / "trend.png"))
+    with tempfile.TemporaryDirectory() as tmp:  # no chart when every run gave no verdict
+        chart = data_uri(charts.trend(dated, Path(tmp) / "trend.png")) if runs else None
     page = _env().get_template("trend.html.j2").render(rows=rows, releases=releases, skipped=skipped, chart=chart)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, page)
@@ -107,25 +194,35 @@ def write_html(out: Path, runs: list[RunData], rows: list[dict], releases: list[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m oracle trend",
                                      description="Amnesia and loss over many runs: per run in start order, and per "
-                                                 "release. Folders that are not audited runs are skipped.")
+                                                 "release. Folders that are not runs, and runs still going, are "
+                                                 "skipped. A run that ended without a usable verdict (its audit "
+                                                 "failed or was interrupted) is listed as no-verdict, with the "
+                                                 "reason, and makes the exit code 2 (cannot judge).")
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run folders, e.g. results/*")
     parser.add_argument("--html", type=Path, help="also write an HTML page with the trend chart here")
     parser.add_argument("--margin", type=float, default=0.01, help="as in compare (default 0.01 = 1 point)")
     parser.add_argument("--alpha", type=float, default=0.05, help="as in compare (default 0.05)")
     parser.add_argument("--audit", action="store_true", help="audit runs that have no audit yet (from their snapshot)")
+    parser.add_argument("--allow-no-verdict", action="store_true",
+                        help="runs that ended without a usable verdict are still listed, but exit 0 for them "
+                             "(default: exit 2, cannot judge)")
     args = parser.parse_args(argv)
     wrong = bad_statistics(args.alpha, args.margin)
     if wrong:
         print(f"error: {wrong}", file=sys.stderr)
         return 2
-    runs, skipped = load_runs(args.runs, args.audit)
+    runs, failed, skipped = load_runs(args.runs, args.audit)
     for note in skipped:
         print(f"skipped: {note}", file=sys.stderr)
-    if not runs:
+    if not runs and not failed:
         print("error: none of the folders is an audited run", file=sys.stderr)
         return 2
-    rows, releases = per_run(runs, args.alpha, args.margin), per_release(runs)
+    rows, releases = per_run(runs, args.alpha, args.margin, failed), per_release(runs)
     print(format_text(rows, releases))
     if args.html:
         print(f"html: {write_html(args.html, runs, rows, releases, skipped)}")
+    if failed and not args.allow_no_verdict:
+        print(f"error: {len(failed)} run(s) ended without a verdict (listed under \"no verdict\"): exit 2, cannot "
+              "judge; --allow-no-verdict to list them and exit 0", file=sys.stderr)
+        return 2
     return 0
