@@ -107,7 +107,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
         owned = SessionSet()
         for r in results:
             owned.merge(r.judged)
-        foreign = ForeignKeys(options.key_template)
+        foreign = ForeignKeys(options.key_template, scanned=not live or store.scan_foreign)
         missing_keys = evidence.get("missing_keys")
         gone = [s for r in results for s in r.gone][:judge.GONE_SAMPLE]
         if live:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from oracle.explain import journal_copy_line
+from oracle.explain import NOT_SCANNED, journal_copy_line
 from contracts import codec, redact
 from contracts.runfolder import RunFolder
 from contracts.durations import DurationError, parse_duration
@@ -120,7 +120,9 @@ def render(summary: dict, run: Path) -> str:
     if total > 10:
         lines.append(f"  ... {total - 10:,} more warnings (summary.json lists the first {len(summary['problems'])})")
     info = (summary.get("information") or {}).get("foreign_keys") or {}
-    if info.get("other_goldfish_runs") or info.get("not_goldfish"):
+    if info.get("scanned") is False:
+        lines.append(f"  information: {NOT_SCANNED}")
+    elif info.get("other_goldfish_runs") or info.get("not_goldfish"):
         lines.append(f"  information: the store also holds {info['other_goldfish_runs']} key(s) of other goldfish runs "
                      f"and {info['not_goldfish']} other key(s) under the template (not judged)")
     for copy in (summary.get("information") or {}).get("journal_copies") or []:

@@ -133,6 +133,11 @@ def _other_roles(roles) -> str:
             f"answers under one of them, pass --assistant-role {roles[0]} (repeatable).")
 
 
+NOT_SCANNED = ("the store was not scanned for keys under the key template that are not this run's (--no-scan): "
+               "keys of other runs or applications, and a bot writing under ids the journal does not know, were not "
+               "looked for")
+
+
 def journal_copy_line(copy: dict) -> str:
     """summary.information.journal_copies, in words (oracle/history.py journal_files)."""
     where = copy["master"] or "the master's journal (it had no copy of this worker's lines)"

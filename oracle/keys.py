@@ -65,6 +65,7 @@ class ForeignKeys:
     goldfish: int = 0   # another goldfish run's session (a goldfish session id)
     other: int = 0      # not goldfish's at all
     examples: list = field(default_factory=list)
+    scanned: bool = True  # False: --no-scan, nothing was looked for (so the counts say nothing)
 
     def add(self, record: dict) -> None:
         prefix, _, suffix = self.template.partition("{session}")
@@ -78,7 +79,8 @@ class ForeignKeys:
             self.examples.append(key)
 
     def information(self) -> dict:
-        return {"other_goldfish_runs": self.goldfish, "not_goldfish": self.other, "examples": self.examples}
+        return {"other_goldfish_runs": self.goldfish, "not_goldfish": self.other, "examples": self.examples,
+                "scanned": self.scanned}
 
     @classmethod
     def counted(cls, template: str, information: dict) -> "ForeignKeys":
@@ -88,7 +90,8 @@ class ForeignKeys:
 
         examples = information.get("examples")
         return cls(template, whole(information.get("other_goldfish_runs")), whole(information.get("not_goldfish")),
-                   [str(e) for e in examples[:EXAMPLES]] if isinstance(examples, list) else [])
+                   [str(e) for e in examples[:EXAMPLES]] if isinstance(examples, list) else [],
+                   information.get("scanned") is not False)
 
 
 def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list[str], all_gone: bool,

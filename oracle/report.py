@@ -21,7 +21,7 @@ from oracle import breakdown, charts, telemetry
 from oracle.report_data import (EXAMPLES_PER_CLASS, RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run,
                                 rate)
 from oracle.report_format import interval, ms, number, pct, verdict
-from oracle.explain import journal_copy_line
+from oracle.explain import NOT_SCANNED, journal_copy_line
 from oracle.verdict import cut_short, of_summary, rule_line
 
 CHARTS = {
@@ -175,7 +175,9 @@ def information(summary: dict) -> list[str]:
     info = summary.get("information") or {}
     out = []
     foreign = info.get("foreign_keys") or {}
-    if foreign.get("other_goldfish_runs") or foreign.get("not_goldfish"):
+    if foreign.get("scanned") is False:
+        out.append(NOT_SCANNED)
+    elif foreign.get("other_goldfish_runs") or foreign.get("not_goldfish"):
         out.append(f"the store also holds {foreign['other_goldfish_runs']} key(s) of other goldfish runs and "
                    f"{foreign['not_goldfish']} other key(s) under the key template (for example "
                    f"{', '.join(foreign.get('examples') or [])}); they are not this run's and are not judged")

@@ -145,6 +145,7 @@ class _Foreign(msgspec.Struct):
     other_goldfish_runs: Count
     not_goldfish: Count
     examples: list[str] = []
+    scanned: bool = True
 
 
 class _JournalCopy(msgspec.Struct):

@@ -95,7 +95,7 @@ def test_expired_when_keys_carry_a_ttl_and_foreign_keys(tmp_path, redis_server):
     summary = audit_run(run, StoreOptions(url=redis_server.url))
     assert finding_keys(run) == {("expired", gone, None)}  # a key that is not ours is information, not a finding
     assert summary["information"]["foreign_keys"] == {"other_goldfish_runs": 0, "not_goldfish": 1,
-                                                      "examples": ["message_store:not-ours"]}
+                                                      "examples": ["message_store:not-ours"], "scanned": True}
     foreign = [json.loads(line) for line in (run / "store" / "foreign.jsonl").read_text().splitlines()]
     assert foreign == [{"key": "message_store:not-ours", "type": "list", "length": 1}]
 
@@ -390,6 +390,24 @@ def test_a_shared_store_s_foreign_keys_are_all_counted_and_the_first_listed(tmp_
     assert 5 <= len(listed) < 43 and all(json.loads(line)["type"] == "string" for line in listed)
     offline = audit_run(run)
     assert {k: offline["information"]["foreign_keys"][k] for k in counts} == counts
+
+
+def test_a_store_not_scanned_says_so_rather_than_zero_foreign_keys(tmp_path, redis_server, capsys):
+    """--no-scan looked for no key that is not the run's, yet the summary said 0 of them, as a scan that found none
+    would. Now the summary, the audit's output, a re-audit from the snapshot and the report say it was not scanned."""
+    from oracle.audit_cli import main
+    from oracle.explain import NOT_SCANNED
+    from oracle.report import information
+
+    run, _, _ = make_run(tmp_path, redis_server)
+    redis_server.client().rpush("message_store:not-ours", "x")
+    live = audit_run(run, StoreOptions(url=redis_server.url, scan_foreign=False))
+    assert live["information"]["foreign_keys"] == {"other_goldfish_runs": 0, "not_goldfish": 0, "examples": [],
+                                                   "scanned": False}
+    assert NOT_SCANNED in information(live)
+    assert main([str(run)]) in (0, 1) and f"information: {NOT_SCANNED}" in capsys.readouterr().out  # from the snapshot
+    assert audit_run(run)["information"]["foreign_keys"]["scanned"] is False
+    assert audit_run(run, StoreOptions(url=redis_server.url))["information"]["foreign_keys"]["not_goldfish"] == 1
 
 
 def test_unreadable_journal_lines_fail_the_strict_verdict_counted_exactly_with_the_first_100_named(
