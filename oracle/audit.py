@@ -37,7 +37,7 @@ from oracle.keys import ForeignKeys, SessionSet, check_direction, diagnose_missi
 from oracle.options import OptionError, check_roles
 from oracle.snapshot import SnapshotError, SnapshotWriter, options_from_meta, read_foreign, read_meta
 from oracle.store import StoreError, StoreOptions, make_reader
-from oracle.tables import SESSION_COLUMNS, summary as build_summary
+from oracle.tables import SESSION_COLUMNS, add_confirmed_crosstalk, summary as build_summary
 from oracle.tally import Tally
 from oracle.timeline import check_faults, load_faults, load_steps
 
@@ -145,6 +145,8 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     raw = _concatenate(folder, "anomalies.raw", folder.audit / "anomalies.raw.tmp")
     _concatenate(folder, "sessions.csv", folder.audit / "sessions.csv.tmp", header=",".join(SESSION_COLUMNS) + "\n")
     linked = rootcause.link(raw, folder.audit / "anomalies.jsonl.tmp", journal, window_s, missing_keys)
+    if linked.confirmed:
+        add_confirmed_crosstalk(folder.audit / "sessions.csv.tmp", linked.confirmed, tally.totals)
     raw.unlink()
     shutil.rmtree(folder.audit / "parts", ignore_errors=True)
     run = next((r.run for r in results if r.run), None) or folder.name

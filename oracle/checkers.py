@@ -24,7 +24,7 @@ from oracle.decode import ASSISTANT, USER, Decoded
 from contracts.journal import planted
 from oracle.history import Turn
 from oracle.store import RawSession
-from contracts.tokens import TOKEN_RE
+from contracts.tokens import NONCE_RE, TOKEN_RE
 
 
 @dataclass
@@ -35,6 +35,7 @@ class StoredView:
     first_position: dict = field(default_factory=dict)  # turn -> position of its first stored copy
     copies: Counter = field(default_factory=Counter)    # turn -> stored copies
     corrupt_turns: set = field(default_factory=set)     # own turns whose only trace is a corrupt entry
+    strays: list = field(default_factory=list)  # [(entry index, value, text)]: assistant entries with another's value
 
 
 def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Turn] | None = None) -> StoredView:
@@ -71,11 +72,19 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
     own_replies = {t.reply for t in by_turn.values() if t.reply} if by_turn else set()
     quoted = {m.group(1) for reply in own_replies if "gf" in reply for m in TOKEN_RE.finditer(reply)}
     moved = {(source, turn) for _, source, turn, _, _ in v.foreign}  # its answer with it is the same fault
+    own_values = {t.nonce for t in by_turn.values() if t.nonce} if by_turn else set()
     for index, role, text in decoded.messages:
-        if role == ASSISTANT and "gf" in text and text not in own_replies:
-            m = next((m for m in TOKEN_RE.finditer(text) if m.group(1) not in quoted and m.group(1) != session), None)
-            if m is not None and (m.group(1), int(m.group(2))) not in moved:
+        if role != ASSISTANT or text in own_replies:
+            continue
+        m = next((m for m in TOKEN_RE.finditer(text) if m.group(1) not in quoted and m.group(1) != session), None) \
+            if "gf" in text else None
+        if m is not None:
+            if (m.group(1), int(m.group(2))) not in moved:
                 v.foreign.append((index, m.group(1), int(m.group(2)), text, ASSISTANT))
+        elif "gf" not in text:  # no token at all: a recall answer ("Your phone number is 8846-QANV.") filed here?
+            value = next((n for n in NONCE_RE.findall(text) if n not in own_values), None)
+            if value is not None:
+                v.strays.append((index, value, text))
     return v
 
 
@@ -176,6 +185,22 @@ def check_crosstalk(session: str, v: StoredView, journal: dict[str, list[Turn]],
         out[-1]["evidence"]["more"] = {"entries": len(v.foreign) - MAX_CROSSTALK,
                                        "sessions": len({f[1] for f in v.foreign[MAX_CROSSTALK:]})}
     return out
+
+
+def check_stray_values(session: str, v: StoredView, key: str) -> list[dict]:
+    """An assistant entry with no token that carries a value another session planted (its nonce: "Your phone
+    number is 8846-QANV."): that session's recall answer, written into this history. Which session planted it
+    needs the whole journal, so the finding is ``pending`` until oracle/rootcause.py finds the plant; a value
+    no turn of the run planted (an LLM's "1999-2000") is dropped there, and only a found one is counted."""
+    return [finding("crosstalk", session, None, None, source_session=None, source_turn=None, source_value=value,
+                    entry_index=index, key=key, source_journaled=None, excerpt=text[:120], role="assistant",
+                    pending="the session that planted the value")
+            for index, value, text in v.strays[:MAX_CROSSTALK]]
+
+
+def counted(findings: list[dict]) -> list[dict]:
+    """The findings that count now: not those ``pending`` the whole run's journal (check_stray_values)."""
+    return [f for f in findings if "pending" not in f["evidence"]]
 
 
 def check_duplicated(session: str, by_turn: dict[int, Turn], v: StoredView) -> list[dict]:
@@ -411,6 +436,8 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
         findings += altered + check_aborted(session, by_turn, v)
         if v.foreign:
             findings += check_crosstalk(session, v, journal, raw.key)
+        if v.strays:
+            findings += check_stray_values(session, v, raw.key)
         duplicated = check_duplicated(session, by_turn, v) if len(v.own) != len(v.copies) else []
         findings += with_duplicated_replies(duplicated, check_duplicated_replies(session, by_turn, decoded, v))
         unanswered, misplaced = check_unanswered(session, by_turn, decoded, v)
@@ -425,8 +452,9 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
     lost_turns = [t.turn for t in turns if t.outcome == "ok" and
                   (gone or t.turn in altered_turns or
                    (raw.exists and t.turn not in v.copies and t.turn not in v.corrupt_turns))]
-    return SessionResult(findings, session_stats(turns, v.copies, v.corrupt_turns, findings, len(lost_turns),
-                                                 raw.exists), lost_turns, list_order(raw, [t for _, t, _ in v.own]))
+    return SessionResult(findings, session_stats(turns, v.copies, v.corrupt_turns, counted(findings),
+                                                 len(lost_turns), raw.exists), lost_turns,
+                         list_order(raw, [t for _, t, _ in v.own]))
 
 
 def list_order(raw: RawSession, turns: list[int]) -> str | None:

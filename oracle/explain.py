@@ -77,6 +77,12 @@ def explain(f: dict) -> str:
         rest = (f" It holds {more['entries']:,} more such entries, of {more['sessions']:,} session(s), not listed one "
                 "by one: sessions that share one key (ids that collide) hold each other's whole histories."
                 if more else "")
+        if e.get("source_value"):
+            return (f"The stored history of session {s} holds an assistant entry (entry {e['entry_index']}) carrying "
+                    f"{e['source_value']!r}, the value session {e['source_session']} planted in turn "
+                    f"{e['source_turn']}, and it is none of the replies this session was sent: that session's answer "
+                    f"(a recall of its fact) was written into this user's memory: cross-talk. Entry: "
+                    f"{e['excerpt']!r}.{rest}")
         if e.get("role") == "assistant":
             return (f"The stored history of session {s} holds an assistant entry (entry {e['entry_index']}) carrying "
                     f"the token of session {e['source_session']} turn {e['source_turn']}{where}, and it is none of "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import msgspec
 
@@ -40,6 +40,8 @@ class _Source(msgspec.Struct):
     session: str = ""
     turn: int = -1
     sent: float = 0.0
+    kind: Any = None   # any type: a line with an odd kind or nonce still gives its send time
+    nonce: Any = None
 
 
 _decode_source = msgspec.json.Decoder(_Source).decode
@@ -136,9 +138,11 @@ class Journal:
             yield from grouper.feed(before, lines, last_chunk)
         yield from grouper.finish()
 
-    def sent_times(self, sessions: set[str]) -> dict[tuple[str, int], float]:
-        """(session, turn) -> send time of every journaled turn of ``sessions`` (a second, cheap pass)."""
-        out = {}
+    def look_up(self, sessions: set[str], values: set[str]) -> tuple[dict, dict]:
+        """What rootcause needs of sessions judged in other batches, in one cheap pass over the journal:
+        (session, turn) -> send time of every turn of ``sessions``; and value -> (session, turn, send time)
+        of the plant turn that planted each of ``values`` (absent: no turn of the run planted it)."""
+        sent, planted = {}, {}
         for shard in self.shards:
             for _, lines, _ in line_chunks(shard):
                 for raw in lines:
@@ -147,8 +151,10 @@ class Journal:
                     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                         continue
                     if t.session in sessions:
-                        out[(t.session, t.turn)] = t.sent
-        return out
+                        sent[(t.session, t.turn)] = t.sent
+                    if t.kind == "plant" and isinstance(t.nonce, str) and t.nonce in values:
+                        planted.setdefault(t.nonce, (t.session, t.turn, t.sent))
+        return sent, planted
 
 
 def journal_files(folder: RunFolder) -> tuple[list[Path], list[dict], list[str]]:

@@ -309,7 +309,7 @@ class _Partition:
         if self.rolling is not None:
             r.sessions += 1
         for f in record.findings:
-            r.classes[f["class"]] += 1
+            r.classes[f["class"]] += "pending" not in f["evidence"]  # counted once rootcause confirms it
             if self.findings is not None:
                 self.findings.write(codec.dumps_line(f))
         r.entries += record.entries

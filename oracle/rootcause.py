@@ -35,6 +35,7 @@ class Linked:
     anomalies: Counter = field(default_factory=Counter)   # findings per window index (by evidence time)
     crosstalk: Counter = field(default_factory=Counter)   # cross-talk findings per window index
     classes: Counter = field(default_factory=Counter)     # findings per class
+    confirmed: Counter = field(default_factory=Counter)   # session -> pending findings confirmed here (not yet counted)
 
 
 def link(source: Path, target: Path, journal: Journal, window_s: float, missing_keys: dict | None) -> Linked:
@@ -42,9 +43,12 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
     landed: dict[tuple[str, int], tuple[str, str, str]] = {}  # (source session, turn) -> (session, key, finding id)
     missing: set = set()  # (session, turn) of acknowledged turns its own key does not hold
     unresolved: set = set()  # cross-talk source sessions judged in another batch
+    values: set = set()  # planted values found in other sessions' histories: whose? (checkers.check_stray_values)
     for f in _findings(source):
         e = f["evidence"]
-        if f["class"] == "crosstalk":
+        if f["class"] == "crosstalk" and "pending" in e:
+            values.add(e["source_value"])
+        elif f["class"] == "crosstalk":
             landed.setdefault((e["source_session"], e["source_turn"]), (f["session"], e.get("key"), f["id"]))
             if e.get("source_journaled") is None:
                 unresolved.add(e["source_session"])
@@ -52,14 +56,19 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
             missing.add((f["session"], f["turn"]))
         elif f["class"] in GONE:
             missing.update((f["session"], turn) for turn in e.get("ok_turn_numbers") or ())
-    sent = journal.sent_times(unresolved) if unresolved else {}
+    sent, planted = journal.look_up(unresolved, values) if unresolved or values else ({}, {})
     journaled = {session for session, _ in sent}
     out = Linked()
     misrouted: set = set()
     with open(target, "wb") as fh:
         for f in _findings(source):
             e = f["evidence"]
-            if f["class"] == "crosstalk" and e.get("source_journaled") is None:
+            if "pending" in e:
+                del e["pending"]
+                if not _confirm(f, planted.get(e["source_value"]), landed):
+                    continue
+                out.confirmed[f["session"]] += 1
+            elif f["class"] == "crosstalk" and e.get("source_journaled") is None:
                 e["source_journaled"] = e["source_session"] in journaled
                 f["time"] = sent.get((e["source_session"], e["source_turn"]))
             if f["class"] in GONE:
@@ -76,6 +85,18 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
                     out.crosstalk[window] += 1
     out.misrouted = len(misrouted)
     return out
+
+
+def _confirm(f: dict, plant: tuple | None, landed: dict) -> bool:
+    """A pending finding of another session's value (checkers.check_stray_values), given the plant turn that
+    planted it: cross-talk from that turn, unless no turn of the run planted the value (an LLM's "1999-2000"),
+    this session did, or the plant's own user entry landed here too (its answer came with it: one fault, found
+    by the token)."""
+    if plant is None or plant[0] == f["session"] or landed.get(plant[:2], ("",))[0] == f["session"]:
+        return False
+    f["evidence"].update(source_session=plant[0], source_turn=plant[1], source_journaled=True)
+    f["time"] = plant[2]
+    return True
 
 
 def _findings(path: Path):

@@ -3,6 +3,7 @@ both from the tally (oracle/tally.py). pandas writes the CSVs.
 """
 from __future__ import annotations
 
+import csv
 from collections import Counter
 from pathlib import Path
 
@@ -26,6 +27,30 @@ SESSION_COLUMNS = ["session", "turns", "ok", "fail", "info", "info_stored", "pro
 # what only the store can say; a session proven clean has 0 of each and exists
 STORE_COLUMNS = ["info_stored", "lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished",
                  "unanswered", "expired", "aborted", "lost_turns", "evicted"]
+
+
+def add_confirmed_crosstalk(path: Path, confirmed: Counter, totals: Counter) -> None:
+    """Cross-talk findings confirmed only once the whole journal was read (a planted value in another session's
+    history: oracle/rootcause.py), added to their sessions' rows of sessions.csv (``path``, rewritten) and to
+    the sessions counted with cross-talk and with anomalies. The other rows are copied as they are."""
+    columns = SESSION_COLUMNS
+    at = {name: columns.index(name) for name in ("session", "crosstalk", "crosstalk_online", "anomalous")}
+    with open(path, newline="") as src, open(path.with_name(path.name + ".part"), "w", newline="") as out:
+        out.write(next(src))
+        write = csv.writer(out, lineterminator="\n").writerow
+        for line in src:
+            quoted = line.startswith('"')  # an id with a comma or a quote in it
+            row = next(csv.reader([line])) if quoted or line.split(",", 1)[0] in confirmed else None
+            if row is None or row[at["session"]] not in confirmed:
+                out.write(line)
+                continue
+            before = int(row[at["crosstalk"]]) + int(row[at["crosstalk_online"]])
+            totals["crosstalk_sessions"] += before == 0
+            totals["anomalous_sessions"] += row[at["anomalous"]] == "0"
+            row[at["crosstalk"]] = str(int(row[at["crosstalk"]]) + confirmed[row[at["session"]]])
+            row[at["anomalous"]] = "1"
+            write(row)
+    path.with_name(path.name + ".part").replace(path)
 
 
 def summary(run_dir: Path, run: str | None, tally: Tally, faults: list[Fault], steps: list[dict],

@@ -344,6 +344,78 @@ def test_another_session_s_answer_stored_in_a_history_is_cross_talk(tmp_path):
     assert summary["verdict"]["result"] == FAIL
 
 
+def _rows(run_dir) -> dict:
+    return {row["session"]: row for row in _csv(run_dir / "audit" / "sessions.csv")}
+
+
+def _recall_world():
+    """Two sessions that plant a fact and ask for it back; replies carry no token (an LLM's)."""
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("chatter", "ok"), TurnSpec("probe", "ok")]
+                         for _ in range(2)], seed=5)
+    plants = {r["session"]: r for r in world.records if r["kind"] == "plant"}
+    for r in world.records:
+        if r["kind"] == "probe":  # asks for the planted fact back, and is answered with it
+            r.update(fact=plants[r["session"]]["fact"], nonce=plants[r["session"]]["nonce"])
+        r["reply"] = f"Your {r['fact']} is {r['nonce']}." if r["kind"] == "probe" else "Noted."
+    for s in world.order:
+        replies = {r["turn"]: r["reply"] for r in world.records if r["session"] == s}
+        world.stored[s] = [(t, lc("ai", replies[t]) if m["type"] == "ai" else m) for t, m in world.stored[s]]
+    return world
+
+
+@pytest.mark.parametrize("gates", ["strict", "lenient"])
+def test_another_session_s_recall_answer_stored_in_a_history_is_cross_talk(gates, tmp_path):
+    """A shared memory object swapped between the question and the answer files A's answer to its recall probe
+    ("Your phone number is 8846-QANV.") in B's history. It carries no token, so only A's unanswered turn was
+    seen, and `--gate lenient` (0.1% unanswered allowed) PASSed B's memory holding A's phone number. The value
+    is A's plant's: cross-talk from A's plant turn, counted in B's row and in the sessions with cross-talk."""
+    world = _recall_world()
+    a, b = world.order
+    answer = next(m for t, m in world.stored[a] if t == 2 and m["type"] == "ai")
+    world.stored[a] = [(t, m) for t, m in world.stored[a] if m is not answer]
+    world.stored[b] = world.stored[b] + [(None, answer)]
+    summary = _audit(tmp_path, world, gates=gates)
+    (f,) = [f for f in read_findings(tmp_path) if f["class"] == "crosstalk"]
+    plant = next(r for r in world.records if r["session"] == a and r["kind"] == "plant")
+    assert f["session"] == b and f["time"] == plant["sent"] and "pending" not in f["evidence"]
+    assert (f["evidence"]["source_session"], f["evidence"]["source_turn"]) == (a, plant["turn"])
+    assert f["evidence"]["source_value"] == plant["nonce"] and "the value session" in f["explanation"]
+    assert summary["metrics"]["crosstalk"]["count"] == 1 and summary["anomalies"]["crosstalk"] == 1
+    assert (_rows(tmp_path)[b]["crosstalk"], _rows(tmp_path)[b]["anomalous"]) == ("1", "1")
+    assert summary["verdict"]["result"] == FAIL and any(line.startswith("crosstalk: 1 ")
+                                                        for line in summary["verdict"]["failed"])
+
+
+@pytest.mark.parametrize("text", ["Between 1999-2000 we shipped 4821-ABCD.", "Your {fact} is {own}."])
+def test_a_value_no_other_session_planted_is_no_cross_talk(text, tmp_path):
+    """A value-shaped string in an extra assistant entry that no turn of the run planted (an LLM's year range),
+    or that the session planted itself, is nobody else's data: no finding, nothing counted."""
+    world = _recall_world()
+    _, b = world.order
+    plant = next(r for r in world.records if r["session"] == b and r["kind"] == "plant")
+    world.stored[b] = world.stored[b] + [(None, lc("ai", text.format(fact=plant["fact"], own=plant["nonce"])))]
+    summary = _audit(tmp_path, world, gates="lenient")
+    assert not [f for f in read_findings(tmp_path) if f["class"] == "crosstalk"]
+    assert summary["metrics"]["crosstalk"]["count"] == 0 and "crosstalk" not in summary["anomalies"]
+    assert _rows(tmp_path)[b]["crosstalk"] == "0"
+
+
+def test_a_plant_moved_with_its_answer_is_one_cross_talk(tmp_path):
+    """A's plant and its answer ("Noted: your phone number is 1000-X0Q0.") both filed in B: one fault, found by the
+    token of the user entry; the answer carrying the value is not a second finding."""
+    world = _recall_world()
+    a, b = world.order
+    moved = [(t, m) for t, m in world.stored[a] if t == 0]
+    plant = next(r for r in world.records if r["session"] == a and r["kind"] == "plant")
+    moved = [(t, lc("ai", f"Noted: your {plant['fact']} is {plant['nonce']}.") if m["type"] == "ai" else m)
+             for t, m in moved]
+    world.stored[a] = [(t, m) for t, m in world.stored[a] if t != 0]
+    world.stored[b] = world.stored[b] + moved
+    _audit(tmp_path, world, gates="lenient")
+    crosstalk = [f for f in read_findings(tmp_path) if f["class"] == "crosstalk"]
+    assert len(crosstalk) == 1 and "source_value" not in crosstalk[0]["evidence"], crosstalk
+
+
 def test_an_unrelated_corrupt_entry_still_leaves_a_lost_turn_lost(tmp_path):
     world = _world(sessions=1, turns=3)
     (s,) = world.order
