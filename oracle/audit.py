@@ -33,7 +33,7 @@ from contracts.runfolder import RunFolder
 from oracle import judge, rootcause, verdict
 from oracle.history import PARTITIONS, Journal, JournalError, Problems
 from oracle.judge import Context, Evidence, Fault
-from oracle.keys import ForeignKeys, SessionSet, check_direction, diagnose_missing_keys, store_evidence
+from oracle.keys import ForeignKeys, SessionSet, check_layout, diagnose_missing_keys, store_evidence
 from oracle.options import OptionError, check_roles
 from oracle.snapshot import SnapshotError, SnapshotWriter, options_from_meta, read_foreign, read_meta
 from oracle.store import StoreError, StoreOptions, make_reader
@@ -103,7 +103,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
             first = next((p for r in results for p in r.problems.texts), None)
             raise JournalError(f"{folder.journal} holds no valid journal records"
                                + (f"; first problem: {first}" if first else ""))
-        check_direction(sum((r.order for r in results), Counter()), options, live)
+        check_layout(sum((r.order for r in results), Counter()), options, live)
         owned = SessionSet()
         for r in results:
             owned.merge(r.judged)

@@ -20,7 +20,7 @@ import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 
-from oracle.decode import ASSISTANT, USER, Decoded
+from oracle.decode import ASSISTANT, OTHER, USER, Decoded
 from contracts.journal import planted
 from oracle.history import Turn
 from oracle.store import RawSession
@@ -415,7 +415,7 @@ class SessionResult:
     findings: list
     stats: dict
     lost_turns: list  # ok turns the store cannot give back (lost, or gone with the key); a corrupt one is corrupt
-    order: str | None = None  # a list's own user entries, two turns or more: "ordered", "reversed", else None
+    order: str | tuple | None = None  # how the key holds the session's turns (``layout``)
 
 
 def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Decoded,
@@ -454,15 +454,21 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
                    (raw.exists and t.turn not in v.copies and t.turn not in v.corrupt_turns))]
     return SessionResult(findings, session_stats(turns, v.copies, v.corrupt_turns, counted(findings),
                                                  len(lost_turns), raw.exists), lost_turns,
-                         list_order(raw, [t for _, t, _ in v.own]))
+                         layout(session, raw, [t for _, t, _ in v.own], decoded))
 
 
-def list_order(raw: RawSession, turns: list[int]) -> str | None:
-    """How a list key holds its session's turns, by the majority of neighbouring pairs: "ordered" (ascending, a
-    burst's pair either way), "reversed" (descending: read with the wrong --direction, when every session is
-    so), or None (one turn, a tie, not a list)."""
+def layout(session: str, raw: RawSession, turns: list[int], decoded: Decoded) -> str | tuple | None:
+    """How the key holds the session's turns (oracle/keys.py check_layout: every session so means the options
+    do not fit the store). A list's own user entries, two turns or more, by the majority of neighbouring pairs:
+    "ordered" (ascending, a burst's pair either way) or "reversed" (descending: the wrong --direction); other own
+    user entries: "held"; none, but its tokens in entries of roles that are neither user nor assistant:
+    ("roles", their names) (the wrong --user-role); else None."""
+    if not turns:
+        own = f"[{session}t"
+        held = decoded.other_roles and any(kind == OTHER and own in text for _, kind, text in decoded.messages)
+        return ("roles", tuple(sorted(map(str, decoded.other_roles)))) if held else None
     if raw.type != "list" or len(turns) < 2:
-        return None
+        return "held"
     up = sum(a < b for a, b in zip(turns, turns[1:]))
     down = sum(a > b for a, b in zip(turns, turns[1:]))
     return "ordered" if up > down else "reversed" if down > up else None

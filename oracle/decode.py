@@ -15,6 +15,9 @@ from contracts import codec
 from oracle.store import RawSession, StoreOptions
 
 USER, ASSISTANT, OTHER = "user", "assistant", "other"
+# LangChain's ChatMessage (and its chunk) is stored as {"type": "chat", "data": {"role": "user", ...}}: its role is
+# data.role, read when the role field is LangChain's ``type``
+CHAT_TYPES, CHAT_ROLE = ("chat", "ChatMessageChunk"), ("data", "role")
 
 
 @dataclass(slots=True)
@@ -98,6 +101,8 @@ class Shape:
         role = _dig(element, self.role_path)
         if not isinstance(role, str):
             return f"wrong shape: no role string at {'.'.join(self.role_path)!r}"
+        if role in CHAT_TYPES and self.role_path == ["type"] and isinstance(_dig(element, CHAT_ROLE), str):
+            role = _dig(element, CHAT_ROLE)
         kind = self.roles.get(role, OTHER)
         content = _dig(element, self.content_path)
         if isinstance(content, list):  # LangChain multimodal content: [{"type": "text", "text": ...}]
@@ -126,7 +131,7 @@ def decode_session(raw: RawSession, shape: Shape, elements: list | None = None) 
     if raw.type == "string":
         _decode_blob(raw.entries[0] if raw.entries else b"", shape, out)
         return out
-    if elements is not None:
+    if elements is not None and not any(e.role in CHAT_TYPES for e in elements):  # (their role is inside: below)
         _fill(out, [e.role for e in elements], list(map(shape.text_of, elements)), shape)
         return out
     for index, entry in enumerate(raw.entries):
@@ -152,7 +157,8 @@ def _add(out: Decoded, index: int, got: tuple, element: dict, shape: Shape) -> N
     if got[0] == USER:
         out.users.append((index, got[1]))
     elif got[0] == OTHER:
-        out.other_roles.add(_dig(element, shape.role_path))
+        role, named = _dig(element, shape.role_path), _dig(element, CHAT_ROLE)
+        out.other_roles.add(named if role in CHAT_TYPES and isinstance(named, str) else role)
 
 
 def _typed_decoder(role_key: str, content_key: str, sub_key: str | None):

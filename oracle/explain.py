@@ -45,6 +45,13 @@ def explain(f: dict) -> str:
             return (f"{head} Its messages are in {e['found_in_shared']}, a key under the template that holds other "
                     "sessions' messages too: the bot files conversations under one shared key instead of one per "
                     "session, so every user's history is everyone's (cross-talk).")
+        if e.get("shared_keys"):
+            k = e["shared_keys"]
+            return (f"{head} {k['found']} of the {k['looked_for']} gone sessions looked for are in "
+                    f"{', '.join(k['keys'])}, key(s) under the template that hold many sessions' messages: the bot "
+                    "files conversations under a shared key instead of one per session, so every user's history is "
+                    "everyone's (cross-talk). This session was not looked for (only a sample is); its messages are "
+                    "most likely there too.")
         if e.get("found_under"):
             return (f"{head} Its session id is in another key of the store ({', '.join(e['found_under'])}): the bot "
                     "stored this session under a different key than the others.")

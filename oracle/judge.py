@@ -104,7 +104,7 @@ class PartitionResult:
     classes: Counter = field(default_factory=Counter)  # findings per class
     reused: int = 0              # sessions whose rolling-audit judgement stood (key and journal unchanged)
     keys_seen: int = 0           # sessions whose key the rolling audit read under the template (so it is right)
-    order: Counter = field(default_factory=Counter)  # list keys by how they hold their turns (checkers.list_order)
+    order: Counter = field(default_factory=Counter)  # keys by how they hold their turns (checkers.layout)
     judged: SessionSet = field(default_factory=SessionSet)  # the sessions of its rows: whose keys are the run's
 
 
@@ -278,7 +278,7 @@ class _Partition:
                             digest(raw) if self.rolling is not None else [], len(raw.entries), raw.exists,
                             [], None, [], [])
             if clean:
-                r.order["ordered" if raw.type == "list" and len(raw.entries) >= 4 else None] += 1
+                r.order["ordered" if raw.type == "list" and len(raw.entries) >= 4 else "held" if raw.entries else None] += 1
             else:
                 found = check_session(raw.session, turns, raw, decode_session(raw, self.shape, elements), turns_by,
                                       ctx.evidence.gone_class)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,14 +44,26 @@ class TemplateMismatch(StoreError):
     """The run's sessions are not where the key template says: the audit would report 100% loss."""
 
 
-def check_direction(order, options: StoreOptions, live: bool) -> None:
-    """TemplateMismatch when every list key holding two turns or more holds them in the reverse order (mostly: a
-    burst's pair may be either way): the store keeps histories the other way round from --direction (every
-    session would be 'reordered')."""
+def check_layout(order: Counter, options: StoreOptions, live: bool) -> None:
+    """TemplateMismatch when every session's key holds its turns in a way the options do not read (``order``:
+    sessions by checkers.layout): the user entries of every list key holding two turns or more in the reverse
+    order (mostly: a burst's pair may be either way), so the store keeps histories the other way round from
+    --direction (every session would be 'reordered'); or no user entry anywhere, the tokens in entries of other
+    roles (every turn would be 'lost')."""
+    again = "" if live else "read the store again with --store-url and "
+    held_by = [(key[1], n) for key, n in order.items() if isinstance(key, tuple)]  # ("roles", names)
+    sessions = sum(n for _, n in held_by)
+    if sessions >= 2 and not (order["ordered"] or order["reversed"] or order["held"]):
+        names = sorted({name for roles, _ in held_by for name in roles})
+        raise TemplateMismatch(
+            f"none of the {sessions} sessions with stored entries holds a user entry: their messages (the "
+            f"tokens the client sent) are in entries of role {', '.join(map(repr, names))}, neither a user role "
+            f"({', '.join(options.user_roles)}) nor an assistant role ({', '.join(options.assistant_roles)}) at "
+            f"{options.role_field!r}. {again[:1].upper() + again[1:]}pass the roles the bot stores (--user-role, "
+            "--assistant-role) or where it keeps them (--role-field). Nothing was judged.")
     if order["reversed"] < 2 or order["ordered"]:
         return
     other = "rpush" if options.direction == "lpush" else "lpush"
-    again = "" if live else "read the store again with --store-url and "
     raise TemplateMismatch(
         f"every one of the {order['reversed']} sessions with two or more stored turns holds them in the "
         f"reverse order of --direction {options.direction} "
@@ -120,9 +133,10 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     expired, evicted = (_since(int(info.get(name) or 0), (at_start or {}).get(name)) for name in COUNTERS)
     failed, answered = probes
     forgot = answered > 0 and failed > answered * FORGETFUL
-    shared = find_in_shared_keys(client, options, [s for s in gone[:SAMPLE] if s not in found])
+    shared, renamed = find_in_keys_under(client, options, [s for s in gone[:SAMPLE] if s not in found])
     evidence = {"found_elsewhere": {s: places_text({s: p}, _own_db(client)) for s, p in found.items()},
-                "found_in_shared": shared, "restarted_at": restarted_at if restarted else None,
+                "found_in_shared": shared, "looked_for": len(gone[:SAMPLE]),
+                "restarted_at": restarted_at if restarted else None,
                 "expired_keys": expired, "evicted_keys": evicted, "bot_forgot": forgot, "keys_seen": keys_seen}
     if not all_gone or keys_seen or shared:  # in a key of many sessions: the bot's bug, judged, never a mismatch
         return evidence
@@ -136,6 +150,15 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             f"no acknowledged session of this run has a key under the key template {template!r}, but their "
             f"session ids are in other keys of the store: {_places(client, found)}. The template does not match "
             f"where the bot writes; try --key-template {suggestion!r}{where}. Nothing was judged.")
+    if renamed:
+        session, key = next(iter(renamed.items()))
+        raise TemplateMismatch(
+            f"no acknowledged session of this run has a key under the key template {template!r}, but their messages "
+            f"are in keys under it named otherwise: session {session}'s are in {key}"
+            f"{f' (and {len(renamed) - 1} more sessions each in a key of its own)' if len(renamed) > 1 else ''}. The "
+            "bot names each conversation's key by something other than the session id (a hash of it, another case), "
+            "which no template can give: key histories by the id the client sends, or read them with --reader "
+            "(a function from session ids to histories). Nothing was judged.")
     if not restarted and expired + evicted < gone_count and not forgot:
         raise TemplateMismatch(
             f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
@@ -148,32 +171,53 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     return evidence
 
 
-def find_in_shared_keys(client: redis.Redis, options: StoreOptions, sessions: list[str]) -> dict[str, str]:
-    """{session: key} for sessions whose messages (their tokens) are inside a key under the template that is not
-    theirs: a bot that files every conversation under one key (``message_store:default``), so each user reads
-    everyone's history. Looks at the start (SHARED_ENTRIES entries, or SHARED_BYTES of a blob) of the first
-    SHARED_KEYS keys under the template."""
+def find_in_keys_under(client: redis.Redis, options: StoreOptions,
+                       sessions: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """({session: shared key}, {session: key}) for ``sessions`` whose messages (their tokens) are inside a key
+    under the template that is not named by their id. A key whose tokens are mostly one session's is that
+    session's own history under a name the template cannot give (a hash of the id, the id upper-cased): the
+    second dict, a template that cannot work. A key holding many sessions' is shared: a bot that files every
+    conversation under one key (``message_store:default``), so each user reads everyone's history (the first).
+    Reads both ends (SHARED_ENTRIES entries each, or SHARED_BYTES of a blob) of the first SHARED_KEYS keys
+    under the template: the sessions looked for are the run's first, at the oldest end of a shared list."""
     if not sessions:
-        return {}
-    pattern, wanted, found = template_pattern(options.key_template), set(sessions), {}
+        return {}, {}
+    pattern, wanted, shared, renamed = template_pattern(options.key_template), set(sessions), {}, {}
     try:
         keys = [k for _, k in zip(range(SHARED_KEYS), client.scan_iter(match=pattern, count=1000))]
         pipe = client.pipeline(transaction=False)
         for key in keys:
             pipe.type(key)
-        kinds = pipe.execute()
+        kinds = [as_text(kind) for kind in pipe.execute()]
         pipe = client.pipeline(transaction=False)
         for key, kind in zip(keys, kinds):
-            {"list": lambda k: pipe.lrange(k, 0, SHARED_ENTRIES - 1),
-             "string": lambda k: pipe.getrange(k, 0, SHARED_BYTES - 1)}.get(as_text(kind), pipe.exists)(key)
-        for key, value in zip(keys, pipe.execute(raise_on_error=False)):
-            parts = value if isinstance(value, list) else [value] if isinstance(value, (bytes, str)) else []
-            text = b"\n".join(p.encode() if isinstance(p, str) else p for p in parts)
-            for session in {m.group(1).decode() for m in TOKEN_BYTES.finditer(text)} & wanted:
-                found.setdefault(session, as_text(key))
+            if kind == "list":
+                pipe.lrange(key, 0, SHARED_ENTRIES - 1)
+                pipe.lrange(key, -SHARED_ENTRIES, -1)  # the same entries again when the list is short: no matter
+            elif kind == "string":
+                pipe.getrange(key, 0, SHARED_BYTES - 1)
+                pipe.getrange(key, -SHARED_BYTES, -1)
+            else:
+                pipe.exists(key)
+                pipe.exists(key)
+        values = pipe.execute(raise_on_error=False)
     except redis.RedisError:
-        return found
-    return found
+        return shared, renamed
+    for key, head, tail in zip(keys, values[0::2], values[1::2]):
+        parts = [v for end in (head, tail) for v in (end if isinstance(end, list) else [end])
+                 if isinstance(v, (bytes, str))]
+        text = b"\n".join(p.encode() if isinstance(p, str) else p for p in parts)
+        tokens = Counter(m.group(1).decode() for m in TOKEN_BYTES.finditer(text))
+        if not tokens:
+            continue
+        owner, most = tokens.most_common(1)[0]
+        if 2 * most > sum(tokens.values()):  # one session's history (others' tokens in it are quotes, or cross-talk)
+            if owner in wanted:
+                renamed.setdefault(owner, as_text(key))
+            continue
+        for session in tokens.keys() & wanted:
+            shared.setdefault(session, as_text(key))
+    return shared, renamed
 
 
 def _since(now: int, start) -> int:

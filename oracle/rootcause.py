@@ -137,10 +137,15 @@ def _key_evidence(f: dict, missing_keys: dict | None) -> None:
     elsewhere = (missing_keys.get("found_elsewhere") or {}).get(f["session"])
     if elsewhere:
         f["evidence"]["found_under"] = elsewhere
-    shared = (missing_keys.get("found_in_shared") or {}).get(f["session"])
+    found_in_shared = missing_keys.get("found_in_shared") or {}
+    shared = found_in_shared.get(f["session"])
     if shared:
         f["evidence"]["found_in_shared"] = shared
+    elif found_in_shared and not elsewhere:  # only a sample was looked for: the others are most likely there too
+        f["evidence"]["shared_keys"] = {"keys": sorted(set(found_in_shared.values()))[:EXAMPLES],
+                                        "found": len(found_in_shared),
+                                        "looked_for": missing_keys.get("looked_for") or len(found_in_shared)}
     if missing_keys.get("restarted_at"):  # when exactly is in summary.information (a reading of the live server)
         f["evidence"]["store_restarted"] = True
-    elif missing_keys.get("bot_forgot") and not elsewhere:
+    elif missing_keys.get("bot_forgot") and not elsewhere and not found_in_shared:
         f["evidence"]["bot_forgot"] = True

@@ -21,6 +21,7 @@ from conftest import wait_until
 from oracle.audit import audit_run
 from oracle.keys import TemplateMismatch
 from oracle.store import StoreOptions
+from oracle.verdict import parse_gates
 from targets import registry as state
 from support_locust import _kill_group, chat_bot, locust_cmd, quick_script, run_locust
 from support_oracle import build_world, fill_redis, read_findings, simple_specs, write_journal
@@ -306,6 +307,88 @@ def test_a_bot_that_files_every_conversation_under_one_key_fails_naming_it(tmp_p
     gone = read_findings(run)
     assert {f["evidence"].get("found_in_shared") for f in gone} == {"message_store:default"}
     assert "one shared key" in gone[0]["explanation"]
+
+
+REFUSALS_ALLOWED = parse_gates("strict,errors=off")  # the worlds' refused turns are no bug here
+
+
+def _store(client, world, key, entry=json.dumps) -> None:
+    """Each session's history (RPUSH, oldest first) under ``key(session)``, each message made by ``entry``."""
+    pipe = client.pipeline(transaction=False)
+    for s in world.order:
+        for _, message in world.stored[s]:
+            pipe.rpush(key(s), entry(message))
+    pipe.execute()
+
+
+def test_a_shared_key_is_found_where_the_first_sessions_are_and_names_every_gone_session(tmp_path, redis_server):
+    """A one-user smoke run of the shared-key bug: the sessions looked for are the run's first, at the oldest end
+    of the shared list, and only its newest 200 entries were read, so nothing was found and a bot that remembered
+    got exit 2 ("the template does not point where the bot writes"). Both ends are read now; and every gone
+    session names the shared key, not only the sample looked for (the others said "no key holds this run's
+    sessions")."""
+    run, world = world_run(tmp_path, redis_server, ago=-2, sessions=40)
+    client = redis_server.client()
+    client.flushall()
+    _store(client, world, lambda s: "message_store:default")
+    for n in range(300):  # the newest entries: a later conversation's
+        client.rpush("message_store:default", json.dumps({"type": "human", "data": {"content": f"[gf{n:016x}t0] hi"}}))
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+    assert summary["verdict"]["result"] == "fail" and summary["anomalies"] == {"vanished": len(world.order)}
+    gone = read_findings(run)
+    named = [f for f in gone if f["evidence"].get("found_in_shared") == "message_store:default"]
+    rest = [f for f in gone if "found_in_shared" not in f["evidence"]]
+    assert named and rest and len(named) + len(rest) == len(gone)
+    assert all(f["evidence"]["shared_keys"]["keys"] == ["message_store:default"] for f in rest)
+    assert all("most likely there too" in f["explanation"] and "memory in a process" not in f["explanation"]
+               for f in rest)
+
+
+def test_keys_named_by_a_hash_of_the_session_id_are_no_verdict_not_a_total_loss(tmp_path, redis_server):
+    """A correct LangChain app keying each conversation by uuid5(session id): no key under the template is named
+    by a session id, yet each holds one session's history. "A key under the template holding other sessions'
+    messages" (shared) made it FAIL with 100% stored_loss. One session's own history under a name no template
+    can give is a mismatch: exit 2, naming a key and what to do."""
+    import uuid
+
+    run, world = world_run(tmp_path, redis_server, ago=-2, sessions=6)
+    client = redis_server.client()
+    client.flushall()
+    _store(client, world, lambda s: f"message_store:{uuid.uuid5(uuid.NAMESPACE_URL, 'chat/' + s)}")
+    with pytest.raises(TemplateMismatch, match="in keys under it named otherwise: session gf.* no template can give"):
+        audit_run(run, StoreOptions(url=redis_server.url))
+
+
+def test_langchain_chat_messages_are_read_by_their_role(tmp_path, redis_server):
+    """LangChain's ChatMessage(role="user") is stored as {"type": "chat", "data": {"role": "user", ...}}: every user
+    entry was of role "chat", and a correct app FAILed with 100% stored_loss."""
+    run, world = world_run(tmp_path, redis_server, ago=-2)
+    client = redis_server.client()
+    client.flushall()
+
+    def chat_message(message: dict) -> str:
+        role = {"human": "user", "ai": "assistant"}[message["type"]]
+        return json.dumps({"type": "chat", "data": {**message["data"], "type": "chat", "role": role}})
+
+    _store(client, world, lambda s: f"message_store:{s}", chat_message)
+    summary = audit_run(run, StoreOptions(url=redis_server.url, direction="rpush"), gates=REFUSALS_ALLOWED)
+    assert summary["anomalies"] == {} and summary["verdict"]["result"] == "pass", summary["verdict"]["failed"]
+
+
+def test_user_messages_stored_under_a_role_the_options_do_not_name_are_no_verdict(tmp_path, redis_server):
+    """A bot storing its users' messages with role "customer": no user entry anywhere, every turn "lost" (a correct
+    bot FAILed). Every session's tokens sit in entries of a role that is neither user nor assistant: exit 2 naming
+    the role and the option; with --user-role customer the same store PASSes."""
+    run, world = world_run(tmp_path, redis_server, ago=-2)
+    client = redis_server.client()
+    client.flushall()
+    customer = lambda m: json.dumps({**m, "type": "customer"} if m["type"] == "human" else m)  # noqa: E731
+    _store(client, world, lambda s: f"message_store:{s}", customer)
+    with pytest.raises(TemplateMismatch, match="in entries of role 'customer'.*--user-role"):
+        audit_run(run, StoreOptions(url=redis_server.url, direction="rpush"))
+    fixed = audit_run(run, StoreOptions(url=redis_server.url, direction="rpush", user_roles=("customer",)),
+                      gates=REFUSALS_ALLOWED)
+    assert fixed["anomalies"] == {} and fixed["verdict"]["result"] == "pass", fixed["verdict"]["failed"]
 
 
 def test_a_mismatch_still_fails_on_what_the_clients_saw(tmp_path, redis_server, capsys):
