@@ -40,9 +40,10 @@ class StoredView:
 
 def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Turn] | None = None) -> StoredView:
     """Find the token of every user entry: own entries, and other sessions' (cross-talk); and other sessions'
-    tokens in assistant entries that are none of this session's own journaled replies, of sessions none of
-    them quoted (what the client received was judged online): another session's reply, or a reply quoting
-    its message, written into this history."""
+    tokens in assistant entries that are none of this session's own journaled replies, and in entries of other
+    roles, of sessions none of them quoted (what the client received was judged online): another session's
+    reply, or a reply quoting its message, or a system or summary entry built from other users' messages,
+    written into this history. And assistant entries with no token carrying another session's value (strays)."""
     v = StoredView()
     search = TOKEN_RE.search
     position = 0
@@ -74,14 +75,14 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
     moved = {(source, turn) for _, source, turn, _, _ in v.foreign}  # its answer with it is the same fault
     own_values = {t.nonce for t in by_turn.values() if t.nonce} if by_turn else set()
     for index, role, text in decoded.messages:
-        if role != ASSISTANT or text in own_replies:
+        if role == USER or text in own_replies:
             continue
         m = next((m for m in TOKEN_RE.finditer(text) if m.group(1) not in quoted and m.group(1) != session), None) \
             if "gf" in text else None
-        if m is not None:
+        if m is not None:  # another's reply, or a system or summary entry built from other users' messages
             if (m.group(1), int(m.group(2))) not in moved:
-                v.foreign.append((index, m.group(1), int(m.group(2)), text, ASSISTANT))
-        elif "gf" not in text:  # no token at all: a recall answer ("Your phone number is 8846-QANV.") filed here?
+                v.foreign.append((index, m.group(1), int(m.group(2)), text, role))
+        elif role == ASSISTANT and "gf" not in text:  # no token: a recall answer ("... is 8846-QANV.") filed here?
             value = next((n for n in NONCE_RE.findall(text) if n not in own_values), None)
             if value is not None:
                 v.strays.append((index, value, text))
@@ -180,7 +181,7 @@ def check_crosstalk(session: str, v: StoredView, journal: dict[str, list[Turn]],
         out.append(finding("crosstalk", session, None, source_turn.sent if source_turn else None,
                            source_session=source, source_turn=turn, entry_index=index, key=key,
                            source_journaled=True if source_turns is not None else None, excerpt=text[:120],
-                           **({"role": "assistant"} if role == ASSISTANT else {})))
+                           **({"role": role} if role != USER else {})))
     if len(v.foreign) > MAX_CROSSTALK:
         out[-1]["evidence"]["more"] = {"entries": len(v.foreign) - MAX_CROSSTALK,
                                        "sessions": len({f[1] for f in v.foreign[MAX_CROSSTALK:]})}
@@ -459,19 +460,28 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
 
 def layout(session: str, raw: RawSession, turns: list[int], decoded: Decoded) -> str | tuple | None:
     """How the key holds the session's turns (oracle/keys.py check_layout: every session so means the options
-    do not fit the store). A list's own user entries, two turns or more, by the majority of neighbouring pairs:
-    "ordered" (ascending, a burst's pair either way) or "reversed" (descending: the wrong --direction); other own
-    user entries: "held"; none, but its tokens in entries of roles that are neither user nor assistant:
-    ("roles", their names) (the wrong --user-role); else None."""
+    do not fit the store). Its own user entries, two turns or more, by the majority of neighbouring pairs:
+    "ordered" (ascending, a burst's pair either way) or "reversed" (descending: a list read with the wrong
+    --direction) or "blob reversed" (a JSON blob newest first); fewer: "held". None of its own: "roles" and
+    their names when its tokens are in entries of roles neither user nor assistant (the wrong --user-role);
+    "untokened" when it has user entries but none carries any token (the bot rewrites messages); "undecodable"
+    when no entry decodes and none is a pickle (another format than JSON); else None."""
     if not turns:
         own = f"[{session}t"
-        held = decoded.other_roles and any(kind == OTHER and own in text for _, kind, text in decoded.messages)
-        return ("roles", tuple(sorted(map(str, decoded.other_roles)))) if held else None
-    if raw.type != "list" or len(turns) < 2:
+        if decoded.other_roles and any(kind == OTHER and own in text for _, kind, text in decoded.messages):
+            return "roles", tuple(sorted(map(str, decoded.other_roles)))
+        if decoded.users and not any(TOKEN_RE.search(text) for _, text in decoded.users):
+            return "untokened"
+        if decoded.corrupt and not decoded.messages and not any("pickle" in c["reason"] for c in decoded.corrupt):
+            return "undecodable"
+        return None
+    if raw.type not in ("list", "string") or len(turns) < 2:
         return "held"
     up = sum(a < b for a, b in zip(turns, turns[1:]))
     down = sum(a > b for a, b in zip(turns, turns[1:]))
-    return "ordered" if up > down else "reversed" if down > up else None
+    if down > up:
+        return "reversed" if raw.type == "list" else "blob reversed"
+    return "ordered" if up > down else "held"
 
 
 _CLASSES = ("lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished", "expired", "evicted",

@@ -90,6 +90,12 @@ def explain(f: dict) -> str:
                     f"{e['source_turn']}, and it is none of the replies this session was sent: that session's answer "
                     f"(a recall of its fact) was written into this user's memory: cross-talk. Entry: "
                     f"{e['excerpt']!r}.{rest}")
+        if e.get("role") == "other":
+            return (f"The stored history of session {s} holds an entry of neither user nor assistant role (a system, "
+                    f"summary or tool entry: entry {e['entry_index']}) carrying the token of session "
+                    f"{e['source_session']} turn {e['source_turn']}{where}: another user's message went into what "
+                    f"the bot keeps for this user (a summary or context built from shared state): cross-talk. Entry: "
+                    f"{e['excerpt']!r}.{rest}")
         if e.get("role") == "assistant":
             return (f"The stored history of session {s} holds an assistant entry (entry {e['entry_index']}) carrying "
                     f"the token of session {e['source_session']} turn {e['source_turn']}{where}, and it is none of "

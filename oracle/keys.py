@@ -61,6 +61,25 @@ def check_layout(order: Counter, options: StoreOptions, live: bool) -> None:
             f"({', '.join(options.user_roles)}) nor an assistant role ({', '.join(options.assistant_roles)}) at "
             f"{options.role_field!r}. {again[:1].upper() + again[1:]}pass the roles the bot stores (--user-role, "
             "--assistant-role) or where it keeps them (--role-field). Nothing was judged.")
+    held = order["ordered"] + order["reversed"] + order["held"] + order["blob reversed"]  # own user entries found
+    if order["untokened"] >= 2 and not held:
+        raise TemplateMismatch(
+            f"none of the {order['untokened']} sessions with user entries holds one that carries a token (the "
+            "[gf...tN] tag each message starts with): the bot rewrites what the user sent before storing it (strips "
+            "the tag, or stores a paraphrase), and the token is how the audit tells one turn from another. Store the "
+            "message as sent. Nothing was judged.")
+    if order["undecodable"] >= 2 and not held:
+        raise TemplateMismatch(
+            f"not one entry of the {order['undecodable']} sessions with stored entries decodes as JSON: the bot stores "
+            "another format (msgpack, a custom encoding), which the audit does not read. If the bot reads these "
+            "entries back, read them with --reader (a function from session ids to histories); if it cannot, they "
+            "are corrupt. Nothing was judged.")
+    if order["blob reversed"] >= 2 and not (order["ordered"] or order["reversed"]):
+        raise TemplateMismatch(
+            f"every one of the {order['blob reversed']} JSON blobs with two or more stored turns lists them newest "
+            "first; the audit reads a blob's list oldest first (--direction is the order of a Redis list), so every "
+            "session would be 'reordered'. Read them with --reader (a function from session ids to histories, "
+            "oldest first). Nothing was judged.")
     if order["reversed"] < 2 or order["ordered"]:
         return
     other = "rpush" if options.direction == "lpush" else "lpush"

@@ -344,6 +344,23 @@ def test_another_session_s_answer_stored_in_a_history_is_cross_talk(tmp_path):
     assert summary["verdict"]["result"] == FAIL
 
 
+def test_a_summary_entry_built_from_other_users_messages_is_cross_talk(tmp_path):
+    """A bot that keeps a running "Summary so far" system entry built from one list shared by every user: other
+    sessions' messages sat in entries of role system, which were never read (only user and assistant entries
+    were), and strict PASSed. A token of another session in an entry of any role is cross-talk."""
+    world = _world(sessions=2, turns=3)
+    b, a = world.order
+    theirs = next(m for t, m in world.stored[a] if t == 1 and m["type"] == "human")["data"]["content"]
+    world.stored[b] = world.stored[b] + [(None, lc("system", f"Summary so far: {theirs}"))]
+    summary = _audit(tmp_path, world)
+    (f,) = [f for f in read_findings(tmp_path) if f["class"] == "crosstalk"]
+    assert (f["session"], f["evidence"]["role"], f["evidence"]["source_session"]) == (b, "other", a)
+    assert "neither user nor assistant role" in f["explanation"] and summary["verdict"]["result"] == FAIL
+    own = next(m for t, m in world.stored[b] if m["type"] == "human")["data"]["content"]
+    world.stored[b] = world.stored[b][:-1] + [(None, lc("system", f"Summary so far: {own}"))]  # its own: nothing
+    assert _audit(tmp_path, world)["anomalies"] == {}
+
+
 def _rows(run_dir) -> dict:
     return {row["session"]: row for row in _csv(run_dir / "audit" / "sessions.csv")}
 

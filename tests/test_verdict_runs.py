@@ -391,6 +391,51 @@ def test_user_messages_stored_under_a_role_the_options_do_not_name_are_no_verdic
     assert fixed["anomalies"] == {} and fixed["verdict"]["result"] == "pass", fixed["verdict"]["failed"]
 
 
+def _tokenless(message: dict) -> str:
+    text = message["data"]["content"]
+    return json.dumps({**message, "data": {**message["data"], "content": text.split("] ", 1)[-1]}})
+
+
+def _msgpack_like(message: dict) -> bytes:
+    return b"\x82\xa4type" + message["type"].encode() + b"\xa7content\xc4" + message["data"]["content"].encode()
+
+
+def _pickled(message: dict) -> bytes:
+    import pickle
+
+    return pickle.dumps(message, protocol=4)
+
+
+@pytest.mark.parametrize("store, match", [
+    ("tokenless", "none of the 4 sessions with user entries holds one that carries a token"),
+    ("msgpack", "not one entry of the 4 sessions with stored entries decodes as JSON"),
+    ("blob newest first", "JSON blobs with two or more stored turns lists them newest first")])
+def test_a_store_the_audit_cannot_read_is_no_verdict_not_a_total_loss(store, match, tmp_path, redis_server):
+    """Correct bots that FAILed with 100% lost, corrupt or reordered: one strips the [gf...tN] tag before storing,
+    one stores msgpack, one keeps a JSON blob newest first (--direction is a list's). Every session so: the
+    audit cannot read this store (exit 2, saying why), which is no bug found in the bot."""
+    run, world = world_run(tmp_path, redis_server, ago=-2)
+    client = redis_server.client()
+    client.flushall()
+    if store == "blob newest first":
+        for s in world.order:
+            client.set(f"message_store:{s}", json.dumps([m for _, m in world.stored[s]][::-1]))
+    else:
+        _store(client, world, lambda s: f"message_store:{s}", {"tokenless": _tokenless, "msgpack": _msgpack_like}[store])
+    with pytest.raises(TemplateMismatch, match=match):
+        audit_run(run, StoreOptions(url=redis_server.url, direction="rpush"))
+
+
+def test_pickled_histories_stay_corrupt_findings(tmp_path, redis_server):
+    """Pickled histories (that load as empty after a deploy) are a bug goldfish catches, not another format."""
+    run, world = world_run(tmp_path, redis_server, ago=-2)
+    client = redis_server.client()
+    client.flushall()
+    _store(client, world, lambda s: f"message_store:{s}", _pickled)
+    summary = audit_run(run, StoreOptions(url=redis_server.url, direction="rpush"), gates=REFUSALS_ALLOWED)
+    assert summary["verdict"]["result"] == "fail" and summary["anomalies"]["corrupt"] > 0
+
+
 def test_a_mismatch_still_fails_on_what_the_clients_saw(tmp_path, redis_server, capsys):
     """Memory kept in the bot's processes, behind keep-alive connections that stick each user to one of them:
     the store holds nothing, and only some recall probes failed (under the quarter that says "forgot"), so the
