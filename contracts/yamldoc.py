@@ -4,7 +4,7 @@ line marks, so every message names ``file:line``, holding plain data and nothing
 It fails one way only, ``YamlError`` (a ValueError, ``file:line: reason``), for: bytes that are
 not UTF-8; a document over ``MAX_BYTES``; bad YAML syntax; a tag that is not plain data
 (``!!python/...``, ``!custom``, ``!!binary``, ``!!set``...); a mapping key that is not a scalar
-(``? [a, b]``) or one given twice in a mapping; nesting deeper than ``MAX_DEPTH``; aliases that expand past ``MAX_NODES``
+(``? [a, b]``) or one given twice in a mapping; a lone surrogate (``"\\ud800"``); nesting deeper than ``MAX_DEPTH``; aliases that expand past ``MAX_NODES``
 nodes or refer to themselves ("billion laughs"). ``value`` turns a checked node into Python data
 (str, int, float, bool, None, list, dict) and fails the same way on a scalar YAML cannot build
 (an int of 5,000 digits). ``show`` is a value short enough for a one-line message.
@@ -91,6 +91,11 @@ def _check(root: yaml.Node, path: str) -> None:
         if isinstance(node, yaml.ScalarNode):
             if node.tag not in _SCALARS and node.tag not in _AS_TEXT:
                 raise YamlError(f"{where}: tag {_tag(node.tag)} is not allowed (plain data only)")
+            try:
+                node.value.encode("utf-8")
+            except UnicodeEncodeError as exc:  # a "\ud800" escape: every journal line and request would fail
+                raise YamlError(f"{where}: {show(node.value)} holds a lone surrogate (\\u{ord(node.value[exc.start]):04x}), "
+                                "which no UTF-8 text can carry") from None
             sizes[id(node)] = 1
             return 1
         if node.tag not in (_STD + "seq", _STD + "map"):

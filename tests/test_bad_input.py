@@ -159,6 +159,8 @@ PLANS = [
     ("plan-duration-nan", "duration: .nan  #!\nfaults: [" + OK_FAULT + "]\n", "duration: nan must be a finite"),
     ("plan-duration-a-year", "duration: 8760h  #!\nfaults: [" + OK_FAULT + "]\n", "longer than the longest"),
     ("date-is-not-a-time", "faults:\n  - {kind: kill, target: bot, at: 2024-13-45}  #!\n", "is not a duration"),
+    ("id-with-a-lone-surrogate", 'faults:\n  - {id: "k\\udfff", kind: kill, target: bot, at: 1s}  #!\n',
+     "holds a lone surrogate (\\udfff)"),
 ]
 
 
@@ -310,6 +312,9 @@ SCRIPTS = [
     ("chatter-line-looks-like-a-plant", "chatter: ['My pin is 1.']  #!\nsteps: [chatter]\n", "looks like a plant"),
     ("chatter-line-with-a-token", "chatter: ['[gf0123456789abcdeft1] hi']  #!\nsteps: [chatter]\n", "looks like"),
     ("chatter-line-empty", "chatter: ['']  #!\nsteps: [chatter]\n", "must be a non-empty line"),
+    # valid YAML, and every conversation died encoding it after the whole load: PASS, exit 3
+    ("chatter-line-with-a-lone-surrogate", 'chatter: ["lone \\ud800 surrogate"]  #!\nsteps: [chatter]\n',
+     "holds a lone surrogate (\\ud800)"),
     ("repeat-a-word", "repeat: often  #!\nsteps: [chatter]\n", "repeat: 'often' is not a whole number"),
     ("repeat-zero", "repeat: 0  #!\nsteps: [chatter]\n", "repeat: 0 is out of range"),
     ("repeat-huge", "repeat: 99999999999999999999  #!\nsteps: [chatter]\n", "is out of range"),
