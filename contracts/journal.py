@@ -29,6 +29,7 @@ REQUIRED = ("session", "turn", "outcome", "sent")
 MAX_TURN = 999_999  # a token's turn index has at most six digits (contracts.tokens.TOKEN_RE)
 MAX_STEP = 1_000_000
 MAX_EPOCH = 1e11     # a wall time before the year 5000
+LATENCY_RANGE = (-60.0, 86_400.0)  # received - sent of a turn: a clock stepped back a little, or a day's wait
 # the error text of an invocation record: "interrupted" like a turn the test's stop cut short, since alone it
 # means the process stopped with the turn in flight (no request was seen to fail: docs/oracle.md)
 INTERRUPTED_PREFIX = "interrupted"  # the error text of every turn cut short (locustfiles/conversation.py)
@@ -136,10 +137,14 @@ def decode_chunk(lines: list[bytes]) -> list[Turn] | None:
     if "" in map(_TOKEN, turns) or "?" in map(_SESSION, turns) or -1 in map(_TURN, turns) or \
             "" in map(_OUTCOME, turns) or -1.0 in map(_SENT, turns):
         return None
+    low, high = LATENCY_RANGE
+    if any(r is not None and not low <= r - s <= high for r, s in zip(map(_RECEIVED, turns), map(_SENT, turns))):
+        return None
     return turns
 
 
-_TOKEN, _SESSION, _TURN, _OUTCOME, _SENT = map(operator.attrgetter, ("token", "session", "turn", "outcome", "sent"))
+_TOKEN, _SESSION, _TURN, _OUTCOME, _SENT, _RECEIVED = map(
+    operator.attrgetter, ("token", "session", "turn", "outcome", "sent", "received"))
 
 
 def decode_line(raw: bytes | str) -> Turn:
@@ -167,21 +172,28 @@ def from_dict(record: dict) -> Turn:
         raise RecordError(f"turn {turn} is out of range [0, {MAX_TURN}]")
     received = get("received")
     crosstalk = get("crosstalk")
+    if crosstalk is not None and (not isinstance(crosstalk, (list, tuple)) or
+                                  not all(isinstance(c, str) for c in crosstalk)):
+        raise RecordError(f"crosstalk {codec.short(crosstalk)} is not a list of session ids")
     status = get("status")
     step = get("step")
     if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP):
         raise RecordError(f"step {codec.short(step)} is not a load step index (a whole number >= 0)")
     sent = _number(get("sent"), "sent", float)
-    if not 0 <= sent <= MAX_EPOCH or (received is not None and not 0 <= _number(received, "received", float) <= MAX_EPOCH):
+    got = None if received is None else _number(received, "received", float)
+    if not 0 <= sent <= MAX_EPOCH or (got is not None and not 0 <= got <= MAX_EPOCH):
         raise RecordError(f"sent {codec.short(get('sent'))} or received {codec.short(received)} is not a wall time (epoch seconds)")
+    if got is not None and not LATENCY_RANGE[0] <= got - sent <= LATENCY_RANGE[1]:
+        raise RecordError(f"received {codec.short(received)} is {got - sent:+,.0f} s from sent {codec.short(get('sent'))}: "
+                          "no turn waits so long (a wrong clock or a hand-edited line)")
     return Turn(
         run=_text(get("run")), session=session, turn=turn, kind=_text(get("kind")) or "chatter",
         token=_text(get("token")) or make_token(session, turn), message=_text(get("message")),
         fact=_text(get("fact")), nonce=_text(get("nonce")), sent=sent,
-        received=None if received is None else _number(received, "received", float), outcome=outcome,
+        received=got, outcome=outcome,
         status=status if isinstance(status, int) and not isinstance(status, bool) and 0 <= status < 1000 else None,
         reply=_text(get("reply")), error=_text(get("error")), verdict=_text(get("verdict")),
-        crosstalk=tuple(c for c in crosstalk if isinstance(c, str)) if isinstance(crosstalk, (list, tuple)) else (),
+        crosstalk=tuple(crosstalk or ()),
         step=step, user=_text(get("user")), replica=_text(get("replica")),
         bot_session=_text(get("bot_session")) or None)
 

@@ -549,6 +549,18 @@ JOURNAL_LINES = [
     ("sent-NaN", b'{"session":"gfa","turn":1,"outcome":"ok","sent":NaN}\n', "is not a finite number"),
     ("received-Infinity", b'{"session":"gfa","turn":1,"outcome":"ok","sent":1,"received":Infinity}\n', "received"),
     ("outcome-maybe", b'{"session":"gfa","turn":1,"outcome":"maybe","sent":1}\n', "outcome 'maybe' is not one of"),
+    # a reply that carried another session's data, its crosstalk written as one id: it was read as none (a PASS)
+    ("crosstalk-a-string", b'{"session":"gfa","turn":1,"outcome":"ok","sent":1,"crosstalk":"gfb"}\n',
+     "crosstalk 'gfb' is not a list of session ids"),
+    ("crosstalk-an-object", b'{"session":"gfa","turn":1,"outcome":"ok","sent":1,"crosstalk":{"gfb":1}}\n',
+     "is not a list of session ids"),
+    ("crosstalk-of-lists", b'{"session":"gfa","turn":1,"outcome":"ok","sent":1,"crosstalk":[[1]]}\n',
+     "is not a list of session ids"),
+    # sent in 1970, answered now: a latency of 56 years, read as a turn
+    ("sent-decades-before-received", b'{"session":"gfa","turn":1,"outcome":"ok","sent":1,"received":1764000000}\n',
+     "from sent 1: no turn waits so long"),
+    ("received-an-hour-before-sent", b'{"session":"gfa","turn":1,"outcome":"ok","sent":7200,"received":3600}\n',
+     "received 3600 is -3,600 s from sent"),
     ("outcome-missing", b'{"session":"gfa","turn":1,"sent":1}\n', "missing field 'outcome'"),
     ("session-missing", b'{"turn":1,"outcome":"ok","sent":1}\n', "missing field 'session'"),
     ("session-a-list", b'{"session":["a"],"turn":1,"outcome":"ok","sent":1}\n', "is not an id"),
@@ -585,7 +597,6 @@ JOURNAL_QUIRKS = [
     ("blank-lines", GOOD + b"\n\n   \n", 1, []),
     ("status-beyond-http", GOOD.replace(b'"turn":0', b'"status":' + BIG + b',"turn":0'), 1, []),
     ("reply-an-object", GOOD.replace(b'"turn":0', b'"reply":{"a":1},"turn":0'), 1, []),
-    ("crosstalk-of-lists", GOOD.replace(b'"turn":0', b'"crosstalk":[[1]],"turn":0'), 1, []),
     ("the-same-turn-twice", GOOD + GOOD, 1, ["journaled twice; kept the first"]),
     ("an-in-flight-first-turn-then-its-outcome", GOOD.replace(b'"outcome":"ok"', b'"outcome":"info"').replace(
         b',"received":2.0}', b',"error":"interrupted: in flight, no outcome recorded"}') + GOOD, 1, []),
