@@ -7,9 +7,12 @@ turn never left the client, so finding it stored is an anomaly (*aborted*, Elle'
 "aborted read"). An ``info`` turn may or may not have been applied: its presence or absence
 is never an anomaly, only counted. Only user-role entries are the user's writes: assistant
 entries often quote the user and are never read as writes (no false duplicates); an assistant
-entry is cross-talk only when it carries another session's token and is none of this session's
-own replies, nor of a session they quoted (another session's answer filed here). A reply stored twice is
-judged by its text and counts (``check_duplicated_replies``).
+entry, or one of another role (system, summary, tool), is cross-talk only when it carries another
+session's token and is none of this session's own replies, nor of a session they quoted (another
+session's answer, or a summary of other users' messages, filed here); an assistant entry with no
+token that carries a value another session planted is too, once the journal confirms whose it is
+(``check_stray_values``). A reply stored twice is judged by its text and counts
+(``check_duplicated_replies``).
 
 A finding is a dict: ``{"class", "session", "turn", "time", "evidence"}``; the explanation
 is added later by ``oracle.explain``.
