@@ -144,7 +144,8 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     read_s = time.perf_counter() - clock
     raw = _concatenate(folder, "anomalies.raw", folder.audit / "anomalies.raw.tmp")
     _concatenate(folder, "sessions.csv", folder.audit / "sessions.csv.tmp", header=",".join(SESSION_COLUMNS) + "\n")
-    linked = rootcause.link(raw, folder.audit / "anomalies.jsonl.tmp", journal, window_s, missing_keys)
+    read_at = writer.meta["read_start"] if live else meta.get("read_start")
+    linked = rootcause.link(raw, folder.audit / "anomalies.jsonl.tmp", journal, window_s, missing_keys, read_at)
     if linked.confirmed:
         add_confirmed_crosstalk(folder.audit / "sessions.csv.tmp", linked.confirmed, tally.totals)
     raw.unlink()

@@ -32,6 +32,10 @@ def explain(f: dict) -> str:
             return (f"{head}. It was written under session {went['session']}'s key {went['key']} instead (finding "
                     f"{went['finding']}): the bot misrouted this turn to another user's memory. One fault, counted "
                     "once, as cross-talk; the store itself lost nothing.")
+        if e.get("read_after_s") is not None:
+            return (f"{head}: the store lost an acknowledged write, or has not made it yet: it was acknowledged only "
+                    f"{e['read_after_s']} s before the store was read. A bot that writes after it replies "
+                    "(write-behind) needs longer than that; a longer --settle tells the two apart.")
         return f"{head}: the store lost an acknowledged write."
     if cls in ("vanished", "expired"):
         head = (f"Session {s} had {e['ok_turns']} acknowledged turns, the last (turn {e['last_ok_turn']}) at "

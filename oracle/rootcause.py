@@ -26,6 +26,7 @@ from oracle.history import Journal
 MISROUTE = "misroute"
 GONE = ("vanished", "expired", "evicted")
 EXAMPLES = 5  # where a vanished session's turns went: this many shown
+LATE_S = 10.0  # a loss acknowledged this close to the store's read may be a write-behind bot's write not made yet
 
 
 @dataclass
@@ -38,8 +39,10 @@ class Linked:
     confirmed: Counter = field(default_factory=Counter)   # session -> pending findings confirmed here (not yet counted)
 
 
-def link(source: Path, target: Path, journal: Journal, window_s: float, missing_keys: dict | None) -> Linked:
-    """Read raw findings from ``source``; write them linked and explained to ``target``."""
+def link(source: Path, target: Path, journal: Journal, window_s: float, missing_keys: dict | None,
+         read_at: float | None = None) -> Linked:
+    """Read raw findings from ``source``; write them linked and explained to ``target``. ``read_at``: when the
+    store was read (a loss acknowledged just before may be a write not made yet)."""
     landed: dict[tuple[str, int], tuple[str, str, str]] = {}  # (source session, turn) -> (session, key, finding id)
     missing: set = set()  # (session, turn) of acknowledged turns its own key does not hold
     unresolved: set = set()  # cross-talk source sessions judged in another batch
@@ -73,6 +76,9 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
                 f["time"] = sent.get((e["source_session"], e["source_turn"]))
             if f["class"] in GONE:
                 _key_evidence(f, missing_keys)
+            if f["class"] == "lost" and isinstance(read_at, (int, float)) and \
+                    isinstance(e.get("received"), (int, float)) and 0 <= read_at - e["received"] < LATE_S:
+                e["read_after_s"] = round(read_at - e["received"], 1)
             f["cause"] = _cause(f, landed, missing, misrouted)
             f["explanation"] = explain(f)
             fh.write(codec.dumps_line(f))

@@ -436,6 +436,23 @@ def test_pickled_histories_stay_corrupt_findings(tmp_path, redis_server):
     assert summary["verdict"]["result"] == "fail" and summary["anomalies"]["corrupt"] > 0
 
 
+@pytest.mark.parametrize("ago, late", [(8, True), (120, False)])  # its last turn: 3.6 s or 2 min before
+def test_a_loss_acknowledged_just_before_the_read_says_it_may_be_a_write_not_made_yet(ago, late, tmp_path,
+                                                                                        redis_server):
+    """A write-behind bot writes a turn seconds after it replies: read too soon, the turn is "lost", explained as
+    "the store lost an acknowledged write". A loss acknowledged within seconds of the read says it may be a
+    write not made yet, and that a longer --settle tells the two apart; an old loss does not."""
+    run, world = world_run(tmp_path, redis_server, ago=ago)
+    client = redis_server.client()
+    session = world.order[0]
+    client.lpop(f"message_store:{session}")  # its newest entry: its last turn's reply
+    client.lpop(f"message_store:{session}")  # and the user entry of that turn
+    audit_run(run, StoreOptions(url=redis_server.url), gates=REFUSALS_ALLOWED)
+    (lost,) = [f for f in read_findings(run) if f["class"] == "lost"]
+    assert ("read_after_s" in lost["evidence"]) == late
+    assert ("a longer --settle tells the two apart" in lost["explanation"]) == late, lost["explanation"]
+
+
 def test_a_mismatch_still_fails_on_what_the_clients_saw(tmp_path, redis_server, capsys):
     """Memory kept in the bot's processes, behind keep-alive connections that stick each user to one of them:
     the store holds nothing, and only some recall probes failed (under the quarter that says "forgot"), so the
