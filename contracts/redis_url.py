@@ -12,11 +12,17 @@ Credentials and query options (redis-py's own URL options) go to the Redis serve
 sentinels are asked without credentials. The client is redis-py's ``Sentinel.master_for``, so
 it follows a failover. The bots (refbot) and the oracle's reader build their clients here; errors
 name the part that is wrong, never the whole URL (it may hold a password).
+
+``check_url`` refuses what redis-py would silently get wrong: a path that is not a database number
+(``/abc`` and ``/0/extra`` read database 0, ``/1/2`` database 12), and the options that change what
+replies are (``decode_responses``, ``encoding``, ``encoding_errors``): goldfish reads stored bytes as
+they are, and a stored entry that is not UTF-8 is a finding, not a client that cannot decode it.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.connection import parse_url
@@ -26,6 +32,7 @@ SCHEMES = ("redis+sentinel", "rediss+sentinel")
 # Sentinels answer at once; a stopped one must not hang a client (socket timeouts always set).
 SENTINEL_TIMEOUTS = {"socket_timeout": 2.0, "socket_connect_timeout": 2.0}
 SERVER_TIMEOUTS = {"socket_timeout": 10.0, "socket_connect_timeout": 5.0}
+REPLY_OPTIONS = ("decode_responses", "encoding", "encoding_errors")  # they change what replies (and keys) are
 
 
 @dataclass(frozen=True)
@@ -81,10 +88,26 @@ def redis_client(url: str, **kwargs) -> redis.Redis:
     """A client for ``url``: ``Redis.from_url`` for plain URLs, redis-py's Sentinel for Sentinel URLs.
 
     ``kwargs`` are connection options (e.g. socket_timeout) and override the URL's; a Sentinel
-    client always has socket timeouts, to its sentinels and to its servers."""
+    client always has socket timeouts, to its sentinels and to its servers. ValueError as ``check_url``'s."""
+    check_url(url)
     if not is_sentinel_url(url):
         return redis.Redis.from_url(url, **kwargs)
     parsed = parse_sentinel_url(url)
     options = {**SERVER_TIMEOUTS, **parsed.options, **kwargs}
     sentinel = Sentinel(list(parsed.sentinels), sentinel_kwargs=dict(SENTINEL_TIMEOUTS))
     return sentinel.master_for(parsed.service, **options)
+
+
+def check_url(url: str) -> None:
+    """ValueError naming the part of a plain or Sentinel URL that is wrong (see the module docstring)."""
+    if is_sentinel_url(url):
+        options = parse_sentinel_url(url).options
+    else:
+        options = parse_url(url)
+        parts = urlsplit(url)
+        if parts.scheme.lower() != "unix" and not re.fullmatch(r"/?([0-9]+)?", unquote(parts.path)):
+            raise ValueError(f"path {parts.path!r}: must be /db, a database number (e.g. /0)")
+    for name in REPLY_OPTIONS:
+        if name in options:
+            raise ValueError(f"URL option {name}: goldfish reads the stored bytes as they are (a stored entry that "
+                             "is not UTF-8 is a finding); remove the option")

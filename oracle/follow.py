@@ -110,7 +110,12 @@ def main(argv: list[str] | None = None) -> int:
             raise OptionError(f"{args.run} is not a folder (the run folder being written)")
         if ENV not in os.environ:
             raise OptionError(f"${ENV} is not set: `--audit-every` starts this command with it")
-        given = msgspec.convert(codec.loads_object(os.environ[ENV]), _EnvOptions)
+        try:
+            text = os.environ[ENV].encode()  # a byte that is not UTF-8 comes as a lone surrogate
+        except UnicodeEncodeError as exc:
+            raise OptionError(f"${ENV} is not UTF-8 (byte {ord(exc.object[exc.start]) - 0xdc00:#04x} at "
+                              f"{exc.start})") from None
+        given = msgspec.convert(codec.loads_object(text), _EnvOptions)
         store = StoreOptions(**msgspec.structs.asdict(given))
         check_store(store)
     except (DurationError, OptionError, TypeError, AttributeError, msgspec.ValidationError, codec.DecodeError) as exc:

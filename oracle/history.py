@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 import msgspec
 
 from contracts.journal import RecordError, Turn, decode_chunk, decode_line, one_per_turn
-from contracts.jsonl import line_chunks, problem, torn
+from contracts.jsonl import cr_only_note, line_chunks, problem, torn
 from contracts.runfolder import RunFolder, open_regular
 
 
@@ -124,7 +124,7 @@ class Journal:
                     except RecordError as exc:
                         first = first or problem(str(shard), before + i + 1, exc, raw)
         raise JournalError(f"{self.folder.journal} holds no valid journal records"
-                           + (f"; first problem: {first}" if first else ""))
+                           + (f"; first problem: {first}" if first else "") + cr_only_note(self.shards))
 
     def completed(self, partitions: set[int] | None = None) -> Iterator[tuple[int, SessionLines]]:
         """(partition, session) for every journaled session of ``partitions`` (all: None), once, as
@@ -324,5 +324,5 @@ def read_journal(run_dir: str | Path) -> tuple[dict[str, list[Turn]], list[str]]
     problems = journal.problems.texts + problems
     if not sessions:
         raise JournalError(f"{journal.folder.journal} holds no valid journal records"
-                           + (f"; first problem: {problems[0]}" if problems else ""))
+                           + (f"; first problem: {problems[0]}" if problems else "") + cr_only_note(journal.shards))
     return sessions, problems

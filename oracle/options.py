@@ -83,17 +83,23 @@ def shape_options(values) -> dict:
 
 
 def store_options(values) -> StoreOptions | None:
-    """The store the parsed options name (None: no store given); OptionError on a bad value."""
+    """The store the parsed options name (None: no store given); OptionError on a bad value, with or without
+    a store (a re-audit from the snapshot takes the shape options too)."""
     get = lambda name, default=None: getattr(values, name, default)  # noqa: E731
-    url, http_url, reader = (str(get(n) or "") or None for n in ("store_url", "http_url", "reader"))
-    if not (url or http_url or reader):
-        return None
     try:
         batch = int(str(get("batch", _D.batch)))
     except ValueError:
         raise OptionError(f"--batch: {get('batch')!r} is not a whole number") from None
     if batch < 1:
         raise OptionError(f"--batch: {batch} must be >= 1")
+    _check_batch(batch)
+    for name, option in GIVEN_NOT_EMPTY:
+        _not_empty(get(name), option)
+    for name in ("user_role", "assistant_role"):
+        _roles(get(name) or (), f"--{name.replace('_', '-')}")
+    url, http_url, reader = (str(get(n) or "") or None for n in ("store_url", "http_url", "reader"))
+    if not (url or http_url or reader):
+        return None
     options = StoreOptions(
         url=url, http_url=http_url, reader=reader, key_template=str(get("key_template") or _D.key_template),
         format=str(get("store_format") or _D.format), direction=str(get("direction") or _D.direction),
@@ -105,9 +111,30 @@ def store_options(values) -> StoreOptions | None:
     return options
 
 
+# options whose explicitly empty value (an unset shell variable) was silently the default
+GIVEN_NOT_EMPTY = (("key_template", "--key-template"), ("store_format", "--format"), ("direction", "--direction"),
+                   ("role_field", "--role-field"), ("content_field", "--content-field"))
+
+
+def _not_empty(value, option: str) -> None:
+    if value is not None and not str(value).strip():
+        raise OptionError(f"{option}: the value is empty (an unset variable?): give one, or leave the option out "
+                          "for its default")
+
+
+def _roles(roles, option: str) -> None:
+    if any(not str(role).strip() for role in roles):
+        raise OptionError(f"{option}: an empty role name (an unset variable?): no stored entry is recognised by it, "
+                          "and it replaces the defaults")
+
+
 def check_roles(options: StoreOptions) -> None:
-    """OptionError when a role is both the user's and the assistant's (also the snapshot's roles with the ones a
-    re-audit is given)."""
+    """OptionError when a role name is empty, a side has none, or a role is both the user's and the
+    assistant's (also the snapshot's roles with the ones a re-audit is given)."""
+    for option, roles in (("--user-role", options.user_roles), ("--assistant-role", options.assistant_roles)):
+        if not roles:
+            raise OptionError(f"{option}: no role name given")
+        _roles(roles, option)
     both = set(options.user_roles) & set(options.assistant_roles)
     if both:
         raise OptionError(f"--user-role and --assistant-role both name {', '.join(sorted(both))}: a stored entry "
@@ -119,8 +146,7 @@ def check_store(options: StoreOptions) -> None:
     the option (also for options that come as JSON: ``oracle follow``)."""
     from oracle.store import StoreError
 
-    if not isinstance(options.batch, int) or options.batch < 1:
-        raise OptionError(f"--batch: {options.batch!r} must be a whole number >= 1")
+    _check_batch(options.batch)
     try:
         options.validate()
     except StoreError as exc:
@@ -137,9 +163,7 @@ def _check_store(options: StoreOptions) -> None:
     Why: these used to surface only at the end of a run, after the whole load, as a failed audit."""
     from urllib.parse import urlsplit
 
-    from redis.connection import parse_url
-
-    from contracts.redis_url import is_sentinel_url, parse_sentinel_url
+    from contracts.redis_url import check_url
 
     if options.url:
         scheme = options.url.partition("://")[0].lower()
@@ -148,7 +172,7 @@ def _check_store(options: StoreOptions) -> None:
             raise OptionError(f"--store-url {redact.url(options.url)!r}: not a Redis URL: the scheme must be one of "
                               f"{', '.join(s + '://' for s in REDIS_SCHEMES)}{hint}")
         try:
-            parse_sentinel_url(options.url) if is_sentinel_url(options.url) else parse_url(options.url)
+            check_url(options.url)
         except ValueError as exc:
             raise OptionError(f"--store-url {redact.url(options.url)!r}: {redact.text(exc)}") from None
     if options.http_url:
@@ -164,8 +188,13 @@ def _check_store(options: StoreOptions) -> None:
         if path and any(not part for part in path.split(".")):
             raise OptionError(f"--{option.lstrip('-')}: {path!r} has an empty part (write a.b, not a..b, .a or a.)")
     check_roles(options)
-    if options.batch > 100_000:
-        raise OptionError(f"--batch: {options.batch} is more than 100000 sessions per round trip")
+
+
+def _check_batch(batch) -> None:
+    if not isinstance(batch, int) or batch < 1:
+        raise OptionError(f"--batch: {batch!r} must be a whole number >= 1")
+    if batch > 100_000:
+        raise OptionError(f"--batch: {batch} is more than 100000 sessions per round trip")
 
 
 def reach_store(options: StoreOptions | None, timeout: float = 3.0) -> None:
@@ -218,6 +247,7 @@ def gates(values):
     overrides = verdict.legacy_overrides(_number(get("max_probe_amnesia"), "max-probe-amnesia", 1.0),
                                          _number(get("max_stored_loss"), "max-stored-loss", 1.0),
                                          _count(get("max_crosstalk"), "max-crosstalk"))
+    _not_empty(get("gate"), "--gate")
     try:
         spec = verdict.parse_gates(str(get("gate") or "strict"))
     except verdict.GateError as exc:
