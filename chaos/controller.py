@@ -24,6 +24,7 @@ from chaos.timeline import Timeline
 
 log = logging.getLogger("chaos")
 PREPARE_S = 0.1   # occurrences start this early to do their bookkeeping before the planned time
+DRY_RUN_SHOWN = 1000  # the dry run lists this many occurrences and counts the rest (a plan may have 100,000)
 
 
 class Controller:
@@ -97,14 +98,20 @@ class Controller:
         return [(t, f, k, f.choose(resolved[f.id], k, self.plan.seed)) for t, f, k in self.plan.schedule()]
 
     def dry_run(self) -> list[str]:
-        """What the plan would do, with the concrete instances; touches nothing."""
+        """What the plan would do, with the concrete instances; touches nothing. Beyond DRY_RUN_SHOWN
+        occurrences, one line counts the rest (describing 100,000 occurrences took minutes)."""
         lines = []
-        for t, f, k, chosen in self.validate():
+        schedule = self.validate()
+        for t, f, k, chosen in schedule[:DRY_RUN_SHOWN]:
             be = self.backend_for(f.kind)
             dur = f" for {f.duration:g}s" if f.duration else ""
             lines.append(f"+{t:g}s {f.id}#{k} {f.kind}{dur} on {f.target}:")
             for inst in chosen:
                 lines.append(f"    {be.describe(inst)}")
+        if len(schedule) > DRY_RUN_SHOWN:
+            last = schedule[-1][0]
+            lines.append(f"... and {len(schedule) - DRY_RUN_SHOWN} more occurrence(s), the last at +{last:g}s "
+                         f"(the first {DRY_RUN_SHOWN} of {len(schedule)} are shown)")
         return lines
 
     # ---- running ----------------------------------------------------------------------------

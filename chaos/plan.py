@@ -281,8 +281,10 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
             problems.append(str(exc))
             continue
         lines[key] = _line(k)
-    fid = str(fields.get("id", f"f{index + 1}"))
-    label = f"fault {fid if len(fid) <= 40 else show(fid)}"
+    raw_id = fields.get("id", f"f{index + 1}")
+    typed_id = isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool)  # not null, true or .nan
+    fid = str(raw_id) if typed_id else f"f{index + 1}"
+    label = f"fault {fid if re.fullmatch(r'[A-Za-z0-9_.-]{1,40}', fid) else show(fid)}"
     before = len(problems)
 
     def bad(key, msg):
@@ -299,8 +301,8 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
         bad("target", "missing (a logical name: bot, redis, lb, or a member name such as bot-2)")
     elif not isinstance(target, str) or not target.strip():
         bad("target", f"must be a non-empty name, got {show(target)}")
-    if "id" in fields and not re.match(r"^[A-Za-z0-9_.-]+$", fid):
-        bad("id", f"must be letters, digits, '_', '.', '-' only, got {show(fid)}")
+    if not typed_id or not re.fullmatch(r"[A-Za-z0-9_.-]+", fid):
+        bad("id", f"must be letters, digits, '_', '.', '-' only, got {show(raw_id)}")
 
     times = {}
     for key in ("at", "every", "start", "until", "duration"):
@@ -383,6 +385,11 @@ def _param(p, key: str, value):
         raise ValueError(f"must be in [{p.low:g}, {p.high:g}], got {show(value)}")
     if p.type is dict and not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise ValueError(f"must map names to text (quote numbers), got {show(value)}")
+    if p.type is dict and (name := next((k for k in value if not k or "=" in k or "\0" in k), None)) is not None:
+        raise ValueError(f"{show(name)} is not an environment variable name (empty, or holds '=' or a NUL)")
+    texts = [value] if isinstance(value, str) else list(value.values()) if isinstance(value, dict) else []
+    if any("\0" in t for t in texts):  # no process can be given it: the fault would fail mid-run
+        raise ValueError(f"holds a NUL character, got {show(value)}")
     return value
 
 

@@ -43,15 +43,21 @@ def load(path: str | Path, what: str = "the file") -> tuple[str, yaml.Node | Non
 
 
 def decode(data: bytes, path: str) -> str:
-    """UTF-8 text, or YamlError naming the line of the first bad byte."""
+    """UTF-8 text without its byte-order mark, or YamlError naming the line of the first bad byte (or a
+    second byte-order mark, which YAML would read as part of the first key)."""
     if len(data) > MAX_BYTES:
         raise YamlError(f"{path}: more than the {MAX_BYTES} bytes a YAML file may have")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise YamlError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}): "
                         "is this a binary file?") from None
+    text = text.removeprefix("\ufeff")
+    if text.startswith("\ufeff"):
+        raise YamlError(f"{path}:1: starts with a stray byte-order mark (U+FEFF) after the first one: "
+                        "remove it (an editor or a concatenation added it)")
+    return text
 
 
 def parse(text: str, path: str = "<yaml>") -> yaml.Node | None:

@@ -185,6 +185,21 @@ def _bounded(value, name: str, high: int) -> int:
     return number
 
 
+def _period(value, name: str, why: str) -> float:
+    """A period of at least a second, or 0 (off)."""
+    seconds = parse_duration(value, name)
+    if 0 < seconds < 1:
+        raise OptionError(f"--{name}: {value!r} is shorter than a second ({why}); give 1s or more, or 0 (off)")
+    return seconds
+
+
+def _check_run_time(get, shaped: bool) -> None:
+    """Locust reads ``-t 0`` as no limit at all: a headless run would never end (unless the step shape ends it)."""
+    if get("run_time") == 0 and (get("headless") or get("autostart")) and not get("worker") and not shaped:
+        raise OptionError("-t/--run-time 0: Locust reads 0 as no time limit, so the run would never end; give a run "
+                          "time (-t 10m), or leave -t out and stop the run yourself (Ctrl-C)")
+
+
 def _step_duration(value, steps: int) -> float:
     seconds = parse_duration(value, "step-duration")
     if steps and seconds < 1:
@@ -239,7 +254,7 @@ def check_session_from(text: str, path: str, reply_format: str, start_path: str 
         if not start_path.startswith("/") or SESSION in start_path or any(
                 c.isspace() or not c.isprintable() for c in start_path):
             raise OptionError(f"--start-path: {start_path!r} must start with '/', without spaces or {SESSION}")
-        json_object(start_body, "--start-body")
+    json_object(start_body, "--start-body")  # checked without --start-path too: run.json records it
     if not text:
         return
     source, sep, name = text.partition(":")
@@ -335,6 +350,7 @@ class Settings:
         step_users, steps = _bounded(get("step_users"), "step-users", 100_000), _bounded(get("steps"), "steps", 1000)
         if (step_users > 0) != (steps > 0):
             raise OptionError("--step-users and --steps go together (both > 0 to enable the step shape)")
+        _check_run_time(get, shaped=step_users > 0)
         label = str(get("label") or "dev")
         return cls(
             run_dir=str(get("run_dir") or "") or default_run_dir(label),
@@ -366,8 +382,10 @@ class Settings:
             step_users=step_users,
             step_duration=_step_duration(get("step_duration", "30s"), steps),
             steps=steps,
-            telemetry_interval=parse_duration(get("telemetry_interval", "5s"), "telemetry-interval"),
-            audit_every=parse_duration(get("audit_every", "0"), "audit-every"),
+            telemetry_interval=_period(get("telemetry_interval", "5s"), "telemetry-interval",
+                                       "the store's INFO would be polled in a busy loop"),
+            audit_every=_period(get("audit_every", "0"), "audit-every",
+                                "python -m oracle follow passes at most once a second"),
         )
 
     def public(self) -> dict:

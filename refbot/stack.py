@@ -31,6 +31,11 @@ EVICTION = ("noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volat
 MEMORY_SIZE = re.compile(r"\d+(b|k|kb|m|mb|g|gb)?", re.I)  # redis.conf's size grammar: 100mb, 1gb, 512k, bytes
 TOPOLOGIES = ("single", "sentinel")   # one redis-server; or a primary, a replica and three sentinels
 APT_PACKAGE = {"redis-server": "redis-server", "haproxy": "haproxy"}
+MAX_REPLICAS = 32     # each replica is a Python process of its own; more is a typo, not a stack
+MAX_MS = 3_600_000    # --think-ms, --jitter-ms, --flush-ms, --wait-ms: at most an hour
+MAX_TIMEOUT = 86_400  # --timeout: at most a day
+MAX_LB_RETRIES = 100
+RELEASE = re.compile(r"[A-Za-z0-9._-]{1,64}")  # a release label: it names a pickled class and goes in env
 PACKAGE_ROOT = Path(refbot.__file__).resolve().parent.parent
 
 
@@ -107,8 +112,22 @@ def find_binary(name: str) -> str:
 def validate(opts: StackOptions) -> None:
     """Reject bad options before anything starts."""
     parse_mode(opts.mode)  # ConfigError names the known modes
-    if opts.replicas < 1:
-        raise BadOption(f"--replicas must be at least 1 (got {opts.replicas})")
+    if opts.mode.strip().endswith(":"):
+        raise BadOption(f"--mode {opts.mode!r}: nothing follows ':' (window:3, ttl:60; the other modes take no ':')")
+    if not 1 <= opts.replicas <= MAX_REPLICAS:
+        raise BadOption(f"--replicas must be at least 1 and at most {MAX_REPLICAS} (got {opts.replicas})")
+    for flag, ms in (("--think-ms", opts.think_ms), ("--jitter-ms", opts.jitter_ms), ("--flush-ms", opts.flush_ms)):
+        if not 0 <= ms <= MAX_MS:  # NaN is in no range
+            raise BadOption(f"{flag} {ms:g} must be a number of ms in [0, {MAX_MS}] (an hour)")
+    if not 0 < opts.timeout <= MAX_TIMEOUT:
+        raise BadOption(f"--timeout {opts.timeout:g} must be seconds in (0, {MAX_TIMEOUT}] (a day)")
+    if not 0 <= opts.lb_retries <= MAX_LB_RETRIES:
+        raise BadOption(f"--lb-retries {opts.lb_retries} must be in [0, {MAX_LB_RETRIES}]")
+    for flag, port in (("--port", opts.port), ("--redis-port", opts.redis_port)):
+        if port is not None and not 1 <= port <= 65535:
+            raise BadOption(f"{flag} {port} is not a TCP port (1-65535)")
+    if opts.port is not None and opts.port == opts.redis_port:
+        raise BadOption(f"--port and --redis-port are both {opts.port}: HAProxy and redis-server need a port each")
     if opts.persistence not in PERSISTENCE:
         raise BadOption(f"unknown --persistence {opts.persistence!r}; choose one of {', '.join(PERSISTENCE)}")
     if opts.redis not in TOPOLOGIES:
@@ -118,11 +137,14 @@ def validate(opts: StackOptions) -> None:
     if opts.wait_replicas and opts.redis != "sentinel":
         raise BadOption(f"--wait-replicas {opts.wait_replicas} needs replicas to wait for: add --redis sentinel "
                         "(one primary, one replica); a single redis-server would fail every turn")
-    if opts.wait_replicas not in (0, 1) or opts.wait_ms < 1:  # the bots' own rule (refbot/config.py)
-        raise BadOption(f"--wait-replicas must be 0 or 1 (the sentinel stack has one replica) and --wait-ms at least 1 "
-                        f"(got {opts.wait_replicas}, {opts.wait_ms:g})")
+    if opts.wait_replicas not in (0, 1):
+        raise BadOption(f"--wait-replicas must be 0 or 1 (the sentinel stack has one replica; got {opts.wait_replicas})")
+    if not 1 <= opts.wait_ms <= MAX_MS:  # the bots' own rule (refbot/config.py): WAIT with 0 blocks forever
+        raise BadOption(f"--wait-ms {opts.wait_ms:g}: give --wait-ms at least 1 and at most {MAX_MS}")
     if not opts.releases or any(not r.strip() for r in opts.releases):
         raise BadOption("--releases must be a comma-separated list of non-empty release names")
+    if bad := next((r for r in opts.releases if not RELEASE.fullmatch(r)), None):
+        raise BadOption(f"--releases: {bad!r} is not a release name (letters, digits, '.', '_', '-'; at most 64)")
     if len(opts.releases) not in (1, opts.replicas):
         raise BadOption(f"--releases names {len(opts.releases)} releases for {opts.replicas} replicas; "
                          "give one (for all) or one per replica")
@@ -135,6 +157,22 @@ def validate(opts: StackOptions) -> None:
     for flag, port in (("--port", opts.port), ("--redis-port", opts.redis_port)):
         if port is not None and not port_free(port):
             raise StackError(f"{flag} {port}: 127.0.0.1:{port} is already in use; pick another port or omit {flag}")
+
+
+def state_directory(given, create: bool) -> Path:
+    """The state directory (``--state-dir``, else $REFBOT_STATE_DIR, else .stack), created when ``create``;
+    BadOption naming where it came from when it is not a directory or cannot be made one."""
+    directory = state.state_dir(given)
+    env = os.environ.get("REFBOT_STATE_DIR")
+    flag = f"--state-dir {given}" if given else f"$REFBOT_STATE_DIR {env}" if env else f"state directory {directory}"
+    if directory.exists() and not directory.is_dir():
+        raise BadOption(f"{flag}: {directory} is not a directory")
+    if create:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadOption(f"{flag}: cannot create {directory}: {exc.strerror or exc}") from None
+    return directory
 
 
 def redis_args(binary: str, port: int, directory: Path, persistence: str, save: str | None = None,
@@ -232,7 +270,7 @@ def live_members(st: dict) -> list[str]:
 def up(opts: StackOptions, say=print) -> dict:
     """Bring the stack up and return its state; on any failure stop what was started and raise."""
     validate(opts)
-    directory = state.state_dir(opts.state_dir)
+    directory = state_directory(opts.state_dir, create=True)
     with state.locked_state(directory, missing_ok=True) as existing:
         if existing:
             alive = live_members(existing)
@@ -308,7 +346,9 @@ def _stop_all(st: dict, sig: int = signal.SIGTERM) -> list[str]:
 
 def down(state_dir=None, say=print) -> list[str] | None:
     """Stop everything the state file names and remove it; None when nothing was up."""
-    directory = state.state_dir(state_dir)
+    directory = state_directory(state_dir, create=False)
+    if not directory.exists():
+        return None
     with state.locked_state(directory, missing_ok=True) as st:
         if not st:
             return None
@@ -321,7 +361,7 @@ def down(state_dir=None, say=print) -> list[str] | None:
 
 def status(state_dir=None) -> list[dict] | None:
     """One row per member: name, role, pid, port, alive, healthy, release, mode, lb (HAProxy's view)."""
-    st = state.load(state_dir)
+    st = state.load(state_directory(state_dir, create=False))
     if st is None:
         return None
     lb_view = {}
