@@ -15,12 +15,14 @@
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,13 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat
           (stat.S_ISSOCK, "a socket"))
 
 
+def _kind(mode: int) -> str | None:
+    """What a file that is not a regular one is ("a FIFO"); None for a regular file."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return next((name for test, name in _KINDS if test(mode)), None)
+
+
 def open_regular(path: str | Path) -> BinaryIO:
     """A run-folder file opened for reading; OSError (with the file name) when it is not a regular file:
     a FIFO never opens without a writer, and a link to /dev/zero never ends. (A directory fails in open.)"""
@@ -103,12 +112,55 @@ def read_regular(path: str | Path, limit: int) -> bytes:
         return fh.read(limit + 1)
 
 
-def write_text(path: str | Path, text: str) -> None:
-    """``path.write_text`` whose OSError always names the path (a full device's does not by itself), so that
-    it is reported as the user's path that cannot be written."""
+def write_file(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
+    """Write ``path`` whole or not at all: ``write`` fills a new file beside it, which is renamed over it once
+    complete, so a full device or a crash leaves the earlier file as it was (a report's chart truncated in place
+    was lost) and no temporary behind. A directory, FIFO or device at ``path`` is refused, never opened (opening
+    a FIFO waits for a reader forever). Through a symbolic link, the file it points to is replaced. OSError always
+    names ``path`` (a full device's names no file, a temporary's the wrong one): the user's path that cannot be
+    written, which the CLIs report as bad input (exit 2)."""
+    target = Path(os.path.realpath(path))
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        kind = _kind(os.stat(target).st_mode)
+    except FileNotFoundError:
+        kind = None
     except OSError as exc:
-        if exc.filename is not None:
-            raise
-        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+    if kind == "a directory":  # as open() says it
+        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if kind is not None:
+        raise OSError(errno.EINVAL, f"not a regular file but {kind}; not replaced", str(path))
+    tmp = target.with_name(f"{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as fh:  # umask applies
+            write(fh)
+        os.replace(tmp, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise
+    return Path(path)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """``text`` as UTF-8 into ``path``, through ``write_file``: whole or not at all, named when it fails."""
+    write_file(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
+# A write the device refused: full, over quota, read-only, a file too big, failing. Socket errors never carry these.
+LOCAL_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO})
+
+
+class CannotWrite(Exception):
+    """The run folder's device refused a write (full, read-only): exit 2, the user's disk, never the store's
+    failure nor a bug. Raised once the half-written files are removed; what was recorded before stands."""
+
+
+def cannot_write(exc: BaseException, what: str | Path) -> CannotWrite | None:
+    """``exc`` as ``CannotWrite`` when it is a write the device refused (``what``: what was being written, when
+    the error names no file), else None."""
+    if isinstance(exc, OSError) and exc.errno in LOCAL_WRITE_ERRNOS:
+        return CannotWrite(f"cannot write the run folder: {exc.strerror or exc} (writing {exc.filename or what})")
+    return None

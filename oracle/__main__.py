@@ -22,12 +22,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<8} {text}")
         return 0 if argv and argv[0] in {"-h", "--help"} else 2
     module = importlib.import_module(COMMANDS[argv[0]][0])
+    from contracts.runfolder import LOCAL_WRITE_ERRNOS, CannotWrite
     try:
         return module.main(argv[1:])
     except Exception as exc:  # noqa: BLE001 - never exit 1, which means "a gate failed", on a crash
+        if isinstance(exc, CannotWrite):  # the run folder's device is full or read-only: the user's disk
+            print(f"oracle {argv[0]}: {exc}", file=sys.stderr)
+            return 2
         if isinstance(exc, OSError) and exc.filename is not None:  # a path that cannot be written or read: an
             print(f"oracle {argv[0]}: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)  # output that is
             return 2  # a folder, a full device. Bad input, named
+        if isinstance(exc, OSError) and exc.errno in LOCAL_WRITE_ERRNOS:  # a write no caller named: still the disk
+            print(f"oracle {argv[0]}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, UnicodeEncodeError) and "surrogates not allowed" in exc.reason:
+            print(f"oracle {argv[0]}: a file read holds text that is not Unicode (a lone surrogate such as a "
+                  f"\\ud800 escape in JSON, or a file name that is not UTF-8): {exc}", file=sys.stderr)
+            return 2  # bad input no reader caught (oracle/report_data.py names run.json's and summary.json's)
         traceback.print_exc()
         print(f"oracle {argv[0]}: FAILED: {type(exc).__name__}: {exc} (exit 3: a damaged file no check caught, "
               "or a bug)", file=sys.stderr)

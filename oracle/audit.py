@@ -23,13 +23,14 @@ import shutil
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from concurrent.futures.process import BrokenProcessPool
 
 import redis
 import requests
 
 from contracts import codec
-from contracts.runfolder import RunFolder
+from contracts.runfolder import RunFolder, cannot_write
 from oracle import judge, rootcause, verdict
 from oracle.history import PARTITIONS, Journal, JournalError, Problems
 from oracle.judge import Context, Evidence, Fault
@@ -128,9 +129,23 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
             if isinstance(meta.get("foreign"), dict):  # the counts of every foreign key, listed or not
                 foreign = ForeignKeys.counted(options.key_template, meta["foreign"])
     except BaseException as exc:
+        # the run folder's device refused a write (full, read-only): not the store's failure; nothing of this
+        # audit is kept (its read included), the earlier snapshot and tables stand
+        full = cannot_write(exc, f"the audit's partition files in {folder.audit / 'parts'}"
+                                 + (f" and the snapshot in {folder.store_reading}" if live else ""))
         if writer is not None and not writer.closed:  # a store error, an audit bug or Ctrl-C: keep what was read
-            writer.close(False, error=f"{type(exc).__name__}: {exc}")
+            if full is None:
+                try:
+                    writer.close(False, error=f"{type(exc).__name__}: {exc}")
+                except OSError as also:  # the device filled up as well: the read went (SnapshotWriter.close)
+                    full = cannot_write(also, folder.store_reading)
+                    if full is None:
+                        raise
+            else:
+                writer.discard()
         shutil.rmtree(folder.audit / "parts", ignore_errors=True)
+        if full is not None:
+            raise full from None
         if isinstance(exc, OSError) and exc.filename is not None:  # a file of the run folder, not the store
             raise
         if isinstance(exc, STORE_ERRORS) and not isinstance(exc, (StoreError, SnapshotError)):
@@ -142,49 +157,50 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
         raise
     check_faults(folder.path, faults, tally.first_sent, tally.last_done, problems)
     read_s = time.perf_counter() - clock
-    raw = _concatenate(folder, "anomalies.raw", folder.audit / "anomalies.raw.tmp")
-    _concatenate(folder, "sessions.csv", folder.audit / "sessions.csv.tmp", header=",".join(SESSION_COLUMNS) + "\n")
-    read_at = writer.meta["read_start"] if live else meta.get("read_start")
-    linked = rootcause.link(raw, folder.audit / "anomalies.jsonl.tmp", journal, window_s, missing_keys, read_at)
-    if linked.confirmed:
-        add_confirmed_crosstalk(folder.audit / "sessions.csv.tmp", linked.confirmed, tally.totals)
-    raw.unlink()
-    shutil.rmtree(folder.audit / "parts", ignore_errors=True)
-    run = next((r.run for r in results if r.run), None) or folder.name
-    found = Problems()
-    for r in results:
-        found.merge(r.problems)
-    found.extend(problems)
-    result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
-                           window_s, recovery_s, sum(r.entries for r in results), linked.misrouted, found,
-                           sum(r.unreadable for r in results))
-    result["anomalies"] = dict(sorted(linked.classes.items()))
-    result["causes"] = dict(sorted(linked.causes.items()))
-    result["information"] = {"foreign_keys": foreign.information()}
-    if journal.copies:  # a killed master's journal completed from its workers' own copies (oracle/history.py)
-        result["information"]["journal_copies"] = journal.copies
-    if missing_keys:
-        result["information"]["missing_keys"] = missing_keys
-    result["jobs"] = jobs
-    reused = sum(r.reused for r in results)
-    if reused:  # the rolling audit's judgements that stood: key and journal unchanged since (oracle/rolling.py)
-        result["rolling"] = {"reused": reused}
-    result["store"] = {"complete": True, "reader": options.name(), "url": options.where(), "source": source}
-    result["timings"] = {"read_judge": read_s, "total": time.perf_counter() - clock, **_peak_rss()}
-    gates = gates or verdict.parse_gates(None)
-    t = tally.totals
-    result["verdict"] = verdict.require_healed(verdict.require_quiet(verdict.require_measured(
-        verdict.evaluate(result["observed"], gates), result["turns"]["ok"], t["probes"], t["answered"], gates),
-        t["errors"], t["errors_quiet"], t["turns_quiet"], t["turns"], gates), faults)
-    result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted,
-                                                           result["metrics"]["probe_amnesia"]["count"],
-                                                           tally.totals["leaked_sessions"])
-    result["thresholds"] = {name: str(limit) for name, limit in gates.limits.items()}
-    result["breaches"] = result["verdict"]["failed"]
-    (folder.audit / "summary.json.tmp").write_text(codec.dumps_document(result))
-    for name, target in (("anomalies.jsonl", folder.anomalies), ("sessions.csv", folder.sessions_csv),
-                         ("windows.csv", folder.windows_csv), ("summary.json", folder.summary)):
-        (folder.audit / f"{name}.tmp").replace(target)  # the tables as a set: never new ones beside an old verdict
+    with _tables_or_nothing(folder):
+        raw = _concatenate(folder, "anomalies.raw", folder.audit / "anomalies.raw.tmp")
+        _concatenate(folder, "sessions.csv", folder.audit / "sessions.csv.tmp", header=",".join(SESSION_COLUMNS) + "\n")
+        read_at = writer.meta["read_start"] if live else meta.get("read_start")
+        linked = rootcause.link(raw, folder.audit / "anomalies.jsonl.tmp", journal, window_s, missing_keys, read_at)
+        if linked.confirmed:
+            add_confirmed_crosstalk(folder.audit / "sessions.csv.tmp", linked.confirmed, tally.totals)
+        raw.unlink()
+        shutil.rmtree(folder.audit / "parts", ignore_errors=True)
+        run = next((r.run for r in results if r.run), None) or folder.name
+        found = Problems()
+        for r in results:
+            found.merge(r.problems)
+        found.extend(problems)
+        result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
+                               window_s, recovery_s, sum(r.entries for r in results), linked.misrouted, found,
+                               sum(r.unreadable for r in results))
+        result["anomalies"] = dict(sorted(linked.classes.items()))
+        result["causes"] = dict(sorted(linked.causes.items()))
+        result["information"] = {"foreign_keys": foreign.information()}
+        if journal.copies:  # a killed master's journal completed from its workers' own copies (oracle/history.py)
+            result["information"]["journal_copies"] = journal.copies
+        if missing_keys:
+            result["information"]["missing_keys"] = missing_keys
+        result["jobs"] = jobs
+        reused = sum(r.reused for r in results)
+        if reused:  # the rolling audit's judgements that stood: key and journal unchanged since (oracle/rolling.py)
+            result["rolling"] = {"reused": reused}
+        result["store"] = {"complete": True, "reader": options.name(), "url": options.where(), "source": source}
+        result["timings"] = {"read_judge": read_s, "total": time.perf_counter() - clock, **_peak_rss()}
+        gates = gates or verdict.parse_gates(None)
+        t = tally.totals
+        result["verdict"] = verdict.require_healed(verdict.require_quiet(verdict.require_measured(
+            verdict.evaluate(result["observed"], gates), result["turns"]["ok"], t["probes"], t["answered"], gates),
+            t["errors"], t["errors_quiet"], t["turns_quiet"], t["turns"], gates), faults)
+        result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted,
+                                                               result["metrics"]["probe_amnesia"]["count"],
+                                                               tally.totals["leaked_sessions"])
+        result["thresholds"] = {name: str(limit) for name, limit in gates.limits.items()}
+        result["breaches"] = result["verdict"]["failed"]
+        (folder.audit / "summary.json.tmp").write_text(codec.dumps_document(result))
+        for name, target in (("anomalies.jsonl", folder.anomalies), ("sessions.csv", folder.sessions_csv),
+                             ("windows.csv", folder.windows_csv), ("summary.json", folder.summary)):
+            (folder.audit / f"{name}.tmp").replace(target)  # the tables as a set: never new ones beside an old verdict
     return result
 
 
@@ -234,6 +250,23 @@ def _concatenate(folder: RunFolder, name: str, target, header: str = ""):
                 with open(part, "rb") as fh:
                     shutil.copyfileobj(fh, out)
     return target
+
+
+@contextmanager
+def _tables_or_nothing(folder: RunFolder):
+    """The tables are written as a set or not at all: when the run folder's device refuses a write (full,
+    read-only), this audit's temporaries go (``audit/*.tmp``, ``audit/parts/``) and CannotWrite says so; the
+    earlier tables stand."""
+    try:
+        yield
+    except OSError as exc:
+        full = cannot_write(exc, f"the audit's tables in {folder.audit}")
+        if full is None:
+            raise
+        for tmp in folder.audit.glob("*.tmp"):
+            tmp.unlink(missing_ok=True)
+        shutil.rmtree(folder.audit / "parts", ignore_errors=True)
+        raise full from None
 
 
 def _peak_rss() -> dict:

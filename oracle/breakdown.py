@@ -25,7 +25,7 @@ import msgspec
 
 from contracts import codec
 from contracts.journal import Turn
-from contracts.runfolder import RunFolder, open_regular
+from contracts.runfolder import RunFolder, open_regular, write_text
 from oracle.history import Journal, JournalError, decode_turns
 from oracle.metrics import wilson
 from oracle.report_data import Rate
@@ -186,36 +186,50 @@ def cliff(by_distance: dict) -> dict | None:
 
 
 def write(run_dir: str | Path) -> Path:
-    """Compute and write ``audit/breakdown.json``; return its path."""
+    """Compute and write ``audit/breakdown.json`` (whole or not at all); return its path."""
     run_dir = Path(run_dir)
     out = run_dir / "audit" / FILE
     out.parent.mkdir(parents=True, exist_ok=True)
-    data = compute(run_dir)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(codec.dumps_document(data), encoding="utf-8")
-    tmp.replace(out)
+    write_text(out, codec.dumps_document(compute(run_dir)))
     return out
 
 
 def load(run_dir: str | Path, warnings: list[str] | None = None) -> dict | None:
-    """``audit/breakdown.json``, written afresh when the journal or the audit is newer (or it is missing); what
-    went wrong goes to ``warnings`` (the report's), else to stderr."""
+    """``audit/breakdown.json``, the audit's companion: written afresh from the journal when it is missing, damaged
+    or older than the audit (``audit/summary.json``; the journal's, when the run has no audit). A journal newer than
+    the audit is not what the audit judged (emptied, damaged, replaced since): a breakdown already written is kept,
+    never replaced by one computed from it (that was every probe's breakdown lost to an emptied journal), and the
+    warning says to audit the run again, after which the audit is newer and the breakdown follows it. What went
+    wrong goes to ``warnings`` (the report's), else to stderr."""
     def warn(text: str) -> None:
         warnings.append(text) if warnings is not None else print(f"warning: {text}", file=sys.stderr)
+
+    def mtime(files: list[Path]) -> float | None:
+        return max((p.stat().st_mtime for p in files if p.is_file()), default=None)
 
     run_dir = Path(run_dir)
     path = run_dir / "audit" / FILE
     folder = RunFolder(run_dir)
-    sources = folder.shards() + list(folder.workers.glob("*.jsonl")) + [folder.summary]
-    newest = max((p.stat().st_mtime for p in sources if p.is_file()), default=None)
     try:
-        if newest is not None and (not path.is_file() or path.stat().st_mtime < newest):
+        journal, audit = mtime(folder.shards() + list(folder.workers.glob("*.jsonl"))), mtime([folder.summary])
+        changed = journal is not None and audit is not None and journal > audit
+        if changed:
+            warn(f"{folder.journal} changed since the audit ({folder.summary} is older): "
+                 + ("the breakdown written before is kept" if path.is_file() else
+                    "the breakdown shown is of the journal as it is now (not saved)")
+                 + f"; audit the run again (python -m oracle audit {run_dir}) to bring them together")
+            if not path.is_file():
+                return _valid(compute(run_dir))
+        newest = audit if audit is not None else journal
+        if not path.is_file() or (not changed and newest is not None and path.stat().st_mtime < newest):
             write(run_dir)
         if not path.is_file():
             return None
         try:
             return _checked(path)
-        except ValueError as exc:  # a damaged copy: it is derived, so it is made again from the journal
+        except ValueError as exc:  # a damaged copy: it is derived, so it is made again from the (audited) journal
+            if changed:
+                raise
             warn(f"{path}: {exc}; computed again from the journal")
             write(run_dir)
             return _checked(path)
@@ -227,4 +241,8 @@ def load(run_dir: str | Path, warnings: list[str] | None = None) -> dict | None:
 def _checked(path: Path) -> dict:
     """The file as the template reads it; msgspec.ValidationError naming the field (``$.tables[0].rows``)."""
     with open_regular(path) as fh:
-        return msgspec.to_builtins(msgspec.convert(codec.loads_object(fh.read()), Breakdown))
+        return _valid(codec.loads_object(fh.read()))
+
+
+def _valid(data: dict) -> dict:
+    return msgspec.to_builtins(msgspec.convert(data, Breakdown))

@@ -19,6 +19,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from contracts.runfolder import write_file  # noqa: E402
 from oracle.metrics import wilson  # noqa: E402
 from oracle.report_data import RATE_TITLES, RunData  # noqa: E402
 
@@ -92,9 +93,13 @@ def _empty(ax, text: str) -> None:
 
 
 def _save(fig, out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    """The figure as ``out``, whole or not at all (contracts.runfolder.write_file): a full device leaves the earlier
+    chart as it was, and a FIFO or directory in its place is refused, naming it."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_file(out, lambda fh: fig.savefig(fh, format="png", dpi=110, bbox_inches="tight"))
+    finally:
+        plt.close(fig)
     return out
 
 

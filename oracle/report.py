@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 
-from contracts.runfolder import RunFolder, write_text
+from contracts.runfolder import CannotWrite, RunFolder, write_text
 from oracle import breakdown, charts, telemetry
 from oracle.report_data import (EXAMPLES_PER_CLASS, RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run,
                                 rate)
@@ -108,9 +108,7 @@ def render(run_dir: str | Path, data: RunData | None = None) -> Path:
         figures.append({"name": name, "title": title, "caption": caption, "src": data_uri(png)})
     page = _env().get_template("report.html.j2").render(**context(data), figures=figures)
     target = RunFolder(data.path).report
-    tmp = target.with_suffix(".html.tmp")
-    write_text(tmp, page)
-    tmp.replace(target)
+    write_text(target, page)  # whole or not at all: an error names report.html, not a temporary beside it
     return target
 
 
@@ -264,7 +262,7 @@ def ensure_audited(run_dir: str | Path, audit: bool) -> None:
         raise NotAudited(f"{path}: not audited yet and oracle.audit is unavailable ({exc})") from exc
     try:
         audit_run(path)
-    except (SnapshotError, StoreError, OSError, ValueError) as exc:
+    except (SnapshotError, StoreError, CannotWrite, OSError, ValueError) as exc:
         raise NotAudited(f"{path}: the audit failed: {exc}") from exc
 
 

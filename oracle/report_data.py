@@ -6,6 +6,7 @@ Optional pieces (no chaos, no steps, an empty window table) load as empty frames
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -287,6 +288,10 @@ def load_run(path: str | Path) -> RunData:
                          f"`python -m oracle audit {path}` first, or pass --audit")
     warnings: list[str] = []
     run = _read_json(folder.run_json, warnings, default={}) if folder.run_json.is_file() else {}
+    run, found = mend_surrogates(run)
+    if found:  # a damaged field of run.json is warned about and the report goes on, as for the others below
+        warnings.append(f"{folder.run_json}: {', '.join(found[:3])}{' ...' if len(found) > 3 else ''}: a lone "
+                        "surrogate escape (\\ud800-\\udfff), which is not text; replaced with U+FFFD")
     run = redact.deep(run) if isinstance(run, dict) else {}  # also a run.json written before redaction was
     for name in ("start", "end"):  # wall times: finite epochs, or the field is left out
         try:
@@ -315,6 +320,10 @@ def load_run(path: str | Path) -> RunData:
         msgspec.convert(summary, _Summary)
     except msgspec.ValidationError as exc:
         raise NotAudited(f"{summary_file}: {exc} - re-run `python -m oracle audit {path}`") from None
+    found = mend_surrogates(summary)[1]
+    if found:  # the audit never writes one (its encoder refuses them): damaged, as any other field of it
+        raise NotAudited(f"{summary_file}: {found[0]}: a lone surrogate escape (\\ud800-\\udfff), which is not "
+                         f"text - re-run `python -m oracle audit {path}`")
     disagree = _verdict_disagrees(summary.get("verdict"))
     if disagree:  # an edited summary: its badge would say what its own rules do not
         raise NotAudited(f"{summary_file}: {disagree} - re-run `python -m oracle audit {path}`")
@@ -406,6 +415,31 @@ def fault_intervals(faults: list[Fault], run_end, windows: pd.DataFrame) -> pd.D
              "end": f.end if f.end is not None else max(end_of_run, f.start), "open": f.end is None,
              "touched": f.touched} for f in faults]
     return pd.DataFrame(rows, columns=columns)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def mend_surrogates(value, where: str = "$") -> tuple[object, list[str]]:
+    """``value`` (decoded JSON) with each lone surrogate in its strings and keys replaced by U+FFFD, and the paths
+    that held one (``$.label``). JSON's ``\\ud800`` escape decodes to one, which no UTF-8 page, CSV or terminal
+    can encode: every command that printed or wrote it stopped with a traceback (exit 3)."""
+    found: list[str] = []
+
+    def mend(v, at: str):
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                found.append(at)
+                return _SURROGATE.sub("\ufffd", v)
+            return v
+        if isinstance(v, dict):
+            keys = [mend(k, f"{at} (a key)") for k in v]
+            return {k: mend(item, f"{at}.{k}") for k, item in zip(keys, v.values())}
+        if isinstance(v, list):
+            return [mend(item, f"{at}[{i}]") for i, item in enumerate(v)]
+        return v
+
+    return mend(value, where), found
 
 
 def _read_json(file: Path, warnings: list[str], default):

@@ -11,6 +11,7 @@ reads back as the same bytes (msgspec hands out each element's raw span).
 from __future__ import annotations
 
 import base64
+import contextlib
 import shutil
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ import msgspec
 
 from contracts import codec
 from contracts.jsonl import JsonlError, line_chunks, read_jsonl
-from contracts.runfolder import RunFolder
+from contracts.runfolder import RunFolder, cannot_write, write_text
 from oracle.history import PARTITIONS
 from oracle.store import RawSession, StoreOptions
 
@@ -105,7 +106,6 @@ class SnapshotWriter:
         folder = self.folder = RunFolder(run_dir)
         self.dir = folder.store_reading
         shutil.rmtree(self.dir, ignore_errors=True)  # a killed read's
-        self.dir.mkdir(parents=True)
         self.kept_earlier = False  # closed: a failed read left the earlier complete snapshot in place
         self.meta = {
             "reader": options.name(), "url": options.where(), "key_template": options.key_template,
@@ -118,13 +118,26 @@ class SnapshotWriter:
             "files": [folder.snapshot_part(p).name for p in range(partitions)], "evidence": evidence,
         }
         self.closed = False
-        self._write_meta()
-        self.foreign_file = open(self.dir / "foreign.jsonl", "wb")
+        self.foreign_file = None
+        try:
+            self.dir.mkdir(parents=True)
+            self._write_meta()
+            self.foreign_file = open(self.dir / "foreign.jsonl", "wb")
+        except OSError as exc:  # a full device: this read goes, the snapshot before it stands
+            self.discard()
+            raise cannot_write(exc, self.dir / "meta.json") or exc
 
     def _write_meta(self) -> None:
-        tmp = self.dir / "meta.json.tmp"
-        tmp.write_text(codec.dumps_document(self.meta))
-        tmp.replace(self.dir / "meta.json")
+        write_text(self.dir / "meta.json", codec.dumps_document(self.meta))
+
+    def discard(self) -> None:
+        """Remove this read (``store.reading/``), leaving ``store/`` as it was: the device refused a write, so
+        there is nothing this read could keep."""
+        self.closed = True
+        with contextlib.suppress(OSError):
+            if self.foreign_file is not None:
+                self.foreign_file.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def write_foreign(self, record: dict) -> None:
         self.foreign_file.write(codec.dumps_line(record))
@@ -133,12 +146,16 @@ class SnapshotWriter:
     def close(self, complete: bool, sessions: int | None = None, error: str | None = None) -> None:
         """``sessions``: how many were read (None: count the partitions' lines, after a failure)."""
         self.closed = True
-        self.foreign_file.close()
-        if sessions is None:
-            sessions = sum(sum(1 for _ in open(self.dir / name, "rb")) for name in self.meta["files"]
-                           if (self.dir / name).exists())
-        self.meta.update(complete=complete, error=error, read_end=time.time(), sessions_read=sessions)
-        self._write_meta()
+        try:
+            self.foreign_file.close()
+            if sessions is None:
+                sessions = sum(sum(1 for _ in open(self.dir / name, "rb")) for name in self.meta["files"]
+                               if (self.dir / name).exists())
+            self.meta.update(complete=complete, error=error, read_end=time.time(), sessions_read=sessions)
+            self._write_meta()
+        except OSError:  # a full device: no meta.json to say what this read is, so it goes
+            self.discard()
+            raise
         store = self.folder.store
         if not complete and _complete(store):  # the earlier snapshot stands; this read's part goes
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -127,7 +127,9 @@ def observed(t: Counter, metrics: dict, causes: Counter, entries: int, misrouted
 
 
 def _label(folder: RunFolder) -> str | None:
+    """run.json's label; a lone surrogate in it (a "\\ud800" escape: no UTF-8 can carry it) replaced."""
     try:
-        return codec.load_document(folder.run_json).get("label")
+        label = codec.load_document(folder.run_json).get("label")
     except (OSError, ValueError):
         return None
+    return label.encode("utf-8", "replace").decode() if isinstance(label, str) else label

@@ -24,7 +24,8 @@ from contracts.runfolder import RunFolder, write_text
 from oracle import charts
 from oracle.compare import bad_statistics, compare_pair, trend_rows
 from oracle.history import JournalError
-from oracle.report_data import RATE_METRICS as POOLED, NotAudited, RunData, RunFolderError, load_run, rate
+from oracle.report_data import (RATE_METRICS as POOLED, NotAudited, RunData, RunFolderError, load_run,
+                                mend_surrogates, rate)
 from oracle.report_format import interval, ms, number, pct
 from oracle.verdict import cut_short, of_summary
 
@@ -52,7 +53,7 @@ def run_meta(folder: RunFolder) -> dict | None:
     if not (folder.run_json.exists() or folder.run_json.is_symlink()):
         return {}
     try:
-        meta = redact.deep(codec.load_document(folder.run_json))
+        meta = redact.deep(mend_surrogates(codec.load_document(folder.run_json))[0])  # printable, as load_run's
     except (OSError, codec.DecodeError):
         return None
     start = meta.get("start")

@@ -110,16 +110,23 @@ def test_interrupted_turns_are_left_out(tmp_path):
     assert "x" not in table(breakdown.compute(tmp_path), "fact")
 
 
-def test_the_report_shows_the_breakdown_and_rewrites_it_when_the_journal_changes(tmp_path):
+def test_the_report_shows_the_breakdown_and_rewrites_it_when_the_run_is_audited_again(tmp_path):
+    """A journal changed after the audit is not what the audit judged: the breakdown stays until a re-audit
+    (tests/test_bad_input_outputs.py: an emptied journal no longer replaces it)."""
+    import os
+
     from support_report import synthetic
 
     run = synthetic(tmp_path / "run")
     window_journal(run, k=3)
+    os.utime(run / "audit" / "summary.json")  # audited after the journal was written
     html = report.render(run).read_text()
     assert "A cliff at 3 turns:" in html and 'id="breakdown-distance_turns"' in html
     window_journal(run, k=5, seed=4)
-    import os
-    os.utime(run / "journal" / "local-1.jsonl", (T0 * 2, T0 * 2))  # newer than breakdown.json
+    os.utime(run / "journal" / "local-1.jsonl", (T0 * 2, T0 * 2))  # newer than breakdown.json and the audit
+    html = report.render(run).read_text()
+    assert "A cliff at 3 turns:" in html and "changed since the audit" in html
+    os.utime(run / "audit" / "summary.json", (T0 * 2 + 1, T0 * 2 + 1))  # audited again since
     assert "A cliff at 5 turns:" in report.render(run).read_text()
 
 
