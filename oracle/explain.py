@@ -88,27 +88,26 @@ def explain(f: dict) -> str:
         rest = (f" It holds {more['entries']:,} more such entries, of {more['sessions']:,} session(s), not listed one "
                 "by one: sessions that share one key (ids that collide) hold each other's whole histories."
                 if more else "")
+        source = f"session {e['source_session']} turn {e['source_turn']}"
         if e.get("source_value"):
-            return (f"The stored history of session {s} holds an assistant entry (entry {e['entry_index']}) carrying "
-                    f"{e['source_value']!r}, the value session {e['source_session']} planted in turn "
-                    f"{e['source_turn']}, and it is none of the replies this session was sent: that session's answer "
-                    f"(a recall of its fact) was written into this user's memory: cross-talk. Entry: "
-                    f"{e['excerpt']!r}.{rest}")
-        if e.get("role") == "other":
-            return (f"The stored history of session {s} holds an entry of neither user nor assistant role (a system, "
-                    f"summary or tool entry: entry {e['entry_index']}) carrying the token of session "
-                    f"{e['source_session']} turn {e['source_turn']}{where}: another user's message went into what "
-                    f"the bot keeps for this user (a summary or context built from shared state): cross-talk. Entry: "
-                    f"{e['excerpt']!r}.{rest}")
-        if e.get("role") == "assistant":
-            return (f"The stored history of session {s} holds an assistant entry (entry {e['entry_index']}) carrying "
-                    f"the token of session {e['source_session']} turn {e['source_turn']}{where}, and it is none of "
-                    f"the replies this session was sent: another session's answer (or an answer quoting its message) "
-                    f"was written into this user's memory: cross-talk. Entry: {e['excerpt']!r}.{rest}")
-        return (f"The stored history of session {s} holds a user entry (entry {e['entry_index']}) carrying the "
-                f"token of session {e['source_session']} turn {e['source_turn']}{where}. Tokens are unique to one "
-                f"session, so another user's message was written into this user's memory: cross-talk.{moved} "
-                f"Entry: {e['excerpt']!r}.{rest}")
+            what, carrying = "an assistant entry", f"{e['source_value']!r}, the value {source} planted"
+            why = (", and it is none of the replies this session was sent: that session's answer (a recall of its "
+                   "fact) was written into this user's memory")
+        elif e.get("role") == "other":
+            what, carrying = "an entry of neither user nor assistant role (a system, summary or tool entry)", \
+                f"the token of {source}{where}"
+            why = (": another user's message went into what the bot keeps for this user (a summary or context built "
+                   "from shared state)")
+        elif e.get("role") == "assistant":
+            what, carrying = "an assistant entry", f"the token of {source}{where}"
+            why = (", and it is none of the replies this session was sent: another session's answer (or an answer "
+                   "quoting its message) was written into this user's memory")
+        else:
+            what, carrying = "a user entry", f"the token of {source}{where}"
+            why = (". Tokens are unique to one session, so another user's message was written into this user's "
+                   "memory")
+        return (f"The stored history of session {s} holds {what} (entry {e['entry_index']}) carrying {carrying}{why}: "
+                f"cross-talk.{moved} Entry: {e['excerpt']!r}.{rest}")
     if cls == "duplicated" and e.get("role") == "assistant":
         return (f"Session {s} turn {turn} was answered once with {e['reply']!r}, but that reply is stored "
                 f"{e['copies']} times, at entries {e['positions']} of the history ({e['turns_with_this_reply']} "
