@@ -89,20 +89,36 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat
 
 
 def _kind(mode: int) -> str | None:
-    """What a file that is not a regular one is ("a FIFO"); None for a regular file."""
-    if stat.S_ISDIR(mode):
-        return "a directory"
+    """What a file that is neither regular nor a directory is ("a FIFO"); None for those two."""
     return next((name for test, name in _KINDS if test(mode)), None)
 
 
 def open_regular(path: str | Path) -> BinaryIO:
     """A run-folder file opened for reading; OSError (with the file name) when it is not a regular file:
     a FIFO never opens without a writer, and a link to /dev/zero never ends. (A directory fails in open.)"""
-    mode = os.stat(path).st_mode
-    kind = next((name for test, name in _KINDS if test(mode)), None)
+    kind = _kind(os.stat(path).st_mode)
     if kind is not None:
         raise OSError(errno.EINVAL, f"not a regular file but {kind}", str(path))
     return open(path, "rb")
+
+
+def open_append(path: str | Path) -> BinaryIO:
+    """``path`` opened to append, only as a regular file (a symlink is followed, as ``open_regular`` does);
+    OSError naming the path otherwise. O_NONBLOCK, because a plain open of a FIFO waits for a reader forever
+    (without one the open fails with ENXIO; with one, or for a device, fstat of what was opened refuses it)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:
+            raise
+        mode = os.stat(path).st_mode
+    else:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, "ab")
+        os.close(fd)
+    raise OSError(errno.EINVAL, f"not a regular file but {_kind(mode) or 'some other file'}", str(path))
 
 
 def read_regular(path: str | Path, limit: int) -> bytes:
@@ -121,13 +137,14 @@ def write_file(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     written, which the CLIs report as bad input (exit 2)."""
     target = Path(os.path.realpath(path))
     try:
-        kind = _kind(os.stat(target).st_mode)
+        mode = os.stat(target).st_mode
     except FileNotFoundError:
-        kind = None
+        mode = stat.S_IFREG
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
-    if kind == "a directory":  # as open() says it
+    if stat.S_ISDIR(mode):  # as open() says it
         raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    kind = _kind(mode)
     if kind is not None:
         raise OSError(errno.EINVAL, f"not a regular file but {kind}; not replaced", str(path))
     tmp = target.with_name(f"{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")

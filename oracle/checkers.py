@@ -202,9 +202,14 @@ def check_stray_values(session: str, v: StoredView, key: str) -> list[dict]:
             for index, value, text in v.strays[:MAX_CROSSTALK]]
 
 
+def pending(f: dict) -> bool:
+    """The finding waits for the whole run's journal (check_stray_values): it counts once rootcause confirms it."""
+    return "pending" in f["evidence"]
+
+
 def counted(findings: list[dict]) -> list[dict]:
-    """The findings that count now: not those ``pending`` the whole run's journal (check_stray_values)."""
-    return [f for f in findings if "pending" not in f["evidence"]]
+    """The findings that count now: not those ``pending``."""
+    return [f for f in findings if not pending(f)]
 
 
 def check_duplicated(session: str, by_turn: dict[int, Turn], v: StoredView) -> list[dict]:

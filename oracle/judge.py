@@ -30,7 +30,7 @@ from contracts import codec
 from contracts.journal import Turn, decode_chunk, one_per_turn
 from contracts.runfolder import RunFolder
 from oracle.attribution import first_fault_after, overlapping
-from oracle.checkers import check_session
+from oracle.checkers import check_session, pending
 from oracle.clean import prove_clean
 from oracle.decode import Shape, decode_session
 from oracle.history import Journal, Problems, SessionLines, decode_turns
@@ -309,7 +309,7 @@ class _Partition:
         if self.rolling is not None:
             r.sessions += 1
         for f in record.findings:
-            r.classes[f["class"]] += "pending" not in f["evidence"]  # counted once rootcause confirms it
+            r.classes[f["class"]] += not pending(f)  # counted once rootcause confirms it
             if self.findings is not None:
                 self.findings.write(codec.dumps_line(f))
         r.entries += record.entries

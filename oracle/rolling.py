@@ -8,18 +8,14 @@ meets them in, so reading the file back needs a short look-ahead only, never the
 """
 from __future__ import annotations
 
-import errno
-import os
-import stat
 import sys
 import zlib
 from collections import OrderedDict
 from pathlib import Path
-from typing import BinaryIO
 
 import msgspec
 
-from contracts.runfolder import RunFolder, open_regular
+from contracts.runfolder import RunFolder, open_append, open_regular
 from oracle.history import SessionLines
 
 LOOKAHEAD = 4096  # records read past the one wanted before giving up on it (it is then read from the store)
@@ -51,30 +47,6 @@ def journal_print(entry: SessionLines) -> int:
 
 def _name(shard: str) -> str:
     return f"judged.{Path(shard).stem}"
-
-
-_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-          stat.S_IFSOCK: "a socket"}
-
-
-def open_append(path: Path) -> BinaryIO:
-    """``path`` opened to append, only as a regular file (a symlink is followed, as ``open_regular`` does);
-    OSError naming the path otherwise. O_NONBLOCK, because a plain open of a FIFO waits for a reader forever
-    (without one the open fails with ENXIO; with one, or for a device, fstat of what was opened refuses it)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
-    except OSError as exc:
-        if exc.errno != errno.ENXIO:
-            raise
-        mode = os.stat(path).st_mode
-    else:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISREG(mode):
-            os.set_blocking(fd, True)
-            return os.fdopen(fd, "ab")
-        os.close(fd)
-    raise OSError(errno.EINVAL, f"not a regular file but {_KINDS.get(stat.S_IFMT(mode), 'some other file')}",
-                  str(path))
 
 
 class RollingWriter:

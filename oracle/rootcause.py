@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts import codec
+from oracle.checkers import pending
 from oracle.explain import explain
 from oracle.history import Journal
 
@@ -49,7 +50,7 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
     values: set = set()  # planted values found in other sessions' histories: whose? (checkers.check_stray_values)
     for f in _findings(source):
         e = f["evidence"]
-        if f["class"] == "crosstalk" and "pending" in e:
+        if pending(f):
             values.add(e["source_value"])
         elif f["class"] == "crosstalk":
             landed.setdefault((e["source_session"], e["source_turn"]), (f["session"], e.get("key"), f["id"]))
@@ -66,7 +67,7 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
     with open(target, "wb") as fh:
         for f in _findings(source):
             e = f["evidence"]
-            if "pending" in e:
+            if pending(f):
                 del e["pending"]
                 if not _confirm(f, planted.get(e["source_value"]), landed):
                     continue

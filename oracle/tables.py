@@ -14,6 +14,7 @@ from contracts.runfolder import RunFolder
 from oracle.attribution import by_fault, by_step
 from oracle.history import Problems
 from oracle.metrics import wilson
+from oracle.report_data import mend_surrogates
 from oracle.tally import Tally, quantiles
 from oracle.verdict import BY_DESIGN
 from oracle.timeline import Fault
@@ -127,9 +128,8 @@ def observed(t: Counter, metrics: dict, causes: Counter, entries: int, misrouted
 
 
 def _label(folder: RunFolder) -> str | None:
-    """run.json's label; a lone surrogate in it (a "\\ud800" escape: no UTF-8 can carry it) replaced."""
+    """run.json's label, mended as the report mends run.json (a lone surrogate: no UTF-8 can carry it)."""
     try:
-        label = codec.load_document(folder.run_json).get("label")
+        return mend_surrogates(codec.load_document(folder.run_json).get("label"))[0]
     except (OSError, ValueError):
         return None
-    return label.encode("utf-8", "replace").decode() if isinstance(label, str) else label

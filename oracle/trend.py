@@ -27,6 +27,7 @@ from oracle.history import JournalError
 from oracle.report_data import (RATE_METRICS as POOLED, NotAudited, RunData, RunFolderError, load_run,
                                 mend_surrogates, rate)
 from oracle.report_format import interval, ms, number, pct
+from oracle.snapshot import SnapshotError, read_meta
 from oracle.verdict import cut_short, of_summary
 
 
@@ -82,10 +83,10 @@ def unjudged(path: Path, meta: dict | None, why: str) -> Unjudged:
     if meta.get("verdict") == "fail":
         parts.append("the journal alone failed a gate (the store was not judged)")
     try:
-        snapshot = codec.load_document(folder.store / "meta.json")
+        snapshot = read_meta(folder.path)
         if snapshot.get("complete") is False:
             parts.append(f"its store snapshot is incomplete ({snapshot.get('error')})")
-    except (OSError, codec.DecodeError):
+    except (OSError, SnapshotError):  # none, or damaged: the reason above says enough
         pass
     return Unjudged(path, meta, redact.text("; ".join(parts)))
 
