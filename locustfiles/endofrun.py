@@ -191,6 +191,15 @@ def stop_follower(run, timeout: float = 120.0) -> None:
         say("rolling audit did not stop in time: killed; the final audit judges what it had not")
 
 
+def print_greenlets(_signum=None, _frame=None) -> None:
+    """SIGUSR2: print every greenlet's stack to stderr, for a run that seems stuck (a thread dump or py-spy
+    shows only the greenlet that happens to run)."""
+    from gevent.util import print_run_info
+
+    say("SIGUSR2: every greenlet and thread, with its stack:")
+    print_run_info(file=sys.stderr)
+
+
 class Stopped(Exception):
     """A signal interrupted this run after its load (recorded in run.json); its remaining phases are skipped."""
 
@@ -257,6 +266,7 @@ class EndOfRun:
         as before, but never lands inside a chaos recovery greenlet, and means "stop here" after the load."""
         try:
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+            signal.signal(signal.SIGUSR2, print_greenlets)
         except ValueError:  # not the main thread (a library user): leave signals alone
             self._previous_sigint = None
 
@@ -280,15 +290,21 @@ class EndOfRun:
                 self.quit_after = name  # the first, during a web-UI stop's heal: finish the test, then quit
             say(f"{name}: waiting until every chaos fault is recovered (a recovery is never cut short)")
         elif phase in FINISHING:
-            self._throw(SystemExit(self.interrupt(name)))
+            self._throw_at_switch(SystemExit(self.interrupt(name)))
         elif not self.quitting:
             self.stopping = phase == LOAD
-            self._throw(KeyboardInterrupt())  # Locust's own Ctrl-C: stop the load, finish the run, quit
+            self._throw_at_switch(KeyboardInterrupt())  # Locust's own Ctrl-C: stop the load, finish the run, quit
+
+    def _throw_at_switch(self, exc: BaseException) -> None:
+        """From a signal handler: throw into Locust's main greenlet where it next waits, never where the handler
+        runs. A handler runs at any bytecode of whichever greenlet is current, a finaliser's included, and an
+        exception raised inside a ``__del__`` is printed and dropped: the stop was lost and the run went on."""
+        gevent.get_hub().loop.run_callback(self.main.throw, exc)
 
     def _throw(self, exc: BaseException) -> None:
         if gevent.getcurrent() is self.main:
             raise exc
-        gevent.get_hub().loop.run_callback(self.main.throw, exc)
+        self._throw_at_switch(exc)
 
     def _stop_here(self, code: int) -> None:
         """End the process with ``code`` from whichever greenlet finishes the run (a web-UI stop's, a
@@ -386,6 +402,8 @@ class EndOfRun:
             try:
                 run.code = self._finish(run)
             except Stopped:
+                return self.code
+            if run.interrupted:  # a signal during the last phase, whose throw lands at the next wait: stop here
                 return self.code
             locust_code, why = locust_exit_code(environment, seen)
             if lost and lost["all"] and not locust_code:  # the load generators died: conversations cut short

@@ -261,6 +261,22 @@ def _kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
         proc.wait(10)
 
 
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """``proc.communicate(timeout)`` of a Locust master or local runner; one still running then is asked for
+    every greenlet's stack (SIGUSR2, locustfiles/endofrun.py) and killed, and the test fails with its output."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGUSR2)
+        try:
+            proc.communicate(timeout=3)  # the dump is printed at once; the process stays stuck
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(proc)
+        out, err = proc.communicate()
+        raise AssertionError(f"locust did not finish in {timeout}s; its greenlets are at the end:\n{out}\n{err}")
+
+
 @contextmanager
 def chat_bot(mode: str = "memory", delay: float = 0.0, log: Path | None = None):
     """Start a test bot on a free loopback port; yields its base URL; always stopped."""
@@ -355,11 +371,7 @@ def run_locust(host: str, run_dir: Path, *extra, timeout: float = 120, cwd: Path
     proc = subprocess.Popen(cmd, cwd=cwd or run_dir.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = proc.communicate()
-        raise AssertionError(f"locust did not finish in {timeout}s:\n{out}\n{err}")
+        out, err = finish(proc, timeout)
     finally:
         _kill_group(proc)
     return LocustRun(subprocess.CompletedProcess(cmd, proc.returncode, out, err), run_dir,

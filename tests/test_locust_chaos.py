@@ -11,7 +11,7 @@ import pytest
 
 from conftest import wait_until
 from targets import registry as state
-from support_locust import _kill_group, chat_bot, locust_cmd, run_locust
+from support_locust import _kill_group, chat_bot, finish, locust_cmd, run_locust
 from support_refbot import refbot_stack  # noqa: F401 - fixture
 
 
@@ -54,7 +54,7 @@ def test_sigterm_in_the_middle_of_a_fault_still_heals_and_keeps_the_journal(tmp_
                    next((run_dir / "journal").glob("*.jsonl")).stat().st_size > 2000, timeout=60,
                    what="turns in the journal")
         os.killpg(proc.pid, signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
+        out, err = finish(proc, 120)
     finally:
         _kill_group(proc)
     assert [e["event"] for e in timeline(run_dir)] == ["apply", "recover"], err

@@ -13,7 +13,8 @@ import subprocess
 import pytest
 
 from conftest import free_port, wait_until
-from support_locust import CHATFILE, LOCUST, LocustRun, _kill_group, chat_bot, locust_cmd, run_locust
+from support_locust import (CHATFILE, LOCUST, LocustRun, _kill_group, chat_bot, finish as finish_or_dump, locust_cmd,
+                            run_locust)
 from test_locust_runs import assert_journal_matches_locust
 
 
@@ -68,7 +69,7 @@ def run_master(url, run_dir, port, *extra, users=6, time_s="6s"):
 
 def finish(master, timeout=120):
     try:
-        out, err = master.communicate(timeout=timeout)
+        out, err = finish_or_dump(master, timeout)
     finally:
         _kill_group(master)
     return subprocess.CompletedProcess(master.args, master.returncode, out, err)

@@ -302,3 +302,62 @@ def test_the_command_that_finishes_an_interrupted_audit_names_the_runs_own_store
     assert got == (" --http-url 'http://u:***@127.0.0.1:8/history/{session}' --role-field role --content-field content"
                    " --assistant-role bot")
     assert "secret" not in got
+
+
+# ---- signals after the load (locustfiles/endofrun.py) -------------------------------------------------
+
+def _finishing_run(tmp_path, phase):
+    from types import SimpleNamespace
+
+    from locustfiles.endofrun import EndOfRun, Run
+
+    end = EndOfRun(settings=None)
+    run = Run(SimpleNamespace(run_dir=str(tmp_path), store=None))
+    run.phase = phase
+    end.runs.append(run)
+    return end, run
+
+
+@pytest.mark.parametrize("phase", ["settle", "audit", "report"])
+def test_a_signal_handled_inside_a_finaliser_still_stops_the_run(tmp_path, phase):
+    """A signal handler runs at any bytecode of the current greenlet, a garbage collector's ``__del__``
+    included, where a raised exception is printed and dropped: the stop must land where main next waits."""
+    import gevent
+
+    end, run = _finishing_run(tmp_path, phase)
+
+    class Finalised:
+        def __del__(self):
+            end.on_signal("SIGINT")
+
+    with pytest.raises(SystemExit) as stopped:
+        Finalised()  # dropped at once: its __del__ takes the signal
+        gevent.sleep(0)
+    assert stopped.value.code == 130 and run.interrupted == "SIGINT" and end.code == 130
+
+
+def test_a_signal_during_the_report_leaves_run_json_interrupted_not_done(tmp_path, monkeypatch):
+    """The report writes files and charts and never waits, so the throw lands after it: the run must still
+    end as interrupted (exit code 130 in run.json, as the process exits), not be marked done over it."""
+    import json
+    from types import SimpleNamespace
+
+    import gevent
+
+    from locustfiles.endofrun import REPORT, EndOfRun
+
+    end, run = _finishing_run(tmp_path, "load")
+    run.bad = "no Locust files in this test"
+    (tmp_path / "run.json").write_text(json.dumps({"run": "r", "end": None}))
+
+    def finish_with_a_ctrl_c_in_the_report(_self, r):
+        r.phase = REPORT
+        end.on_signal("SIGINT")
+        return 0
+
+    monkeypatch.setattr(EndOfRun, "_finish", finish_with_a_ctrl_c_in_the_report)
+    assert end.end_run(SimpleNamespace(runner=None, process_exit_code=None, parsed_options=None)) == 130
+    with pytest.raises(SystemExit):
+        gevent.sleep(0)
+    meta = json.loads((tmp_path / "run.json").read_text())
+    assert meta["exit_code"] == 130 and meta["phase"] == "report" and meta["interrupted"]["signal"] == "SIGINT"

@@ -23,7 +23,7 @@ from oracle.keys import TemplateMismatch
 from oracle.store import StoreOptions
 from oracle.verdict import parse_gates
 from targets import registry as state
-from support_locust import _kill_group, chat_bot, locust_cmd, quick_script, run_locust
+from support_locust import _kill_group, chat_bot, finish, locust_cmd, quick_script, run_locust
 from support_oracle import build_world, fill_redis, read_findings, simple_specs, write_journal
 from support_refbot import refbot_stack  # noqa: F401 - fixture
 
@@ -102,7 +102,7 @@ def test_sigterm_during_the_audit_exits_143_and_says_how_to_finish(tmp_path, ref
         try:
             wait_until(lambda: phase(run_dir) == "audit", timeout=30, what="the audit phase")
             proc.send_signal(signal.SIGTERM)  # ...and a CI timeout ends it
-            out, err = proc.communicate(timeout=60)
+            out, err = finish(proc, 60)
         finally:
             os.kill(redis_pid, signal.SIGCONT)
     finally:
@@ -131,7 +131,7 @@ def test_a_double_ctrl_c_never_passes_and_never_cuts_a_recovery_short(tmp_path, 
         proc.send_signal(signal.SIGINT)
         time.sleep(gap)  # the second Ctrl-C at a chosen moment after the first (what is under test)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        out, err = finish(proc, 120)
     finally:
         _kill_group(proc)
     assert proc.returncode == 130, err[-3000:]
@@ -142,6 +142,29 @@ def test_a_double_ctrl_c_never_passes_and_never_cuts_a_recovery_short(tmp_path, 
     meta = run_json(run_dir)
     assert meta["exit_code"] == 130 and meta["interrupted"]["signal"] == "SIGINT"
     assert meta["interrupted"]["phase"] in ("heal", "settle", "audit", "report")
+
+
+
+def test_sigusr2_prints_every_greenlets_stack_and_the_run_goes_on(tmp_path):
+    """What a run that seems stuck is asked for (a test's timeout does it too: support_locust.finish)."""
+    run_dir = tmp_path / "run"
+    (run_dir / "locust").mkdir(parents=True)
+    err_path = tmp_path / "stderr"
+    with chat_bot("memory") as url, open(err_path, "w") as err_file:
+        proc = subprocess.Popen(locust_cmd(url, run_dir, "--script", quick_script(tmp_path), users=2, time_s="4s"),
+                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True)
+        try:
+            wait_until(lambda: any(p.stat().st_size for p in (run_dir / "journal").glob("*.jsonl")), timeout=60,
+                       what="turns in the journal")
+            proc.send_signal(signal.SIGUSR2)
+            wait_until(lambda: "Greenlets" in err_path.read_text(), timeout=30, what="the greenlet dump")
+            proc.wait(120)
+        finally:
+            _kill_group(proc)
+    err = err_path.read_text()
+    assert proc.returncode == 0, err[-3000:]
+    assert "goldfish: SIGUSR2: every greenlet and thread, with its stack:" in err
+    assert "conversation.py" in err  # the users' greenlets, where they were
 
 
 # ---- shared staging --------------------------------------------------------------------------------
