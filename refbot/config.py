@@ -32,10 +32,12 @@ class ConfigError(ValueError):
 
 def parse_mode(text: str) -> tuple[str, int | None]:
     """Split ``"window:3"`` into ``("window", 3)``; reject unknown modes with the list of known ones."""
-    name, _, raw = text.strip().partition(":")
+    name, colon, raw = text.strip().partition(":")
     if name not in MODES:
         known = ", ".join(f"{m}:N" if p else m for m, p in MODES.items())
         raise ConfigError(f"unknown memory mode {text!r}; known modes: {known}")
+    if colon and not raw:
+        raise ConfigError(f"--mode {text!r}: nothing follows ':' (window:3, ttl:60; the other modes take no ':')")
     if not raw:
         return name, None
     if not MODES[name]:

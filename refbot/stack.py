@@ -111,9 +111,7 @@ def find_binary(name: str) -> str:
 
 def validate(opts: StackOptions) -> None:
     """Reject bad options before anything starts."""
-    parse_mode(opts.mode)  # ConfigError names the known modes
-    if opts.mode.strip().endswith(":"):
-        raise BadOption(f"--mode {opts.mode!r}: nothing follows ':' (window:3, ttl:60; the other modes take no ':')")
+    parse_mode(opts.mode)  # ConfigError names the known modes and what a parameter must be
     if not 1 <= opts.replicas <= MAX_REPLICAS:
         raise BadOption(f"--replicas must be at least 1 and at most {MAX_REPLICAS} (got {opts.replicas})")
     for flag, ms in (("--think-ms", opts.think_ms), ("--jitter-ms", opts.jitter_ms), ("--flush-ms", opts.flush_ms)):

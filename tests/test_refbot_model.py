@@ -51,7 +51,8 @@ def test_parse_mode(text, parsed):
 
 
 @pytest.mark.parametrize("text, words", [("nope", "unknown memory mode"), ("correct:3", "takes no parameter"),
-                                         ("window:x", "whole number"), ("ttl:0", "at least 1")])
+                                         ("window:x", "whole number"), ("ttl:0", "at least 1"),
+                                         ("window:", "nothing follows ':'"), ("ttl:", "nothing follows ':'")])
 def test_parse_mode_rejects(text, words):
     with pytest.raises(ConfigError, match=words):
         parse_mode(text)

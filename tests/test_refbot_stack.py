@@ -130,6 +130,8 @@ def test_missing_haproxy_names_the_apt_package(tmp_path):
 def test_serve_rejects_an_unknown_mode(tmp_path):
     result = refbot_cli("serve", "--mode", "goldfish", "--port", "1")
     assert result.returncode == 2 and "unknown memory mode 'goldfish'" in result.stderr
+    result = refbot_cli("serve", "--mode", "window:", "--port", "1", timeout=30)  # was served as window:3
+    assert result.returncode == 2 and "--mode 'window:': nothing follows ':'" in result.stderr
 
 
 def test_a_member_that_fails_to_start_leaves_nothing_running(tmp_path):
