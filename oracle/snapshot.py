@@ -20,7 +20,7 @@ from typing import Iterator, Literal, Optional
 import msgspec
 
 from contracts import codec
-from contracts.jsonl import JsonlError, line_chunks, read_jsonl
+from contracts.jsonl import LINE_BYTES, JsonlError, line_chunks, read_jsonl
 from contracts.runfolder import RunFolder, cannot_write, write_text
 from oracle.history import PARTITIONS
 from oracle.store import RawSession, StoreOptions
@@ -277,7 +277,8 @@ def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
     """(session, raw line) of one file of the snapshot (a partition's), in the order the audit wrote it."""
     if not path.exists():
         return
-    for before, lines, _ in line_chunks(path):
+    # one line is one session's whole stored history, as the audit held it: no line of its own is too long
+    for before, lines, _ in line_chunks(path, limit=max(LINE_BYTES, path.stat().st_size)):
         for i, raw in enumerate(lines):
             if not raw.strip():
                 continue

@@ -69,6 +69,22 @@ def test_the_undamaged_snapshot_passes(snapshot_run, tmp_path, capsys):
     assert audit_copy(snapshot_run, tmp_path, lambda run: None, capsys)[0] == 0
 
 
+
+def test_a_session_stored_beyond_the_line_limit_is_re_audited_from_its_snapshot(snapshot_run, tmp_path, capsys):
+    """A bot that stores 65 MB in one history: the audit judged it from the store and wrote its snapshot line,
+    which a re-audit then refused as 'not JSON' (the limit that guards against untrusted lines)."""
+    from contracts.jsonl import LINE_BYTES
+
+    def grow(run):
+        huge = json.dumps({"type": "ai", "data": {"content": "x" * LINE_BYTES}})
+        line = snapshot_line(entries=snapshot_line()["entries"] + [huge])
+        (run / "store" / SESSIONS).write_text(json.dumps(line) + "\n")
+
+    code, err, run = audit_copy(snapshot_run, tmp_path, grow, capsys)
+    assert code == 0, err[-2000:]
+    assert json.loads((run / "audit" / "summary.json").read_text())["sessions"] == 1
+
+
 # ---- F2: a snapshot line whose entries are not a list ------------------------------------------
 @pytest.mark.parametrize("entries", [5, "abc", {"a": 1}], ids=["a-number", "a-string", "an-object"])
 @pytest.mark.parametrize("entries_as", ["text", "json"])
