@@ -20,6 +20,8 @@ is added later by ``oracle.explain``.
 from __future__ import annotations
 
 import bisect
+import html
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -307,9 +309,11 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
     """An acknowledged turn's user entry is stored but no assistant entry after it holds its reply.
 
     Matching walks from the newest entry back, giving each ok user entry a distinct later
-    assistant entry: its journaled reply verbatim when stored so, else any later assistant entry
-    that is no ok turn's verbatim reply and has text (an API that adds a footer to what it stores,
-    a reply re-encoded; an agent's tool-call entry without text is not the answer). Indeterminate
+    assistant entry: its journaled reply verbatim when stored so, else a later assistant entry
+    that is no ok turn's verbatim reply and is like it (``like_reply``: one holds the other, as
+    when an API adds a footer to what it returns or a store cuts it short). Any other text is no
+    answer: an agent's "Let me check my notes." stored with its tool call, a placeholder such as
+    "(answer streamed to the client)", an entry with no text. Indeterminate
     turns never claim an assistant entry, so they cannot make an ok turn look unanswered. Returns
     (findings, misplaced): a turn whose verbatim reply is stored, unclaimed, *before* it is not
     unanswered but out of order (``check_session`` gives it to the reorder finding: one fault, one
@@ -321,27 +325,26 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
     if _each_reply_follows(ok_stored, by_turn, decoded, v):
         return [], []
     replies = Counter(by_turn[t].reply for t in ok_stored)
-    # by count, an assistant entry with no text (an agent's tool call) is no answer, unless the bot answered so
-    blank_answers = any(not (reply or "").strip() for reply in replies)
     first_index = {v.own[v.first_position[t]][2]: t for t in v.first_position}
     seen: Counter = Counter()  # verbatim replies of ok turns after the walk's position, unclaimed
-    spare = 0                  # other assistant entries with text after it, unclaimed
+    spare: list[str] = []      # other assistant entries' texts after it, unclaimed
     out = []
     for index, role, text in reversed(decoded.messages):
         if role == ASSISTANT:
             if text in replies:
                 seen[text] += 1
-            elif blank_answers or (text or "").strip():
-                spare += 1
+            else:
+                spare.append(text or "")
             continue
         turn = first_index.get(index) if role == USER else None
         if turn is None or turn not in by_turn or by_turn[turn].outcome != "ok":
             continue
         t = by_turn[turn]
+        like = None if seen[t.reply] > 0 else next((i for i, s in enumerate(spare) if like_reply(s, t.reply)), None)
         if seen[t.reply] > 0:
             seen[t.reply] -= 1
-        elif spare > 0:  # stored otherwise than it was sent (a footer the API adds, another encoding)
-            spare -= 1
+        elif like is not None:  # stored otherwise than it was sent (a footer the API adds, cut short)
+            del spare[like]
         else:
             out.append(finding("unanswered", session, turn, t.sent, token=t.token, reply=t.reply,
                                matched_by="reply text, then count", assistant_entries_after=sum(seen.values()),
@@ -355,6 +358,17 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
             seen[reply] -= 1
             misplaced.append(f["turn"])
     return [f for f in out if f["turn"] not in misplaced], misplaced
+
+
+def like_reply(stored: str, reply: str) -> bool:
+    """A stored assistant text that is this reply stored otherwise: one holds the other once both are read alike
+    (HTML entities, Unicode forms, case and runs of white space), or both are empty (a bot that answers so)."""
+    stored, reply = _plain(stored), _plain(reply)
+    return stored in reply or reply in stored if stored and reply else stored == reply
+
+
+def _plain(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", html.unescape(text)).casefold().split())
 
 
 def _each_reply_follows(ok_stored, by_turn, decoded: Decoded, v: StoredView) -> bool:

@@ -171,17 +171,19 @@ def test_a_swapped_pair_is_one_reorder_not_also_unanswered(tmp_path):
     assert summary["anomalies"] == {"reordered": 1}
 
 
-def test_an_agent_that_stores_its_tool_call_but_not_its_answer_is_unanswered(tmp_path):
-    """A LangChain agent stores, per turn, the question, an AI message with tool calls and no text, and the tool's
-    result; its final answer went to the user but not into the history. No stored text is a reply, so matching
-    fell back to counting assistant entries, and the empty tool-call entry counted as the answer: PASS. An
-    assistant entry with no text is no answer (unless the bot's replies were empty too)."""
+@pytest.mark.parametrize("call_text", ["", "Let me check my notes.", "(answer streamed to the client)"])
+def test_an_agent_that_stores_its_tool_call_but_not_its_answer_is_unanswered(tmp_path, call_text):
+    """A LangChain agent stores, per turn, the question, an AI message with tool calls and the tool's result; its
+    final answer went to the user but not into the history. No stored text is a reply, so matching fell back to
+    counting assistant entries, and the tool-call entry counted as the answer: PASS, with no text (fixed first)
+    and then with a preamble ("Let me check my notes.") or a placeholder a streaming bot stores (a real LangChain
+    agent and app). An assistant entry is an answer only when it is like the reply (one holds the other)."""
     world = _world(sessions=2, turns=3)
     for s in world.order:
         kept = []
         for turn, message in world.stored[s]:
             if message["type"] == "ai":
-                call = {"type": "ai", "data": {**message["data"], "content": "", "type": "ai",
+                call = {"type": "ai", "data": {**message["data"], "content": call_text, "type": "ai",
                                                "tool_calls": [{"name": "lookup", "args": {}, "id": f"c{turn}"}]}}
                 tool = {"type": "tool", "data": {"content": "42", "type": "tool", "tool_call_id": f"c{turn}"}}
                 kept += [(turn, call), (turn, tool)]
@@ -200,6 +202,25 @@ def test_an_agent_that_stores_its_tool_call_but_not_its_answer_is_unanswered(tmp
         with_calls.append((turn, message))
     answered.stored[s] = with_calls
     assert _audit(tmp_path / "answered", answered)["anomalies"] == {}
+
+
+@pytest.mark.parametrize("stored_as", ["cut short", "with a prefix", "html-escaped", "spaced and cased"])
+def test_a_reply_stored_otherwise_than_sent_is_still_its_answer(tmp_path, stored_as):
+    """What a correct bot's store may do to a reply: keep its first 40 characters, prefix it, escape it for HTML,
+    re-space or re-case it. Each stored text still holds the reply, or is held by it, once both are read alike."""
+    world = build_world([[TurnSpec("chatter", "ok") for _ in range(3)] for _ in range(2)], seed=5)
+    replies = {(r["session"], r["turn"]): r for r in world.records}
+    for r in replies.values():
+        r["reply"] = f"Sure & thanks: {r['reply']} <ok>"
+    for s in world.order:
+        for turn, message in world.stored[s]:
+            if message["type"] == "ai":
+                reply = replies[s, turn]["reply"]
+                message["data"]["content"] = {
+                    "cut short": reply[:40], "with a prefix": f"Assistant: {reply}",
+                    "html-escaped": reply.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"),
+                    "spaced and cased": "  " + reply.upper().replace(" ", "\n ")}[stored_as]
+    assert _audit(tmp_path, world)["anomalies"] == {}
 
 
 def test_replies_stored_without_the_footer_the_api_adds_are_answers(tmp_path):
