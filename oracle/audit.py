@@ -91,7 +91,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
         evidence = meta.get("evidence") or {}
     kinds = tuple(sorted({f.kind for f in faults}))
     context = Context(folder.path, options, live,
-                      Evidence(evidence.get("ttl_in_use", False), [tuple(e) for e in evidence.get("evictions") or []]),
+                      Evidence.of(evidence),
                       kinds, [Fault(kinds.index(f.kind), f.start, f.end if f.end is not None else float("inf"))
                               for f in faults if f.effective], window_s, recovery_s)
     shutil.rmtree(folder.audit / "parts", ignore_errors=True)

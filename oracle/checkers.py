@@ -130,7 +130,7 @@ def check_vanished(session: str, turns: list[Turn], raw: RawSession, gone_class)
     if not ok:
         return []
     last = max(ok, key=lambda t: t.received or t.sent)
-    cls = gone_class(last.received or last.sent)
+    cls = gone_class(last.received or last.sent, min(t.sent for t in turns))
     return [finding(cls, session, None, last.received or last.sent, key=raw.key, ok_turns=len(ok),
                     last_ok_turn=last.turn, ttl_in_use=cls == "expired", ok_turn_numbers=[t.turn for t in ok])]
 
@@ -442,7 +442,7 @@ class SessionResult:
 
 
 def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Decoded,
-                  journal: dict[str, list[Turn]], gone_class=lambda last_ack: "vanished") -> SessionResult:
+                  journal: dict[str, list[Turn]], gone_class=lambda last_ack, first_write=None: "vanished") -> SessionResult:
     """Every checker over one session, and the counts its row in sessions.csv needs.
 
     Checkers that cannot fire are skipped (no foreign entries: no cross-talk; one copy of each
@@ -477,15 +477,16 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
                    (raw.exists and t.turn not in v.copies and t.turn not in v.corrupt_turns))]
     return SessionResult(findings, session_stats(turns, v.copies, v.corrupt_turns, counted(findings),
                                                  len(lost_turns), raw.exists), lost_turns,
-                         layout(session, raw, [t for _, t, _ in v.own], decoded))
+                         layout(session, raw, [by_turn.get(t) for _, t, _ in v.own], decoded))
 
 
-def layout(session: str, raw: RawSession, turns: list[int], decoded: Decoded) -> str | tuple | None:
+def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str | tuple | None:
     """How the key holds the session's turns (oracle/keys.py check_layout: every session so means the options
-    do not fit the store). Its own user entries, two turns or more, by the majority of neighbouring pairs:
-    "ordered" (ascending, a burst's pair either way) or "reversed" (descending: a list read with the wrong
-    --direction) or "blob reversed" (a JSON blob newest first); fewer: "held". None of its own: "roles" and
-    their names when its tokens are in entries of roles neither user nor assistant (the wrong --user-role);
+    do not fit the store). Its own user entries' turns in stored order (None: not journaled), by the majority of
+    neighbouring pairs in real-time order (one acknowledged before the other was sent; a burst's pair has no
+    order, as in ``check_reordered``): "ordered" (ascending) or "reversed" (descending: a list read with the wrong
+    --direction) or "blob reversed" (a JSON blob newest first); no such pair: "held". None of its own: "roles"
+    and their names when its tokens are in entries of roles neither user nor assistant (the wrong --user-role);
     "untokened" when it has user entries but none carries any token (the bot rewrites messages); "undecodable"
     when no entry decodes and none is a pickle (another format than JSON); else None."""
     if not turns:
@@ -497,10 +498,14 @@ def layout(session: str, raw: RawSession, turns: list[int], decoded: Decoded) ->
         if decoded.corrupt and not decoded.messages and not any("pickle" in c["reason"] for c in decoded.corrupt):
             return "undecodable"
         return None
-    if raw.type not in ("list", "string") or len(turns) < 2:
+    if raw.type not in ("list", "string"):
         return "held"
-    up = sum(a < b for a, b in zip(turns, turns[1:]))
-    down = sum(a > b for a, b in zip(turns, turns[1:]))
+    up = down = 0
+    for a, b in zip(turns, turns[1:]):
+        if a is None or b is None:
+            continue
+        up += a.received is not None and a.received <= b.sent
+        down += b.received is not None and b.received <= a.sent
     if down > up:
         return "reversed" if raw.type == "list" else "blob reversed"
     return "ordered" if up > down else "held"

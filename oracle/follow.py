@@ -65,8 +65,7 @@ def follow(run_dir: Path, store: StoreOptions, every: float, settle: float, stop
                 ready.append(waiting.popleft())
             if ready:
                 evidence = store_evidence(reader, folder, store)  # what the store says now: TTLs, evictions so far
-                judging = Judging(Context(folder.path, store, True, Evidence(evidence.get("ttl_in_use", False),
-                                                                            evidence.get("evictions") or []),
+                judging = Judging(Context(folder.path, store, True, Evidence.of(evidence),
                                           (), [], 5.0, 5.0, rolling=True), list(range(PARTITIONS)))
                 with rare_full_collections():
                     for _, p, entry in ready:

@@ -60,21 +60,50 @@ class Fault:
 @dataclass
 class Evidence:
     """What the store says about missing keys before any session is judged: its keys carry TTLs (so a
-    gone key most likely expired), and when it evicted keys (so a gone key may have been evicted)."""
+    gone key may have expired), and when it expired and evicted keys (its counters over the run)."""
     ttl_in_use: bool = False
     evictions: list = field(default_factory=list)  # [(time, evicted_keys counter)] ascending, the last at the audit
+    expiries: list = field(default_factory=list)   # [(time, expired_keys counter)] likewise; none: not known
 
     def __post_init__(self):
-        self._times = [when for when, _ in self.evictions]
+        self._evicted, self._expired = _Counter(self.evictions), _Counter(self.expiries)
 
-    def gone_class(self, last_ack: float) -> str:
-        """``evicted`` when the store evicted keys after the session's last acknowledged turn,
-        else ``expired`` when keys carry TTLs, else ``vanished``. (A binary search: a day's telemetry
-        is 17,280 samples, and a store that lost everything asks once per session.)"""
-        at = bisect.bisect_right(self._times, last_ack)
-        if self.evictions and self.evictions[-1][1] > (self.evictions[at - 1][1] if at else 0):
+    @classmethod
+    def of(cls, evidence: dict) -> "Evidence":
+        """From ``keys.store_evidence``'s dict (or an older snapshot's, which has no expiries)."""
+        return cls(evidence.get("ttl_in_use", False), [tuple(e) for e in evidence.get("evictions") or []],
+                   [tuple(e) for e in evidence.get("expiries") or []])
+
+    def gone_class(self, last_ack: float, first_write: float | None = None) -> str:
+        """``evicted`` when the store evicted keys after the session's last acknowledged turn, else ``expired``
+        when keys under the template carry TTLs and the store may have expired a key since the session's first
+        write, else ``vanished``: a key the store never expired did not expire (a Redis that restarted without
+        persistence, keys under a 1-hour TTL, lost sessions written a minute before)."""
+        if self._evicted.rose_after(last_ack):
             return "evicted"
-        return "expired" if self.ttl_in_use else "vanished"
+        if not self.ttl_in_use:
+            return "vanished"
+        if self.expiries and not self._expired.rose_after(last_ack if first_write is None else first_write):
+            return "vanished"
+        return "expired"
+
+
+class _Counter:
+    """A server counter sampled over time, [(time, value)] ascending: did it rise after a moment? A drop is a
+    restart, counting from 0 again. A binary search per question (a day's telemetry is 17,280 samples, and a
+    store that lost everything asks once per session)."""
+
+    def __init__(self, samples: list):
+        self.times, self.risen, before = [], [], 0
+        for when, value in samples:
+            self.risen.append((self.risen[-1] if self.risen else 0) + (value - before if value >= before else value))
+            self.times.append(when)
+            before = value
+
+    def rose_after(self, when: float) -> bool:
+        """No sample before ``when``: anything the counter counted since the server started."""
+        at = bisect.bisect_right(self.times, when)
+        return bool(self.risen) and self.risen[-1] > (self.risen[at - 1] if at else 0)
 
 
 @dataclass

@@ -394,19 +394,21 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
     if client is None:
         return {}
     info = _info(client)
-    evictions, at_start = [], None
+    samples, at_start = {name: [] for name in COUNTERS}, None
     if folder.telemetry.exists():
         for record in read_jsonl(folder.telemetry, telemetry_sample, problems=[]):  # checked: time, store's numbers
             store = record.get("store") or {}
             if at_start is None and all(isinstance(store.get(name), int) for name in COUNTERS):
                 at_start = {name: store[name] for name in COUNTERS}
-            if store.get("evicted_keys") is not None:
-                evictions.append((float(record["time"]), int(store["evicted_keys"])))
-    evictions.append((time.time(), int(info.get("evicted_keys") or 0)))
-    if len(evictions) == 1 and not evictions[0][1]:
-        evictions = []  # never evicted anything
+            for name in COUNTERS:
+                if store.get(name) is not None:
+                    samples[name].append((float(record["time"]), int(store[name])))
+    for name in COUNTERS:
+        samples[name].append((time.time(), int(info.get(name) or 0)))
+    evictions = samples["evicted_keys"] if any(value for _, value in samples["evicted_keys"]) else []
     template = (options or getattr(reader, "options", None) or StoreOptions()).key_template
-    return {"ttl_in_use": _ttl_under(client, template), "evictions": evictions, "counters_at_start": at_start}
+    return {"ttl_in_use": _ttl_under(client, template), "evictions": evictions, "expiries": samples["expired_keys"],
+            "counters_at_start": at_start}
 
 
 def _ttl_under(client: redis.Redis, template: str) -> bool:

@@ -204,6 +204,7 @@ class _Shape(msgspec.Struct):
 class _Evidence(msgspec.Struct):
     ttl_in_use: bool = False
     evictions: list[tuple[float, int]] = []
+    expiries: list[tuple[float, int]] = []
     missing_keys: Optional[dict] = None
 
 

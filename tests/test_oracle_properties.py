@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from oracle.audit import audit_run
 from support_oracle import ANOMALY_KINDS, TurnSpec, build_world, finding_keys, inject, write_journal, write_snapshot
@@ -32,6 +32,12 @@ damage = st.sampled_from(ANOMALY_KINDS + (None, None))
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=sessions, plan=st.lists(damage, min_size=6, max_size=6), seed=st.integers(0, 10_000),
        ttl=st.booleans(), foreign=st.booleans())
+@example(  # two sessions whose only stored pairs were bursts, stored newest first: 'the wrong --direction', exit 2
+    specs=[[TurnSpec("plant", "info", 1, "none", False), TurnSpec("plant", "ok", 2, "both", False),
+            TurnSpec("plant", "ok", 1, "both", False)],
+           [TurnSpec("plant", "info", 3, "none", False), TurnSpec("plant", "ok", 1, "both", False),
+            TurnSpec("plant", "ok", 1, "both", False)]],
+    plan=["unanswered", "unanswered", "lost", "lost", "lost", "lost"], seed=52, ttl=False, foreign=False)
 def test_reports_exactly_the_injected_anomalies(specs, plan, seed, ttl, foreign):
     world = build_world(specs, seed=seed)
     rng = random.Random(seed)

@@ -368,6 +368,12 @@ def test_only_keys_under_the_template_with_a_ttl_make_a_gone_session_expired(tmp
     summary = audit_run(run, StoreOptions(url=redis_server.url))
     assert summary["anomalies"] == {"vanished": 1}
     client.expire(f"message_store:{world.order[0]}", 3600)
+    expired = int(client.info("stats")["expired_keys"])
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+    assert summary["anomalies"] == {"expired" if expired else "vanished": 1}  # a store that never expired a key
+    client.set("message_store:short-lived", "x", px=1)                       # ...expires one now
+    wait_until(lambda: client.get("message_store:short-lived") is None and
+               int(client.info("stats")["expired_keys"]) > expired, what="a key expired")
     summary = audit_run(run, StoreOptions(url=redis_server.url))
     assert summary["anomalies"] == {"expired": 1}
 

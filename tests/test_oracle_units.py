@@ -315,3 +315,20 @@ def test_a_gone_key_is_evicted_only_when_the_store_evicted_after_its_last_ack():
         ["evicted", "evicted", "evicted", "evicted", "evicted", "expired", "expired"]
     assert Evidence(False, []).gone_class(1.0) == "vanished"
     assert Evidence(False, [(100.0, 4), (200.0, 4)]).gone_class(50.0) == "evicted"  # 4 evicted since the start
+    assert Evidence(False, [(100.0, 7), (110.0, 2)]).gone_class(105.0) == "evicted"  # a restart, then 2 evicted
+
+
+def test_a_gone_key_expired_only_when_the_store_expired_a_key_since_the_sessions_first_write():
+    """Keys under the template carry a 1-hour TTL, and Redis restarted without persistence: the sessions written
+    before the crash were gone, called 'expired', and `--gate expired=off` passed the run (a real LangChain app).
+    A key the store never expired did not expire: the expired_keys counter must have risen since the first write."""
+    from oracle.judge import Evidence
+    never = Evidence(True, [], [(100.0, 0), (110.0, 0), (120.0, 0)])
+    assert never.gone_class(115.0, 105.0) == "vanished"
+    restarted = Evidence(True, [], [(100.0, 40), (110.0, 40), (120.0, 0), (130.0, 0)])  # 40 before the run
+    assert restarted.gone_class(115.0, 105.0) == "vanished"
+    assert Evidence(True, [], [(100.0, 40), (110.0, 41)]).gone_class(108.0, 105.0) == "expired"
+    assert Evidence(True, [], [(100.0, 40), (110.0, 0), (120.0, 3)]).gone_class(108.0, 105.0) == "expired"  # after a restart
+    assert Evidence(True, [], [(500.0, 3)]).gone_class(108.0, 105.0) == "expired"  # no sample before: since start
+    assert Evidence(True, []).gone_class(108.0) == "expired"  # an older snapshot: no counter known
+    assert Evidence(False, [], [(500.0, 3)]).gone_class(108.0, 105.0) == "vanished"  # no TTL under the template

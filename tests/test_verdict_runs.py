@@ -215,13 +215,20 @@ def world_run(tmp_path, server, key_template="message_store:{session}", db=0, ag
     return run, world
 
 
-def test_a_redis_restart_without_persistence_is_reported_as_loss(tmp_path, redis_server):
+@pytest.mark.parametrize("ttl", [None, 3600])
+def test_a_redis_restart_without_persistence_is_reported_as_loss(tmp_path, redis_server, ttl):
+    """With a 1-hour TTL on the bot's keys (the sessions written after the restart carry it) the lost sessions were
+    'expired', and `--gate expired=off`, meant for a TTL by design, passed a crash that lost them (a LangChain app
+    with RedisChatMessageHistory(ttl=3600)): the restarted server had expired no key."""
     run, world = world_run(tmp_path, redis_server)
     now = time.time()
     redis_server.stop()
     time.sleep(1.1)  # the restart must be visibly later than the acknowledgements (uptime counts seconds)
     redis_server.start()
-    s = audit_run(run, StoreOptions(url=redis_server.url))
+    if ttl:
+        redis_server.client().rpush("message_store:written-after-the-restart", "{}")
+        redis_server.client().expire("message_store:written-after-the-restart", ttl)
+    s = audit_run(run, StoreOptions(url=redis_server.url), gates=parse_gates("strict,expired=off"))
     gone = [f for f in read_findings(run) if f["class"] == "vanished"]
     assert len(gone) == len(world.order) and s["verdict"]["result"] == "fail"
     assert all(f["evidence"]["store_restarted"] for f in gone)
