@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     run = Path(args.run)
     from oracle.audit import WorkerError, audit_run  # after argument errors, which need no pandas
-    from oracle.verdict import NOTHING_ACKNOWLEDGED, headline
+    from oracle.verdict import exit_code as verdict_exit_code, headline
 
     try:
         store, limits = store_options(args), gates(args)
@@ -165,8 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     print(render(summary, run))
     if summary["verdict"]["result"] == "fail":
         print(headline(summary["verdict"]))
-        # as at the end of a Locust run: nothing to judge is bad input (a finding would still be 1)
-        return 2 if summary["verdict"]["failed"] == [NOTHING_ACKNOWLEDGED] else 1
+        return verdict_exit_code(summary["verdict"])  # as at the end of a Locust run: nothing to judge is 2
     try:
         untrusted = cut_short(recorded_run(run))
     except (OSError, codec.DecodeError) as exc:  # a damaged run.json may have said the run was cut short

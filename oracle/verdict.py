@@ -253,6 +253,17 @@ def of_summary(summary: dict, gates: Gates | None = None) -> dict:
     return v
 
 
+def exit_code(v: dict) -> int:
+    """The exit code of a verdict (README "Exit codes"): 0 pass; 2 when the target acknowledged no turn and nothing
+    else failed but the requests it refused (the `errors` gate fails with it under strict: a run that reached no
+    bot is bad input, not a bug found); else 1 (refused turns stored anyway, say, are a finding)."""
+    if v.get("result") != FAIL:
+        return 0
+    failed_gates = [r for r in v.get("rules") or [] if r.get("result") == FAIL and r.get("gate") != "errors"]
+    others = [line for line in requirements(v) if line != NOTHING_ACKNOWLEDGED and not line.startswith(NO_QUIET[:20])]
+    return 2 if NOTHING_ACKNOWLEDGED in requirements(v) and not (failed_gates or others) else 1
+
+
 def require_measured(v: dict, acknowledged: int, probes: int, answered: int, gates: Gates) -> dict:
     """Fail ``v`` (an ``evaluate`` result) for what no gate could measure: a target that acknowledged no
     turn, or recall probes sent with none answered (unless the probe gate is off): a gate of nothing holds."""

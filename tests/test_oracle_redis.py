@@ -446,13 +446,15 @@ def test_a_run_the_target_acknowledged_nothing_of_is_no_pass(tmp_path, redis_ser
     refused = [{**r, "outcome": "fail", "reply": None, "received": None} for r in world.records]
     write_journal(run, refused)  # the bot was down all along: every turn refused, nothing stored is expected
     redis.Redis.from_url(redis_server.url).flushdb()
-    code, out, _ = in_process(capsys, run, "--store-url", redis_server.url, "--gate", "strict,errors=off")
-    summary = json.loads((run / "audit" / "summary.json").read_text())
-    assert code == 2 and "FAIL — nothing measured: no turn was acknowledged by the target" in out
-    assert summary["verdict"]["result"] == "fail" and summary["turns"]["ok"] == 0
+    for gates in ("strict,errors=off", "strict"):  # strict: every refused turn fails the errors gate too (it was 1)
+        code, out, _ = in_process(capsys, run, "--store-url", redis_server.url, "--gate", gates)
+        summary = json.loads((run / "audit" / "summary.json").read_text())
+        assert code == 2 and "FAIL — nothing measured: no turn was acknowledged by the target" in out, gates
+        assert summary["verdict"]["result"] == "fail" and summary["turns"]["ok"] == 0
     store_with_langchain(redis_server.url, world)  # ... but the refused turns are stored: that is a finding
-    code, out, _ = in_process(capsys, run, "--store-url", redis_server.url, "--gate", "strict,errors=off")
-    assert code == 1 and "aborted" in out
+    for gates in ("strict,errors=off", "strict"):
+        code, out, _ = in_process(capsys, run, "--store-url", redis_server.url, "--gate", gates)
+        assert code == 1 and "aborted" in out
 
 
 def test_a_damaged_snapshot_or_run_folder_is_bad_input_never_a_quieter_verdict(tmp_path, redis_server, capsys):
