@@ -74,6 +74,13 @@ class RunFolder:
         """The journal's shards, in name order."""
         return sorted(self.journal.glob("*.jsonl"))
 
+    def journal_bytes(self) -> int:
+        """The size of every journal file (the shards and the workers' copies), as the audit records it in its
+        summary: a summary of a journal that changed since (audited while the run went on, a journal replaced)
+        is not the run's verdict. Sizes, not times: a copied or downloaded folder keeps sizes, not times."""
+        files = self.shards() + (sorted(self.workers.glob("*.jsonl")) if self.workers.is_dir() else [])
+        return sum(p.stat().st_size for p in files if p.is_file())
+
     def journal_shard(self, name: str) -> Path:
         return self.journal / f"{name}.jsonl"
 

@@ -64,6 +64,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     folder = RunFolder(run_dir)
     clock = time.perf_counter()
     journal = Journal.open(folder.path)
+    journal_bytes = folder.journal_bytes()  # before reading it: a journal still growing is not all judged
     journal.require_records()  # before the store or its snapshot: without a journal there is nothing to judge
     problems: list[str] = []
     faults, steps = load_faults(folder.path, problems), load_steps(folder.path, problems)
@@ -182,6 +183,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
         if missing_keys:
             result["information"]["missing_keys"] = missing_keys
         result["jobs"] = jobs
+        result["journal"] = {"bytes": journal_bytes}
         reused = sum(r.reused for r in results)
         if reused:  # the rolling audit's judgements that stood: key and journal unchanged since (oracle/rolling.py)
             result["rolling"] = {"reused": reused}

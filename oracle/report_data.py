@@ -275,6 +275,18 @@ def _verdict_disagrees(v) -> str | None:
     return None
 
 
+def _of_another_journal(summary: dict, folder: RunFolder) -> str | None:
+    """Why a summary is not the verdict of the journal in its folder: the journal has changed since it was audited
+    (``oracle audit`` while the run went on, which then stopped without a verdict of its own; an audit/ left in a
+    reused run folder; a journal replaced). An older summary, which does not say, is taken as it is."""
+    recorded = summary.get("journal", {}).get("bytes") if isinstance(summary.get("journal"), dict) else None
+    now = folder.journal_bytes()
+    if isinstance(recorded, int) and recorded != now:
+        return (f"the journal has changed since this audit ({recorded:,} bytes judged, {now:,} now: audited while "
+                "the run was still going, an audit left in a reused run folder, or the journal replaced)")
+    return None
+
+
 def load_run(path: str | Path) -> RunData:
     path = Path(path)
     if not path.is_dir():
@@ -327,6 +339,10 @@ def load_run(path: str | Path) -> RunData:
     disagree = _verdict_disagrees(summary.get("verdict"))
     if disagree:  # an edited summary: its badge would say what its own rules do not
         raise NotAudited(f"{summary_file}: {disagree} - re-run `python -m oracle audit {path}`")
+    other = _of_another_journal(summary, folder)
+    if other:  # a PASS of half a run, or of another run, is no verdict of this one
+        raise NotAudited(f"{summary_file}: {other} - re-run `python -m oracle audit {path}` (with --store-url "
+                         "while the store still holds the run)")
     windows = read_windows(folder.windows_csv, warnings)
     span = run_span(run, windows, folder.run_json, warnings)
     try:

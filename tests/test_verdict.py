@@ -773,3 +773,28 @@ def test_a_verdict_evaluated_again_under_other_gates_keeps_what_no_limit_decides
     answered = require_measured(evaluate(observed, strict), 3, 5, 0, strict)
     assert answered["failed"] == [NO_PROBE_ANSWERED.format(sent=5)]
     assert of_summary({"observed": observed, "verdict": answered}, parse_gates("probe_amnesia=off"))["result"] == PASS
+
+
+def test_a_summary_of_a_journal_that_changed_since_is_no_verdict(tmp_path, capsys):
+    """`oracle audit` run while the load went on PASSes what was journaled so far; the run then stopped with no
+    verdict of its own, and compare, trend and report took the mid-run PASS as the run's verdict (exit 0). An
+    audit/ left in a reused run folder did the same. A summary records the size of the journal it judged."""
+    from oracle import compare, report, trend
+
+    world = build_world(simple_specs(4), seed=3)
+    base, cand = tmp_path / "base", tmp_path / "cand"
+    for run in (base, cand):
+        write_journal(run, world.records)
+        write_snapshot(run, world)
+        audit_run(run, gates=parse_gates("lenient,errors=off"))
+    assert compare.main([str(base), str(cand)]) in (0, 1)  # a verdict
+    with open(next((cand / "journal").glob("*.jsonl")), "a") as shard:
+        shard.write(json.dumps({**world.records[0], "turn": 99}) + "\n")  # the run went on after the audit
+    capsys.readouterr()
+    assert compare.main([str(base), str(cand)]) == 2
+    assert trend.main([str(base), str(cand)]) == 2
+    assert report.main([str(cand)]) == 2
+    said = capsys.readouterr()
+    assert "the journal has changed since this audit" in said.out + said.err
+    audit_run(cand)  # audited again: the verdict of the journal as it is
+    assert compare.main([str(base), str(cand)]) in (0, 1)
