@@ -88,7 +88,9 @@ class RunFolder:
         return self.workers / f"{worker_id}.jsonl"
 
     def is_run(self) -> bool:
-        return self.run_json.is_file() or self.journal.is_dir()
+        """run.json, a journal or an audit: a folder holding any is a run's (a new run there would be judged with
+        it, or an audit left there taken for its verdict)."""
+        return self.run_json.is_file() or self.journal.is_dir() or self.summary.is_file()
 
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),

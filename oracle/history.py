@@ -111,20 +111,22 @@ class Journal:
         return cls(folder, Problems(problems, len(problems)), shards=shards, copies=copies)
 
     def require_records(self) -> None:
-        """JournalError unless some line of the journal is a turn (read until the first one)."""
-        first = None
+        """JournalError unless some line of the journal is a turn, and unless every file's first turn names one
+        run: two runs' journals are never judged together (another run's shard copied into journal/ or workers/
+        was judged with this one's, silently). Each file is read up to its first turn."""
+        runs, first = {}, None
         for shard in self.shards:
-            for before, lines, last in line_chunks(shard):
-                for i, raw in enumerate(lines):
-                    if not raw.strip() or torn(raw, last and i == len(lines) - 1):
-                        continue
-                    try:
-                        decode_line(raw)
-                        return
-                    except RecordError as exc:
-                        first = first or problem(str(shard), before + i + 1, exc, raw)
-        raise JournalError(f"{self.folder.journal} holds no valid journal records"
-                           + (f"; first problem: {first}" if first else "") + cr_only_note(self.shards))
+            turn, bad = _first_turn(shard)
+            first = first or bad
+            if turn is not None:
+                runs.setdefault(turn.run, shard)
+        if len(runs) > 1:
+            named = "; ".join(f"{shard.relative_to(self.folder.path)} is run {run!r}" for run, shard in runs.items())
+            raise JournalError(f"{self.folder.journal}: the journal holds more than one run ({named}): two runs' "
+                               "journals are never judged together; move the other run's files out of this folder")
+        if not runs:
+            raise JournalError(f"{self.folder.journal} holds no valid journal records"
+                               + (f"; first problem: {first}" if first else "") + cr_only_note(self.shards))
 
     def completed(self, partitions: set[int] | None = None) -> Iterator[tuple[int, SessionLines]]:
         """(partition, session) for every journaled session of ``partitions`` (all: None), once, as
@@ -155,6 +157,20 @@ class Journal:
                     if t.kind == "plant" and isinstance(t.nonce, str) and t.nonce in values:
                         planted.setdefault(t.nonce, (t.session, t.turn, t.sent))
         return sent, planted
+
+
+def _first_turn(shard: Path) -> tuple[Turn | None, str | None]:
+    """The first turn of a journal file, and the first line before it that is not one (``file:line: why``)."""
+    first = None
+    for before, lines, last in line_chunks(shard):
+        for i, raw in enumerate(lines):
+            if not raw.strip() or torn(raw, last and i == len(lines) - 1):
+                continue
+            try:
+                return decode_line(raw), first
+            except RecordError as exc:
+                first = first or problem(str(shard), before + i + 1, exc, raw)
+    return None, first
 
 
 def journal_files(folder: RunFolder) -> tuple[list[Path], list[dict], list[str]]:

@@ -276,14 +276,15 @@ def _verdict_disagrees(v) -> str | None:
 
 
 def _of_another_journal(summary: dict, folder: RunFolder) -> str | None:
-    """Why a summary is not the verdict of the journal in its folder: the journal has changed since it was audited
-    (``oracle audit`` while the run went on, which then stopped without a verdict of its own; an audit/ left in a
-    reused run folder; a journal replaced). An older summary, which does not say, is taken as it is."""
+    """Why a summary is not the verdict of the run in its folder: the journal has grown since it was audited
+    (``oracle audit`` while the run went on, which then stopped with no verdict of its own). A journal that shrank
+    since was damaged after the audit, whose verdict stands (the breakdown warns of it). An older summary, which
+    does not say what it judged, is taken as it is."""
     recorded = summary.get("journal", {}).get("bytes") if isinstance(summary.get("journal"), dict) else None
     now = folder.journal_bytes()
-    if isinstance(recorded, int) and recorded != now:
-        return (f"the journal has changed since this audit ({recorded:,} bytes judged, {now:,} now: audited while "
-                "the run was still going, an audit left in a reused run folder, or the journal replaced)")
+    if isinstance(recorded, int) and now > recorded:
+        return (f"the journal has grown since this audit ({recorded:,} bytes judged, {now:,} now): it was audited "
+                "while the run was still going")
     return None
 
 

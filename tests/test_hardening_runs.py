@@ -58,6 +58,12 @@ def test_a_run_folder_that_holds_a_run_is_refused_never_mixed_with_the_next(tmp_
     assert f"--run-dir {tmp_path / 'run'} already holds a run" in second.output
     assert sorted(p.name for p in (tmp_path / "run" / "journal").iterdir()) == before
     assert (tmp_path / "run" / "run.json").read_bytes() == run_json
+    left = tmp_path / "left" / "audit"  # only an audit left behind (run.json and journal removed): taken for the
+    left.mkdir(parents=True)            # verdict of whatever ran there next, a dead bot's run included
+    (left / "summary.json").write_text('{"verdict": {"result": "pass"}}')
+    with chat_bot("memory") as url:
+        third = run_locust(url, tmp_path / "left", time_s="2s")
+    assert third.returncode == 2 and f"--run-dir {tmp_path / 'left'} already holds a run" in third.output
 
 
 def test_a_run_folder_that_cannot_be_created_stops_the_load_at_once(tmp_path):

@@ -795,6 +795,22 @@ def test_a_summary_of_a_journal_that_changed_since_is_no_verdict(tmp_path, capsy
     assert trend.main([str(base), str(cand)]) == 2
     assert report.main([str(cand)]) == 2
     said = capsys.readouterr()
-    assert "the journal has changed since this audit" in said.out + said.err
+    assert "the journal has grown since this audit" in said.out + said.err
     audit_run(cand)  # audited again: the verdict of the journal as it is
     assert compare.main([str(base), str(cand)]) in (0, 1)
+
+
+@pytest.mark.parametrize("where", ["journal/local-9.jsonl", "workers/worker-x.jsonl"])
+def test_another_runs_journal_in_the_folder_is_never_judged_with_this_one(tmp_path, where, capsys):
+    """Another run's shard copied into journal/ (or workers/, read as a worker's copy of a shard this run never
+    had) was judged with this run's turns, silently: a dead bot's run could PASS on them. Exit 2 naming both."""
+    from oracle import audit_cli
+
+    world, other = build_world(simple_specs(3), seed=3), build_world(simple_specs(3), seed=4)
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    (tmp_path / where).parent.mkdir(exist_ok=True)
+    (tmp_path / where).write_text("".join(json.dumps({**r, "run": "last-night"}) + "\n" for r in other.records))
+    assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "the journal holds more than one run" in err and f"{where} is run 'last-night'" in err
