@@ -7,6 +7,7 @@
 - ``contracts.jsonl``     the one JSONL reader: one torn-last-line rule, bad lines named ``file:line``
 - ``contracts.durations`` the one duration grammar (options, plans, scripts)
 - ``contracts.runfolder`` the run folder's paths
+- ``contracts.console``   the entry points' console: what a terminal cannot encode is escaped
 
 Nothing here imports another goldfish package: locustfiles, chaos and oracle all import it.
 The formats themselves are described in docs/CONTRACTS.md.

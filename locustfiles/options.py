@@ -20,6 +20,7 @@ from contracts import codec, durations, redact
 from locustfiles.contract import (BODY_FORMATS, METHODS, REPLY_FORMATS, SESSION, SESSION_SOURCES, PathError,
                                   check_fields, set_dotted)
 from oracle import AuditOptionError, StoreOptions, add_gate_options, add_store_options, gates, store_options
+from oracle.options import GATES, STORE
 
 if TYPE_CHECKING:
     from oracle import Gates
@@ -30,6 +31,14 @@ _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RF
 
 class OptionError(ValueError):
     """An option value that cannot work; the message names the option."""
+
+
+# what run.json records of the options (Settings.public(), the target): each must be UTF-8 text
+RECORDED = ("run_dir", "label", "script", "think", "chaos", "chaos_backend", "stack_state", "settle", "audit_every",
+            "telemetry_interval", "chat_path", "message_field", "session_field", "session_header", "session_from",
+            "start_path", "start_body", "body", "chat_method", "body_format", "reply_format", "reply_field",
+            "replica_header", "header", "step_duration", "host") + tuple(
+    flags[0][2:].replace("-", "_") for flags, _ in STORE + GATES)
 
 
 # --help groups, in the order they are listed (goldfish's options come after Locust's own)
@@ -281,6 +290,19 @@ def parse_header(text: str, option: str = "--header") -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def check_utf8(value, option: str, show: bool = True) -> None:
+    """Python reads a command line's bytes that are not UTF-8 (a file name in another encoding) as lone
+    surrogates, which run.json cannot hold: found when the test started, with the load running unjournaled."""
+    try:
+        str(value).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        c = ord(exc.object[exc.start])
+        what = f"byte 0x{c - 0xdc00:02x}" if 0xdc80 <= c <= 0xdcff else f"a lone surrogate \\u{c:04x}"
+        shown = repr(redact.text(value)) if show else "the value"  # a header's or a body's may be a credential
+        raise OptionError(f"{option}: {shown} must be valid UTF-8 (it holds {what}): run.json could not record "
+                          "it") from None
+
+
 def default_run_dir(label: str, now: float | None = None) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label or "dev")[:100]  # a file name holds 255 bytes
@@ -335,6 +357,9 @@ class Settings:
     @classmethod
     def from_options(cls, o) -> "Settings":
         get = lambda name, default=None: getattr(o, name, default)  # noqa: E731
+        for name in RECORDED:
+            for value in get(name) if isinstance(get(name), list) else [get(name)]:
+                check_utf8(value, f"--{name.replace('_', '-')}", show=name not in ("header", "body", "start_body"))
         if not str(get("chat_path", "/chat")).startswith("/"):
             raise OptionError(f"--chat-path: {get('chat_path')!r} must start with '/'")
         if not get("message_field"):

@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     from contracts.runfolder import LOCAL_WRITE_ERRNOS, CannotWrite
     try:
         return module.main(argv[1:])
+    except KeyboardInterrupt:  # Ctrl-C: what was written stays; no traceback (audit says how to finish)
+        print(f"oracle {argv[0]}: interrupted", file=sys.stderr)
+        return 130
     except Exception as exc:  # noqa: BLE001 - never exit 1, which means "a gate failed", on a crash
         if isinstance(exc, CannotWrite):  # the run folder's device is full or read-only: the user's disk
             print(f"oracle {argv[0]}: {exc}", file=sys.stderr)
@@ -46,4 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from contracts.console import escape_unencodable
+
+    escape_unencodable()
     sys.exit(main())

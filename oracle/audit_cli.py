@@ -8,6 +8,7 @@ run's Locust users raised exceptions (run.json), so conversations were cut short
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -135,6 +136,18 @@ def render(summary: dict, run: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    try:
+        return _audit(args)
+    except KeyboardInterrupt:  # Ctrl-C, often while a slow store is read: say how to finish, not a traceback
+        again = " ".join(["python -m oracle audit", shlex.quote(args.run)] +
+                         [f"--{name.replace('_', '-')} ..." for name in ("store_url", "http_url", "reader")
+                          if getattr(args, name, "")])
+        print(f"oracle audit: interrupted: the audit of {args.run} did not finish (the journal and any tables of an "
+              f"earlier audit are kept); finish it with `{again}`", file=sys.stderr)
+        return 130
+
+
+def _audit(args) -> int:
     run = Path(args.run)
     from oracle.audit import WorkerError, audit_run  # after argument errors, which need no pandas
     from oracle.verdict import exit_code as verdict_exit_code, headline

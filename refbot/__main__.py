@@ -153,4 +153,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    from contracts.console import escape_unencodable
+
+    escape_unencodable()  # an ASCII terminal or log: a dash or a path's é escaped, no crash
     sys.exit(main())
