@@ -40,7 +40,7 @@ from oracle.snapshot import SnapshotError, SnapshotWriter, options_from_meta, re
 from oracle.store import StoreError, StoreOptions, make_reader
 from oracle.tables import SESSION_COLUMNS, add_confirmed_crosstalk, summary as build_summary
 from oracle.tally import Tally
-from oracle.timeline import check_faults, load_faults, load_steps
+from oracle.timeline import check_faults, idle_plan, load_faults, load_steps
 
 STORE_ERRORS = (StoreError, redis.RedisError, OSError, requests.RequestException)
 PARALLEL_MIN_BYTES = 4 << 20  # a smaller journal is judged faster than processes start
@@ -68,6 +68,7 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     journal.require_records()  # before the store or its snapshot: without a journal there is nothing to judge
     problems: list[str] = []
     faults, steps = load_faults(folder.path, problems), load_steps(folder.path, problems)
+    problems += filter(None, [idle_plan(folder.path, faults)])
     live = store is not None
     if live:
         reader = make_reader(store)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from contracts import codec
 from contracts.jsonl import printable, read_jsonl
 from contracts.runfolder import RunFolder
 from contracts.timeline import chaos_event, load_step
@@ -91,6 +92,21 @@ def load_faults(run_dir: Path, problems: list[str] | None = None) -> list[Fault]
             faults.append(_fault(open_.pop(key), float(r["time"]), r.get("via")))  # a failed heal ends nothing
     faults += [_fault(r, None, None) for r in open_.values()]
     return sorted(faults, key=lambda f: f.start)
+
+
+def idle_plan(run_dir: Path, faults: list[Fault]) -> str | None:
+    """A warning when run.json names a chaos plan and no fault of it was applied (each due after the load ended,
+    or none could apply): a PASS of such a run says nothing of surviving faults, and nothing else would say so."""
+    if faults:
+        return None
+    try:
+        plan = codec.load_document(RunFolder(run_dir).run_json).get("plan")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not plan or not isinstance(plan, str):
+        return None
+    return (f"chaos: the plan {plan} applied no fault during the run (each was due after the load ended, or none "
+            "could apply): this verdict says nothing of surviving faults")
 
 
 def _fault(apply: dict, end: float | None, via: str | None) -> Fault:

@@ -814,3 +814,17 @@ def test_another_runs_journal_in_the_folder_is_never_judged_with_this_one(tmp_pa
     assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 2
     err = capsys.readouterr().err
     assert "the journal holds more than one run" in err and f"{where} is run 'last-night'" in err
+
+
+def test_a_chaos_plan_that_applied_no_fault_is_said(tmp_path, capsys):
+    """A plan whose faults were all due after the load (`kill at 1000s`, `-t 6s`) gave an unqualified PASS."""
+    from oracle import audit_cli
+
+    world = build_world(simple_specs(3), seed=3)
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    (tmp_path / "run.json").write_text(json.dumps({"run": "run", "plan": "plans/nightly.yaml", "start": 1.0}))
+    audit_cli.main([str(tmp_path), "--jobs", "1"])
+    said = "chaos: the plan plans/nightly.yaml applied no fault during the run"
+    assert said in capsys.readouterr().out
+    assert any(p.startswith(said) for p in json.loads((tmp_path / "audit" / "summary.json").read_text())["problems"])
