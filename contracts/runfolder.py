@@ -17,12 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import stat
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
+
+
+class AuditBusy(RuntimeError):
+    """Another audit of the same run folder holds its lock."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,25 @@ class RunFolder:
 
     def worker_shard(self, worker_id: str) -> Path:
         return self.workers / f"{worker_id}.jsonl"
+
+    @contextlib.contextmanager
+    def audit_lock(self):
+        """Held while an audit writes audit/ and store/: a second audit of the run at the same time stops at once
+        (``AuditBusy``), where it failed on the first one's half-written files ("cannot read store.reading/
+        meta.json"). A folder where no lock file can be made (read-only) is audited unlocked, as before."""
+        try:
+            self.audit.mkdir(exist_ok=True)  # never the run folder itself: a mistyped path is no run
+            lock = open(self.audit / ".lock", "a+b")
+        except OSError:
+            yield
+            return
+        with lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise AuditBusy(f"{self.path}: another audit of this run is running; wait for it to finish, "
+                                "then audit again if need be") from None
+            yield
 
     def is_run(self) -> bool:
         """run.json, a journal or an audit: a folder holding any is a run's (a new run there would be judged with

@@ -59,8 +59,14 @@ def audit_run(run_dir, store: StoreOptions | None = None, window_s: float = 5.0,
     snapshot audit of a journal big enough; 1 in a gevent-patched process such as Locust's).
     ``gates``: the verdict's limits (default: strict). ``shape``: element-shape fields (role and text fields,
     roles, messages field) that replace the snapshot's in a re-audit (oracle.options.shape_options).
-    Raises JournalError, SnapshotError or StoreError (TemplateMismatch among them) on input it cannot use.
+    Raises JournalError, SnapshotError or StoreError (TemplateMismatch among them) on input it cannot use, and
+    AuditBusy while another audit of the same folder runs.
     """
+    with RunFolder(run_dir).audit_lock():
+        return _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape)
+
+
+def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict:
     folder = RunFolder(run_dir)
     clock = time.perf_counter()
     journal = Journal.open(folder.path)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from oracle.explain import NOT_SCANNED, journal_copy_line
 from contracts import codec, redact
-from contracts.runfolder import RunFolder
+from contracts.runfolder import AuditBusy, RunFolder
 from contracts.durations import DurationError, parse_duration
 from oracle.history import JournalError
 from oracle.keys import TemplateMismatch
@@ -167,7 +167,7 @@ def _audit(args) -> int:
     except TemplateMismatch as exc:
         print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
         return _online(run, limits, args.recovery)
-    except (JournalError, SnapshotError, StoreError, WorkerError) as exc:
+    except (JournalError, SnapshotError, StoreError, WorkerError, AuditBusy) as exc:
         print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:

@@ -828,3 +828,18 @@ def test_a_chaos_plan_that_applied_no_fault_is_said(tmp_path, capsys):
     said = "chaos: the plan plans/nightly.yaml applied no fault during the run"
     assert said in capsys.readouterr().out
     assert any(p.startswith(said) for p in json.loads((tmp_path / "audit" / "summary.json").read_text())["problems"])
+
+
+def test_a_second_audit_of_the_same_run_at_once_stops_saying_so(tmp_path, capsys):
+    """Two `oracle audit` of one folder at once: the second failed on the first's half-written files ("cannot read
+    store.reading/meta.json"). The audit holds the folder's lock; the second is exit 2 and says why."""
+    from contracts.runfolder import RunFolder
+    from oracle import audit_cli
+
+    world = build_world(simple_specs(3), seed=3)
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    with RunFolder(tmp_path).audit_lock():  # the first audit, still running
+        assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 2
+        assert "another audit of this run is running" in capsys.readouterr().err
+    assert audit_cli.main([str(tmp_path), "--jobs", "1"]) in (0, 1)  # once it is done
