@@ -15,7 +15,12 @@ says where it stopped. Signals (docs/locust.md "Stopping a run"):
   was the first (a web-UI stop was healing), the test is then finished and Locust quits;
 - a signal during settle, audit or report, or a second one while stopping, stops there: run.json records
   ``interrupted`` (signal, phase, the command that finishes the job) and the exit code is 130 (SIGINT)
-  or 143 (SIGTERM), never 0.
+  or 143 (SIGTERM), never 0: that of the signal that stopped the run after its load (of two during the
+  load, the second as taken: Locust takes SIGTERM at the event loop's next turn, so a Ctrl-C a millisecond
+  after a SIGTERM may be taken first).
+A stop runs in whichever greenlet stops the load: a SIGTERM's is Locust's own (its ``shutdown`` in a new
+greenlet each time), and whatever escapes that greenlet gevent throws into the main one, so nothing here
+raises out of it; the first shutdown ends the process, a second one waits for it (``again``).
 
 Exit codes of one run (one table for goldfish, docs/locust.md "Exit codes"): 0 every gate held; 1 a gate
 failed; 2 bad input (options, plan, script, an unreachable target, a key template that matches nothing);
@@ -39,7 +44,6 @@ import time
 from pathlib import Path
 
 import gevent
-from gevent import GreenletExit
 from gevent.event import Event
 
 from contracts import codec, redact
@@ -306,12 +310,6 @@ class EndOfRun:
             raise exc
         self._throw_at_switch(exc)
 
-    def _stop_here(self, code: int) -> None:
-        """End the process with ``code`` from whichever greenlet finishes the run (a web-UI stop's, a
-        signal's, the run-time limit's, or Locust's main one)."""
-        self._throw(SystemExit(code))
-        raise GreenletExit()
-
     def interrupt(self, name: str, phase: str | None = None) -> int:
         """Record that ``name`` stopped the current run in ``phase`` (default: its current one); the exit code."""
         if self.code is not None:
@@ -387,9 +385,11 @@ class EndOfRun:
             self.heal(run)
             self.after_heal()
             self._enter(run, SETTLE)  # from here a signal stops the run where it is (no gap after the heal)
-            if self.pending:  # a signal came while stopping: now stop here
-                name, phase = self.pending
-                self._stop_here(self.interrupt(name, phase))
+            if self.pending:  # a second signal came while stopping: stop here. Just return: Locust's shutdown
+                # is under way (the quit() that called us) or asked for (on_signal, quit_after below), and it
+                # exits with self.code. Never raise: in Locust's SIGTERM greenlet gevent throws whatever escapes
+                # into the main greenlet (a GreenletExit there was a traceback and exit code 1)
+                return self.interrupt(*self.pending)
             if not run.bad:  # a folder that could not be written has no room for Locust's files either
                 locust_output.write(environment, run.run_dir)
             raised = user_exceptions(environment, seen)
@@ -418,7 +418,7 @@ class EndOfRun:
             stop_follower(run)
             self.idle.set()
             if self.quit_after and not self.quitting:
-                name, self.quit_after = self.quit_after, None
+                self.quit_after = None
                 self._throw(KeyboardInterrupt())  # the signal that came during the heal: quit as Locust would
 
     def heal(self, run: Run) -> None:
@@ -444,6 +444,8 @@ class EndOfRun:
         Returns the process's exit code."""
         if self.quitting:
             return self.again(environment)
+        if self.stopping and gevent.getcurrent() is not self.main:  # a SIGTERM ahead of the Ctrl-C's own quit:
+            self.on_signal("SIGTERM")  # still the second signal (it stops the run once the heal is done)
         self.quitting = True
         run, runner = self.run, environment.runner
         if run is not None and run.phase == LOAD:
@@ -460,11 +462,15 @@ class EndOfRun:
         return self.exit_code(environment)
 
     def again(self, environment) -> int:
-        """Locust's shutdown called a second time: by a second SIGTERM while finishing (wait for the heal,
-        then stop there: 143), or by Locust itself once everything is done (the final code)."""
-        self.heal_event.wait()
-        if self.phase != IDLE:
-            return self.interrupt("SIGTERM")
+        """Locust's shutdown while its first one is under way: a second SIGTERM (Locust runs each in a new
+        greenlet), or Locust's main greenlet whose wait the first one's ``runner.quit()`` ended. A SIGTERM is a
+        signal like Ctrl-C (``on_signal``: during the stop or the heal it stops the run once the heal is done).
+        Then this greenlet waits for the first shutdown to end the process: it is the one that finishes the
+        run, and two shutdowns would each throw their SystemExit into the main greenlet, the second while the
+        interpreter exits (a traceback)."""
+        if gevent.getcurrent() is not self.main:  # the main greenlet's call is no new signal
+            self.on_signal("SIGTERM")
+        Event().wait()  # never set: the first shutdown's SystemExit ends the process
         return self.exit_code(environment)
 
     def exit_code(self, environment) -> int:
@@ -510,7 +516,7 @@ class EndOfRun:
 
     def _finish(self, run: Run) -> int:
         s = run.settings
-        from oracle import NOTHING_ACKNOWLEDGED, JournalError, TimelineError, headline, journal_verdict
+        from oracle import JournalError, TimelineError, headline, journal_verdict, verdict_exit_code
 
         # the store settles (phase settle since the heal) while the journal is read
         if run.bad:
@@ -561,7 +567,7 @@ class EndOfRun:
         run.verdict = summary["verdict"]
         say(headline(summary["verdict"]))
         if code == EXIT_OK and run.result == "fail":
-            code = EXIT_BAD if summary["verdict"]["failed"] == [NOTHING_ACKNOWLEDGED] else EXIT_GATE
+            code = verdict_exit_code(summary["verdict"])  # nothing acknowledged, nothing else failed: 2
         return code
 
     @staticmethod

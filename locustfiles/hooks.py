@@ -62,7 +62,7 @@ def _check_run_dir(settings) -> None:
     load, not a traceback at the first test's start: the nearest existing folder above it must be a
     writable directory."""
     if RunFolder(settings.run_dir).is_run():  # its journal would be judged with this run's: a dead bot could pass
-        endofrun.say(f"error: --run-dir {settings.run_dir} already holds a run (run.json or journal/): goldfish "
+        endofrun.say(f"error: --run-dir {settings.run_dir} already holds a run (run.json, journal/ or an audit): goldfish "
                      "never adds a run to another's folder; name a new folder, or remove that one")
         raise SystemExit(endofrun.EXIT_BAD)
     where = Path(settings.run_dir).absolute()

@@ -19,8 +19,8 @@ import msgspec
 from contracts import codec, durations, redact
 from locustfiles.contract import (BODY_FORMATS, METHODS, REPLY_FORMATS, SESSION, SESSION_SOURCES, PathError,
                                   check_fields, set_dotted)
-from oracle import AuditOptionError, StoreOptions, add_gate_options, add_store_options, gates, store_options
-from oracle.options import GATES, STORE
+from oracle import (AuditOptionError, StoreOptions, add_gate_options, add_store_options, audit_option_names, gates,
+                    store_options)
 
 if TYPE_CHECKING:
     from oracle import Gates
@@ -37,8 +37,7 @@ class OptionError(ValueError):
 RECORDED = ("run_dir", "label", "script", "think", "chaos", "chaos_backend", "stack_state", "settle", "audit_every",
             "telemetry_interval", "chat_path", "message_field", "session_field", "session_header", "session_from",
             "start_path", "start_body", "body", "chat_method", "body_format", "reply_format", "reply_field",
-            "replica_header", "header", "step_duration", "host") + tuple(
-    flags[0][2:].replace("-", "_") for flags, _ in STORE + GATES)
+            "replica_header", "header", "step_duration", "host") + audit_option_names()
 
 
 # --help groups, in the order they are listed (goldfish's options come after Locust's own)

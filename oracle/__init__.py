@@ -12,6 +12,8 @@ is the command line. Names load lazily, so importing the package costs nothing u
     headline, rule_line                    the verdict in words
     load_faults(run_dir, problems)         chaos.jsonl paired into faults, as the audit pairs them
     NOTHING_ACKNOWLEDGED                   the failed rule of a run the target acknowledged nothing of
+    verdict_exit_code(verdict)             0 pass, 1 a gate failed, 2 nothing to judge (README "Exit codes")
+    audit_option_names()                   the audit's options' attribute names
     AuditOptionError, JournalError, TimelineError, TemplateMismatch, StoreOptions, Gates
     FOLLOW_ENV                             how `python -m oracle follow` (the rolling audit) gets its store
 """
@@ -26,9 +28,11 @@ _WHERE = {
     "add_gate_options": ("oracle.options", "add_gate_options"),
     "store_options": ("oracle.options", "store_options"), "gates": ("oracle.options", "gates"),
     "reach_store": ("oracle.options", "reach_store"),
+    "audit_option_names": ("oracle.options", "option_names"),
     "AuditOptionError": ("oracle.options", "OptionError"),
     "headline": ("oracle.verdict", "headline"), "rule_line": ("oracle.verdict", "rule_line"),
     "NOTHING_ACKNOWLEDGED": ("oracle.verdict", "NOTHING_ACKNOWLEDGED"),
+    "verdict_exit_code": ("oracle.verdict", "exit_code"),
     "JournalError": ("oracle.history", "JournalError"), "TimelineError": ("oracle.timeline", "TimelineError"),
     "TemplateMismatch": ("oracle.keys", "TemplateMismatch"),
     "StoreOptions": ("oracle.store", "StoreOptions"), "Gates": ("oracle.verdict", "Gates"),

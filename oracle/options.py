@@ -48,6 +48,11 @@ GATES = [
     (("--max-stored-loss",), dict(default="", include_in_web_ui=False, help="same as --gate stored_loss=RATE (0..1)")),
     (("--max-crosstalk",), dict(default="", include_in_web_ui=False, help="same as --gate crosstalk=N (sessions with cross-talk)")),
 ]
+
+
+def option_names() -> tuple[str, ...]:
+    """The attribute names of the audit's options (``--store-url`` is ``store_url``), for a caller that checks them."""
+    return tuple(flags[0][2:].replace("-", "_") for flags, _ in STORE + GATES)
 LOCUST_ONLY = ("include_in_web_ui", "is_secret")
 
 

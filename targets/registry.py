@@ -305,12 +305,15 @@ def start_member(member: dict) -> subprocess.Popen:
 def _interrupts_held(signals=(signal.SIGINT, signal.SIGTERM)):
     """Defer these signals' Python handlers to the end of the block, then deliver each once.
 
-    Only the main thread can set handlers; elsewhere (and for a handler Python did not set)
-    the block runs unguarded, as before."""
+    Only the main thread can set handlers; elsewhere, and for a signal with no Python handler, the block
+    runs unguarded. Python cannot see a handler set outside it (Locust's SIGTERM, set through gevent's
+    event loop, reads as SIG_DFL), so "restoring" one would put the default action over it: after a
+    chaos restart, a SIGTERM killed Locust outright, with no heal and no run.json. gevent defers such a
+    handler to its event loop, after this block anyway."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = [s for s in signals if signal.getsignal(s) is not None]
+    held = [s for s in signals if callable(signal.getsignal(s))]
     caught: list[int] = []
     previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum)) for s in held}
     try:

@@ -121,3 +121,27 @@ def test_the_controller_never_signals_init():
 
     with pytest.raises(PermissionError, match="pid 1.*init"):
         refuse_own_process(1, "web")
+
+
+def test_starting_a_member_keeps_a_handler_python_cannot_see(tmp_path):
+    """Locust takes SIGTERM through gevent's event loop, a handler Python reads as SIG_DFL. Holding signals during a
+    member's start "restored" SIG_DFL over it: after any chaos restart, a SIGTERM killed Locust outright (exit -15,
+    no heal, no run.json). A real gevent-patched process: the SIGTERM after a start still reaches its handler."""
+    script = """
+import os, signal, sys
+from gevent import monkey; monkey.patch_all()
+import gevent
+from targets import registry
+hit = []
+gevent.signal_handler(signal.SIGTERM, lambda: hit.append(1))
+registry.start_member({"cmd": [sys.executable, "-c", "pass"], "cwd": sys.argv[1], "log": sys.argv[1] + "/log"})
+os.kill(os.getpid(), signal.SIGTERM)
+for _ in range(500):
+    if hit:
+        break
+    gevent.sleep(0.01)
+print("handled" if hit else "not handled")
+"""
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert (done.returncode, done.stdout.strip()) == (0, "handled"), (done.returncode, done.stderr[-2000:])

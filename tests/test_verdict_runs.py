@@ -236,6 +236,18 @@ def test_a_redis_restart_without_persistence_is_reported_as_loss(tmp_path, redis
     assert "The Redis server restarted after this session's turns" in gone[0]["explanation"]
 
 
+
+def test_an_unreachable_target_is_exit_2_with_a_store_under_strict_gates(tmp_path, redis_server):
+    """Every turn refused: nothing to judge, exit 2 (README). With --store-url the audit ran, and under strict the
+    errors gate failed beside 'nothing measured', so the run exited 1, 'a gate failed'."""
+    from conftest import free_port
+
+    run = run_locust(f"http://127.0.0.1:{free_port()}", tmp_path / "run", "--store-url", redis_server.url,
+                     "--script", quick_script(tmp_path), "--settle", "0", users=2, time_s="2s")
+    assert run.returncode == 2, run.output[-3000:]
+    assert "nothing measured: no turn was acknowledged by the target" in run.output
+    assert run_json(run.run_dir)["exit_code"] == 2
+
 def test_sessions_under_another_template_or_database_are_a_mismatch(tmp_path, redis_server):
     run, world = world_run(tmp_path, redis_server, key_template="bot:{session}:msgs")
     with pytest.raises(TemplateMismatch, match=r"try --key-template 'bot:\{session\}:msgs'"):
