@@ -38,7 +38,7 @@ from locust.exception import CatchResponseError
 from locustfiles.contract import SESSION, ChatContract
 from contracts.codec import dumps
 from contracts.journal import Turn, in_flight
-from locustfiles.judge import crosstalk, recall
+from locustfiles.judge import Fact, crosstalk, planted, probe_verdict
 from locustfiles.outcome import BadRedirect, as_utf8, classify_error, judge_response
 from locustfiles.script import MAX_BURST
 from contracts.tokens import make_token, new_nonce, new_session_id
@@ -179,7 +179,7 @@ class ChatUser(FastHttpUser):
             self.client.client.cookiejar.clear()  # a new conversation: the bot issues a new session cookie
         if rt.contract.start_path and not self.start_conversation(session):
             return  # the bot did not start a conversation: its first turn is journaled as never sent (fail)
-        facts: dict[str, tuple[list[str], bool]] = {}  # fact -> (acceptable nonces, latest last; maybe absent)
+        facts: dict[str, Fact] = {}  # fact -> what was planted of it (locustfiles/judge.py: planted, probe_verdict)
         turn = 0
         steps = rt.script.steps
         pause = rt.settings.think[1] > 0
@@ -258,7 +258,7 @@ class ChatUser(FastHttpUser):
         if kind == "plant":
             rt.plants.add(nonce, session)
         elif kind == "probe" and fact in facts:
-            nonce = facts[fact][0][-1]
+            nonce = facts[fact].latest  # journaled: the latest plant sent
         wire = self.wire()
         issued = bool(rt.contract.session_from)
         payload, headers = wire.request(self.bot_session if issued else session, message)
@@ -377,25 +377,20 @@ class ChatUser(FastHttpUser):
                received: float, outcome: str, status, reply, error, facts: dict, response_ms: float) -> None:
         """Online judgement and the journal line; no gevent switch happens in here.
 
-        ``facts[fact]`` is (acceptable nonces, maybe absent). An ``ok`` plant is certain; an
-        ``info`` plant may or may not be stored, so a probe then accepts the old value or the
-        new one, and when no plant of the fact is certain, "I don't know" is no evidence of
-        amnesia either: the verdict stays null (indeterminate). The judgements go to the journal record
-        (and from it to the web UI's goldfish tab), never into Locust's request totals."""
+        ``facts[fact]`` is what was planted of the fact (judge.Fact). A probe accepts the latest ``ok``
+        plant's value and the value of every ``info`` plant of the fact sent before it, also one sent
+        before that ``ok`` plant (an indeterminate write may land at any later time); never a ``fail``
+        plant's value. When no plant of the fact is certain, "I don't know" is no evidence of amnesia
+        either: the verdict stays null (indeterminate). Values match in any case (judge.probe_verdict
+        has the rule). The judgements go to the journal record (and from it to the web UI's goldfish
+        tab), never into Locust's request totals."""
         rt = self.rt
         verdict, sources = None, []
-        if kind == "plant" and outcome != "fail":
-            if outcome == "ok":
-                facts[fact] = ([nonce], False)
-            else:
-                nonces, maybe_absent = facts.get(fact, ([], True))
-                facts[fact] = (nonces + [nonce], maybe_absent)
+        if kind == "plant":
+            planted(facts, fact, nonce, outcome)
         if outcome == "ok":
             if kind == "probe" and nonce is not None:
-                nonces, maybe_absent = facts[fact]
-                passed = any(recall(reply, n) for n in nonces)  # nonces ends with the latest plant
-                if passed or not maybe_absent:
-                    verdict = "pass" if passed else "amnesia"
+                verdict = probe_verdict(facts, fact, reply)
             sources = crosstalk(reply, session, rt.plants)
             if sources:
                 if rt.crosstalk_logged < CROSSTALK_LOG_LIMIT:
