@@ -69,11 +69,41 @@ def check_layout(order: Counter, options: StoreOptions, live: bool) -> None:
             "the tag, or stores a paraphrase), and the token is how the audit tells one turn from another. Store the "
             "message as sent. Nothing was judged.")
     if order["undecodable"] >= 2 and not held:
+        # why: the corrupt entries' reasons (oracle/decode.py) of a sample of the keys, counted by kind; a re-audit
+        # from the snapshot (or another reader) does not read the store again, so names the possible causes
+        from oracle.redis_reader import sample_undecodable
+        kinds = sample_undecodable(options) if live and options.url and not (options.reader or options.http_url) \
+            else {}
+        at = f"--role-field {options.role_field!r} / --content-field {options.content_field!r}"
+        causes = {
+            "shape": f"valid JSON, but not messages with a role and a text at {at}",
+            "text": "text that is not JSON",
+            "binary": "not text (not utf-8): another format, such as msgpack or a custom encoding",
+            "type": "of a layout the audit does not read as a history"}
+        remedies = {
+            "shape": "if its messages hold a role and a text elsewhere, pass where (--role-field, --content-field; "
+                     "the list inside a JSON document: --messages-field)",
+            "text": "store each message as a JSON object with its role and text",
+            "binary": "store JSON",
+            "type": "store a list, a JSON blob, a hash of numbered fields, a sorted set or a stream"}
+        lead = "JSON" if kinds and set(kinds) <= {"text", "binary"} else "a message"
+        if kinds:
+            found = "; ".join(
+                (f"{k['keys']} key{'s' * (k['keys'] != 1)} {'is' if k['keys'] == 1 else 'are'} " if kind == "type" else
+                 f"{k['entries']} entr{'y' if k['entries'] == 1 else 'ies'} in {k['keys']} key{'s' * (k['keys'] != 1)}"
+                 f" {'is' if k['entries'] == 1 else 'are'} ") + f"{causes[kind]} ({k['excerpt'] if kind == 'type' else k['reason'] + ': ' + k['excerpt']})"
+                for kind, k in sorted(kinds.items(), key=lambda item: -item[1]["entries"]))
+            why = f"of the keys under {options.key_template!r} looked at, {found}"
+            fix = "; or ".join(remedies[kind] for kind in sorted(kinds, key=lambda kind: -kinds[kind]["entries"]))
+        else:
+            why = (f"the entries are either valid JSON but not messages with a role and a text at {at}, or not "
+                   "JSON at all (plain text, msgpack, a custom encoding)"
+                   + ("" if live else " (read the store again with --store-url to be told which)"))
+            fix = remedies["shape"]
         raise TemplateMismatch(
-            f"not one entry of the {order['undecodable']} sessions with stored entries decodes as JSON: the bot stores "
-            "another format (msgpack, a custom encoding), which the audit does not read. If the bot reads these "
-            "entries back, read them with --reader (a function from session ids to histories); if it cannot, they "
-            "are corrupt. Nothing was judged.")
+            f"not one entry of the {order['undecodable']} sessions with stored entries decodes as {lead}: {why}. "
+            f"The audit cannot read this store as it is: {fix}. If the bot reads these entries back, read them with "
+            "--reader (a function from session ids to histories); if it cannot, they are corrupt. Nothing was judged.")
     if order["blob reversed"] >= 2 and not (order["ordered"] or order["reversed"]):
         raise TemplateMismatch(
             f"every one of the {order['blob reversed']} JSON blobs with two or more stored turns lists them newest "

@@ -81,15 +81,18 @@ def stream_message(fields: dict):
 
 def hash_history(raw: RawSession, fields: dict, messages_field: str) -> None:
     """A history kept in a Redis hash: the field named ``messages_field`` holding the JSON message list (read
-    as a blob), or one field per message numbered 0, 1, 2 ... (read in that order); else not a history."""
+    as a blob), or one field per message numbered 0, 1, 2 ... (read in numeric order); other fields beside
+    either (a title, a count, updated_at) are metadata, not read. A hash with neither is not a history."""
     named = {as_text(k): v for k, v in fields.items()}
+    numbered = [name for name in named if name.isascii() and name.isdigit()]
     if messages_field in named:
         raw.type, raw.entries = "string", [named[messages_field]]
-    elif named and all(name.isascii() and name.isdigit() for name in named):
-        raw.entries = [named[name] for name in sorted(named, key=int)]
+    elif numbered:
+        raw.entries = [named[name] for name in sorted(numbered, key=int)]
     else:
-        raw.type, raw.entries = "other", [f"<a Redis hash key without a field {messages_field!r} or fields numbered "
-                                          f"0, 1, 2 ...: {', '.join(sorted(named)[:5])}>".encode()]
+        # short: a finding's excerpt keeps 80 characters, and the field names are the point
+        raw.type, raw.entries = "other", [f"<a hash without a field {messages_field!r} or numbered fields: "
+                                          f"{', '.join(sorted(named)[:5])}>".encode()]
 
 
 def template_pattern(template: str) -> str:
@@ -289,3 +292,66 @@ class RedisReader:
             ping(self.client)
         except redis.RedisError as exc:
             raise StoreError(f"cannot reach the store at {self.options.where()}: {exc}") from exc
+
+
+UNDECODABLE_SAMPLE = 20  # keys read again to say why no entry of any session decodes (check_layout)
+
+
+def undecodable_kind(reason: str, key_type: str) -> str:
+    """What a corrupt entry's reason (oracle/decode.py) says about the store: "shape" (valid JSON, not a message
+    with a role and a text where the options say), "binary" (not utf-8: msgpack, a custom encoding), "type" (a
+    Redis key the reader cannot read as a history: a set, a hash of other fields) or "text" (utf-8 text that is
+    not JSON: plain "user: ..." lines)."""
+    if key_type == "other":
+        return "type"
+    if reason.startswith("wrong shape") or reason.startswith("blob is a JSON"):
+        return "shape"
+    if "not utf-8" in reason:
+        return "binary"
+    return "text"
+
+
+def sample_undecodable(options: StoreOptions, limit: int = UNDECODABLE_SAMPLE) -> dict[str, dict]:
+    """Why the entries of keys under the key template do not decode: read up to ``limit`` keys that name a
+    goldfish session and have no entry that decodes, and count their corrupt entries by ``undecodable_kind``:
+    ``{kind: {"entries", "keys", "reason", "excerpt"}}`` (the first entry's reason and excerpt as an example).
+    Empty when the store cannot be read. Only read when the audit stops because nothing decodes."""
+    from contracts.tokens import SESSION_RE
+    from oracle.decode import Shape, decode_session
+
+    prefix, _, suffix = options.key_template.partition("{session}")
+    kinds: dict[str, dict] = {}
+    reader = None
+    try:
+        reader = RedisReader(options)
+        sessions: list[str] = []
+        for key in reader.client.scan_iter(match=template_pattern(options.key_template), count=1000):
+            text = as_text(key)
+            middle = text[len(prefix):len(text) - len(suffix) if suffix else None]
+            if SESSION_RE.match(middle):
+                sessions.append(middle)
+            if len(sessions) >= 5 * limit:
+                break
+        shape, looked = Shape(options), 0
+        for raws in reader.read(sessions):
+            for raw in raws:
+                decoded = decode_session(raw, shape)
+                if not raw.exists or decoded.messages or not decoded.corrupt or looked >= limit:
+                    continue
+                looked += 1
+                seen = set()
+                for entry in decoded.corrupt:
+                    kind = undecodable_kind(str(entry["reason"]), raw.type)
+                    slot = kinds.setdefault(kind, {"entries": 0, "keys": 0, "reason": entry["reason"],
+                                                   "excerpt": entry["excerpt"]})
+                    slot["entries"] += 1
+                    slot["keys"] += kind not in seen
+                    seen.add(kind)
+            if looked >= limit:
+                break
+    except (StoreError, redis.RedisError, OSError, ValueError):
+        return {}
+    finally:
+        if reader is not None:
+            reader.client.close()
+    return kinds
