@@ -6,7 +6,12 @@ list the user appends to. An ``ok`` turn was acknowledged, so its user entry mus
 turn never left the client, so finding it stored is an anomaly (*aborted*, Elle's G1a
 "aborted read"). An ``info`` turn may or may not have been applied: its presence or absence
 is never an anomaly, only counted. Only user-role entries are the user's writes: assistant
-entries often quote the user and are never read as writes (no false duplicates); an assistant
+entries often quote the user and are never read as writes (no false duplicates). A user entry's
+first token names its turn; a later token of this session is that turn's message merged into the entry (a bot
+folding a message that arrives while the previous one is in flight into its entry): the turn is stored, so not
+*lost*, and a merge is no anomaly in itself (the turn's reply is still owed: *unanswered*; a ``fail`` turn so stored
+is *aborted*; it has no place of its own, so it is never *duplicated* or *reordered* by it); a later token of
+another session is *cross-talk*, as that token in an entry of its own. An assistant
 entry, or one of another role (system, summary, tool), is cross-talk only when it carries another
 session's token and is none of this session's own replies, nor of a session they quoted (another
 session's answer, or a summary of other users' messages, filed here); an assistant entry with no
@@ -41,17 +46,25 @@ class StoredView:
     copies: Counter = field(default_factory=Counter)    # turn -> stored copies
     corrupt_turns: set = field(default_factory=set)     # own turns whose only trace is a corrupt entry
     strays: list = field(default_factory=list)  # [(entry index, value, text)]: assistant entries with another's value
+    merged: dict = field(default_factory=dict)  # turn -> (entry index, position): own turns stored only merged into
+    #                                             another user entry (a later token of it), none of their own
+
+    def entry_of(self, turn: int) -> int:
+        """The index of the user entry that stores ``turn``: its first copy, else the entry it is merged into."""
+        return self.own[self.first_position[turn]][2] if turn in self.first_position else self.merged[turn][0]
 
 
 def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Turn] | None = None) -> StoredView:
-    """Find the token of every user entry: own entries, and other sessions' (cross-talk); and other sessions'
-    tokens in assistant entries that are none of this session's own journaled replies, and in entries of other
+    """Find the tokens of every user entry: the first names the entry's turn, own or other sessions' (cross-talk);
+    later ones are own turns merged into it, or other sessions' messages (cross-talk) (``_later_tokens``); and
+    other sessions' tokens in assistant entries that are none of this session's own journaled replies, and in entries of other
     roles, of sessions none of them quoted (what the client received was judged online): another session's
     reply, or a reply quoting its message, or a system or summary entry built from other users' messages,
     written into this history. And assistant entries with no token carrying another session's value (strays)."""
     v = StoredView()
     search = TOKEN_RE.search
     position = 0
+    merged: dict[int, tuple[int, int]] = {}
     for index, text in decoded.users:
         m = search(text)
         if m is None:
@@ -59,11 +72,14 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
         source, turn = m.group(1), int(m.group(2))
         if source != session:
             v.foreign.append((index, source, turn, text, USER))
-            continue
-        v.own.append((position, turn, index))
-        v.first_position.setdefault(turn, position)
-        v.copies[turn] += 1
-        position += 1
+        else:
+            v.own.append((position, turn, index))
+            v.first_position.setdefault(turn, position)
+            v.copies[turn] += 1
+            position += 1
+        if text.count("gf") > 1:  # more tokens than the first (the entry's own): _later_tokens
+            _later_tokens(session, index, text, m, source, turn, position - (source == session), by_turn, v, merged)
+    v.merged = {turn: at for turn, at in merged.items() if turn not in v.copies}  # else stored on its own too
     for bad in decoded.corrupt:
         entry = raw.entries[bad["index"]] if raw.type != "string" and bad["index"] < len(raw.entries) else None
         text = entry.decode("utf-8", "replace") if isinstance(entry, (bytes, bytearray)) else str(entry or "")
@@ -94,6 +110,27 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
     return v
 
 
+def _later_tokens(session: str, index: int, text: str, first, source: str, turn: int, position: int,
+                  by_turn: dict[int, Turn] | None, v: StoredView, merged: dict) -> None:
+    """The tokens of a user entry after its first (which names the entry's turn). One of this session's turn is
+    that turn's message, stored merged into this entry (a bot that folds a message arriving while the previous one
+    is in flight into its entry): the turn is stored, not lost (``merged``). One of another session's is that
+    session's message written into this user's memory: cross-talk, as if it were an entry of its own (a bot that
+    appends a "previous message" kept across sessions). Tokens the client itself sent in the entry's turn (its
+    journaled message) are its words, not a write; neither is the entry's own token quoted again."""
+    said = by_turn[turn].message if source == session and by_turn and turn in by_turn else None
+    seen = {(source, turn)} | ({(m.group(1), int(m.group(2))) for m in TOKEN_RE.finditer(said)} if said else set())
+    for m in TOKEN_RE.finditer(text, first.end()):
+        other, other_turn = m.group(1), int(m.group(2))
+        if (other, other_turn) in seen:
+            continue
+        seen.add((other, other_turn))
+        if other == session:
+            merged.setdefault(other_turn, (index, position))
+        else:
+            v.foreign.append((index, other, other_turn, text, USER))
+
+
 def _tie_by_reply(decoded: Decoded, by_turn: dict[int, Turn], v: StoredView) -> None:
     """A corrupt entry whose token is unreadable belongs to the acknowledged turn whose verbatim
     reply is stored right after it, when that turn's user entry is nowhere else: one fault (the
@@ -101,7 +138,8 @@ def _tie_by_reply(decoded: Decoded, by_turn: dict[int, Turn], v: StoredView) -> 
     tied in turn order, one each."""
     replies: dict[str, list[int]] = {}
     for t in sorted(by_turn.values(), key=lambda t: t.turn):
-        if t.outcome == "ok" and t.reply and t.turn not in v.copies and t.turn not in v.corrupt_turns:
+        if t.outcome == "ok" and t.reply and t.turn not in v.copies and t.turn not in v.corrupt_turns \
+                and t.turn not in v.merged:
             replies.setdefault(t.reply, []).append(t.turn)
     indices = [index for index, _, _ in decoded.messages]
     for bad in decoded.corrupt:
@@ -141,19 +179,22 @@ def check_lost(session: str, turns: list[Turn], raw: RawSession, v: StoredView) 
         return []
     return [finding("lost", session, t.turn, t.sent, token=t.token, key=raw.key,
                     stored_user_entries=len(v.own), sent=t.sent, received=t.received)
-            for t in turns if t.outcome == "ok" and t.turn not in v.copies and t.turn not in v.corrupt_turns]
+            for t in turns if t.outcome == "ok" and t.turn not in v.copies and t.turn not in v.corrupt_turns
+            and t.turn not in v.merged]
 
 
 def check_facts(session: str, by_turn: dict[int, Turn], decoded: Decoded, v: StoredView, key: str) -> list[dict]:
     """An acknowledged plant whose user entry is stored with its token but without the value it planted
     (truncated, redacted, summarised): the store kept the message and lost the fact, so a bot that reads
     the history back cannot recall it. A loss of that turn, as the store's only copy of it says nothing.
-    Case does not matter (a bot may store messages lowercased)."""
+    Case does not matter (a bot may store messages lowercased). A plant stored only merged into another entry
+    (``StoredView.merged``) must have its value in that entry."""
     texts = dict(decoded.users)
     out = []
-    for position, turn, index in v.own:
+    stored = [(turn, index) for position, turn, index in v.own if v.first_position[turn] == position]
+    for turn, index in stored + [(turn, at[0]) for turn, at in v.merged.items()]:
         t = by_turn.get(turn)
-        if t is None or t.outcome != "ok" or not planted(t) or v.first_position[turn] != position:
+        if t is None or t.outcome != "ok" or not planted(t):
             continue
         text = texts.get(index)
         if isinstance(text, str) and t.nonce.lower() not in text.lower():
@@ -163,10 +204,13 @@ def check_facts(session: str, by_turn: dict[int, Turn], decoded: Decoded, v: Sto
 
 
 def check_aborted(session: str, by_turn: dict[int, Turn], v: StoredView) -> list[dict]:
-    """A turn that definitely never reached the bot (``fail``) is stored anyway."""
+    """A turn that definitely never reached the bot (``fail``) is stored anyway, in an entry of its own or merged
+    into another (``position``: of the entry holding it among the session's own user entries)."""
+    where = [(turn, position, {}) for turn, position in v.first_position.items()] + \
+        [(turn, position, {"merged_into_entry": index}) for turn, (index, position) in v.merged.items()]
     return [finding("aborted", session, turn, by_turn[turn].sent, token=by_turn[turn].token,
-                    status=by_turn[turn].status, position=v.first_position[turn])
-            for turn in v.first_position if turn in by_turn and by_turn[turn].outcome == "fail"]
+                    status=by_turn[turn].status, position=position, **merged)
+            for turn, position, merged in where if turn in by_turn and by_turn[turn].outcome == "fail"]
 
 
 MAX_CROSSTALK = 100  # findings per session: many sessions sharing one key would write each other's entries squared
@@ -241,7 +285,7 @@ def check_duplicated_replies(session: str, by_turn: dict[int, Turn], decoded: De
     if not any(stored[r] > n and (r or "").strip() for r, n in journaled.items()):
         return []
     unsure = sum(1 for t in by_turn.values() if t.outcome == "info" or
-                 (t.outcome == "fail" and (t.turn in v.copies or t.turn in v.corrupt_turns)))
+                 (t.outcome == "fail" and (t.turn in v.copies or t.turn in v.corrupt_turns or t.turn in v.merged)))
     unverbatim = sum(n - stored[r] for r, n in journaled.items() if n > stored[r])
     spare = sum(1 for text in answers if text not in journaled and text.strip())
     slack = unsure + max(0, unverbatim - spare)
@@ -317,15 +361,18 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
     turns never claim an assistant entry, so they cannot make an ok turn look unanswered. Returns
     (findings, misplaced): a turn whose verbatim reply is stored, unclaimed, *before* it is not
     unanswered but out of order (``check_session`` gives it to the reorder finding: one fault, one
-    count).
+    count). A user entry holding turns merged into it (``StoredView.merged``) claims a reply for each.
     """
     ok_stored = [t for t in v.first_position if t in by_turn and by_turn[t].outcome == "ok"]
-    if not ok_stored:
+    ok_merged = [t for t in v.merged if t in by_turn and by_turn[t].outcome == "ok"]
+    if not ok_stored and not ok_merged:
         return [], []
-    if _each_reply_follows(ok_stored, by_turn, decoded, v):
+    if not ok_merged and _each_reply_follows(ok_stored, by_turn, decoded, v):
         return [], []
-    replies = Counter(by_turn[t].reply for t in ok_stored)
-    first_index = {v.own[v.first_position[t]][2]: t for t in v.first_position}
+    replies = Counter(by_turn[t].reply for t in ok_stored + ok_merged)
+    first_index: dict[int, list[int]] = {}
+    for t in list(v.first_position) + sorted(v.merged):
+        first_index.setdefault(v.entry_of(t), []).append(t)
     seen: Counter = Counter()  # verbatim replies of ok turns after the walk's position, unclaimed
     spare: list[str] = []      # other assistant entries' texts after it, unclaimed
     out = []
@@ -336,20 +383,21 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
             else:
                 spare.append(text or "")
             continue
-        turn = first_index.get(index) if role == USER else None
-        if turn is None or turn not in by_turn or by_turn[turn].outcome != "ok":
-            continue
-        t = by_turn[turn]
-        like = None if seen[t.reply] > 0 else next((i for i, s in enumerate(spare) if like_reply(s, t.reply)), None)
-        if seen[t.reply] > 0:
-            seen[t.reply] -= 1
-        elif like is not None:  # stored otherwise than it was sent (a footer the API adds, cut short)
-            del spare[like]
-        else:
-            out.append(finding("unanswered", session, turn, t.sent, token=t.token, reply=t.reply,
-                               matched_by="reply text, then count", assistant_entries_after=sum(seen.values()),
-                               **({"other_roles": sorted(map(str, decoded.other_roles))[:5]}
-                                  if decoded.other_roles else {})))
+        for turn in reversed(first_index.get(index, ()) if role == USER else ()):
+            if turn not in by_turn or by_turn[turn].outcome != "ok":
+                continue
+            t = by_turn[turn]
+            like = None if seen[t.reply] > 0 else \
+                next((i for i, s in enumerate(spare) if like_reply(s, t.reply)), None)
+            if seen[t.reply] > 0:
+                seen[t.reply] -= 1
+            elif like is not None:  # stored otherwise than it was sent (a footer the API adds, cut short)
+                del spare[like]
+            else:
+                out.append(finding("unanswered", session, turn, t.sent, token=t.token, reply=t.reply,
+                                   matched_by="reply text, then count", assistant_entries_after=sum(seen.values()),
+                                   **({"other_roles": sorted(map(str, decoded.other_roles))[:5]}
+                                      if decoded.other_roles else {})))
     out.reverse()
     misplaced = []
     for f in out:  # the walk has seen every assistant entry: what is left unclaimed lies before its turn
@@ -396,7 +444,7 @@ def _corrupt_replies(unanswered: list[dict], decoded: Decoded, v: StoredView) ->
     loose = {bad["index"]: bad for bad in decoded.corrupt if "turn" not in bad}
     kept = []
     for f in unanswered:
-        bad = loose.pop(v.own[v.first_position[f["turn"]]][2] + 1, None)
+        bad = loose.pop(v.entry_of(f["turn"]) + 1, None)
         if bad is None:
             kept.append(f)
             continue
@@ -474,8 +522,10 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
     altered_turns = {f["turn"] for f in altered} if raw.exists else set()
     lost_turns = [t.turn for t in turns if t.outcome == "ok" and
                   (gone or t.turn in altered_turns or
-                   (raw.exists and t.turn not in v.copies and t.turn not in v.corrupt_turns))]
-    return SessionResult(findings, session_stats(turns, v.copies, v.corrupt_turns, counted(findings),
+                   (raw.exists and t.turn not in v.copies and t.turn not in v.corrupt_turns
+                    and t.turn not in v.merged))]
+    stored = v.copies.keys() | v.merged.keys() if v.merged else v.copies
+    return SessionResult(findings, session_stats(turns, stored, v.corrupt_turns, counted(findings),
                                                  len(lost_turns), raw.exists), lost_turns,
                          layout(session, raw, [by_turn.get(t) for _, t, _ in v.own], decoded))
 

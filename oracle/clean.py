@@ -6,8 +6,9 @@ followed by its journaled reply, and nothing else. ``prove_clean`` checks that f
 batch with a few C-level list operations over all of its messages (msgspec decodes each entry to role and text, then lists
 are compared), and only the sessions it cannot prove go through the exact decoder and
 checkers. It is conservative: anything unusual (an undecodable or oddly shaped entry, a stored
-``info`` or ``fail`` turn, a stranger's token, a text that does not start with its token, ok
-turns sent out of turn order) is just "not proven", and the exact path decides, so a proof
+``info`` or ``fail`` turn, a stranger's token, a text that does not start with its token or holds
+another token after it (a message merged into the entry, another user's appended), ok turns sent out of
+turn order) is just "not proven", and the exact path decides, so a proof
 never changes a result (tests/test_oracle_fastpaths.py runs both ways on damaged worlds).
 """
 from __future__ import annotations
@@ -76,7 +77,7 @@ def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: 
     if altered:
         candidates = [c for n, c in enumerate(candidates) if n not in altered]
     if users == [USER] * len(users) and answers == [ASSISTANT] * len(answers) and answer_texts == want_replies \
-            and all(map(str.startswith, user_texts, want_prefixes)):
+            and all(map(str.startswith, user_texts, want_prefixes)) and _one_token_each(user_texts):
         for i, _, _ in candidates:
             clean[i] = True
         return BatchProof(clean, decoded)
@@ -84,5 +85,14 @@ def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: 
         a, b = first // 2, first // 2 + count
         prefixes = want_prefixes[a:b]
         clean[i] = users[a:b] == [USER] * count and answers[a:b] == [ASSISTANT] * count and \
-            answer_texts[a:b] == want_replies[a:b] and all(map(str.startswith, user_texts[a:b], prefixes))
+            answer_texts[a:b] == want_replies[a:b] and all(map(str.startswith, user_texts[a:b], prefixes)) and \
+            _one_token_each(user_texts[a:b])
     return BatchProof(clean, decoded)
+
+
+def _one_token_each(user_texts: list) -> bool:
+    """No user text holds a token after the one it starts with (each holds "gf" once: a token is "gf" + hex, so
+    a text that holds "gf" in another word is not proven either, and the exact path decides). The texts all start
+    with their token, so the whole batch holds "gf" once per text exactly when each does; the separator makes no
+    "gf" across two texts."""
+    return "\x00".join(user_texts).count("gf") == len(user_texts)
