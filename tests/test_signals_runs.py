@@ -10,11 +10,10 @@ import time
 
 import pytest
 
-from conftest import wait_until
 from support_locust import _kill_group, finish
 from support_refbot import refbot_stack  # noqa: F401 - fixture
 from targets import registry as state
-from test_verdict_runs import run_json, start_locust
+from test_verdict_runs import run_json, start_with_a_kill_fault
 
 CODE = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -33,14 +32,9 @@ CASES = [pytest.param(first, second, gap, id=f"{first.name[3:].lower()}-{second.
 def test_two_signals_during_the_load_heal_then_stop_with_one_consistent_code(tmp_path, refbot_stack,  # noqa: F811
                                                                             first, second, gap):
     stack = refbot_stack(replicas=2, mode="correct", think_ms=0, jitter_ms=5)
-    plan = tmp_path / "plan.yaml"
-    plan.write_text("faults:\n  - {id: k, kind: kill, target: bot-2, at: 0.5s, duration: 60s}\n")
-    run_dir = tmp_path / "run"
-    proc = start_locust(stack.url, run_dir, "--chaos", plan, "--stack-state", state.state_path(stack.dir),
-                        "--store-url", stack.state["store_url"], "--think", "0.05", users=4, time_s="60s")
-    chaos = run_dir / "chaos.jsonl"
+    run_dir, chaos = tmp_path / "run", tmp_path / "run" / "chaos.jsonl"
+    proc = start_with_a_kill_fault(tmp_path, stack)
     try:
-        wait_until(lambda: chaos.exists() and '"apply"' in chaos.read_text(), timeout=60, what="the fault")
         proc.send_signal(first)
         time.sleep(gap)  # the second signal at a chosen moment after the first (what is under test)
         proc.send_signal(second)

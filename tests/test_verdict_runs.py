@@ -116,18 +116,28 @@ def test_sigterm_during_the_audit_exits_143_and_says_how_to_finish(tmp_path, ref
     assert not (run_dir / "audit" / "summary.json").exists()
 
 
+
+def start_with_a_kill_fault(tmp_path, stack) -> subprocess.Popen:
+    """Locust on ``stack`` (run folder tmp_path/run) with bot-2 killed from 0.5 s for 60 s, once the fault is in."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("faults:\n  - {id: k, kind: kill, target: bot-2, at: 0.5s, duration: 60s}\n")
+    proc = start_locust(stack.url, tmp_path / "run", "--chaos", plan, "--stack-state", state.state_path(stack.dir),
+                        "--store-url", stack.state["store_url"], "--think", "0.05", users=4, time_s="60s")
+    chaos = tmp_path / "run" / "chaos.jsonl"
+    try:
+        wait_until(lambda: chaos.exists() and '"apply"' in chaos.read_text(), timeout=60, what="the fault")
+    except BaseException:
+        _kill_group(proc)
+        raise
+    return proc
+
 @pytest.mark.slow
 @pytest.mark.parametrize("gap", [0.05, 0.6])
 def test_a_double_ctrl_c_never_passes_and_never_cuts_a_recovery_short(tmp_path, refbot_stack, gap):  # noqa: F811
     stack = refbot_stack(replicas=2, mode="correct", think_ms=0, jitter_ms=5)
-    plan = tmp_path / "plan.yaml"
-    plan.write_text("faults:\n  - {id: k, kind: kill, target: bot-2, at: 0.5s, duration: 60s}\n")
-    run_dir = tmp_path / "run"
-    proc = start_locust(stack.url, run_dir, "--chaos", plan, "--stack-state", state.state_path(stack.dir),
-                        "--store-url", stack.state["store_url"], "--think", "0.05", users=4, time_s="60s")
-    chaos = run_dir / "chaos.jsonl"
+    run_dir, chaos = tmp_path / "run", tmp_path / "run" / "chaos.jsonl"
+    proc = start_with_a_kill_fault(tmp_path, stack)
     try:
-        wait_until(lambda: chaos.exists() and '"apply"' in chaos.read_text(), timeout=60, what="the fault")
         proc.send_signal(signal.SIGINT)
         time.sleep(gap)  # the second Ctrl-C at a chosen moment after the first (what is under test)
         proc.send_signal(signal.SIGINT)
