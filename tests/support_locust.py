@@ -261,6 +261,18 @@ def _kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
         proc.wait(10)
 
 
+
+def run_patched(test_file: str, flag: str) -> None:
+    """Run ``test_file``'s tests again in a fresh interpreter that gevent-patches first, as Locust does (ChatUser
+    can only be imported so), with the environment variable ``flag`` set; fail with that run's output."""
+    code = ("from gevent import monkey; monkey.patch_all()\n"
+            "import sys, pytest\n"
+            "sys.exit(pytest.main([sys.argv[1], '-q', '-p', 'no:cacheprovider', '-rf']))")
+    proc = subprocess.run([sys.executable, "-c", code, test_file], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, flag: "1"}, cwd=os.path.dirname(test_file))
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert " passed" in proc.stdout and " failed" not in proc.stdout, proc.stdout[-3000:]
+
 def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
     """``proc.communicate(timeout)`` of a Locust master or local runner; one still running then is asked for
     every greenlet's stack (SIGUSR2, locustfiles/endofrun.py) and killed, and the test fails with its output."""

@@ -17,10 +17,10 @@ import json
 import os
 import socket
 import struct
-import subprocess
-import sys
 
 import pytest
+
+from support_locust import run_patched
 
 INNER = os.environ.get("GOLDFISH_WIRE_CHECKS") == "1"
 if INNER:
@@ -34,13 +34,7 @@ if INNER:
 def test_request_path_matches_locusts():
     if INNER:
         pytest.skip("this is the inner run")
-    code = ("from gevent import monkey; monkey.patch_all()\n"
-            "import sys, pytest\n"
-            "sys.exit(pytest.main([sys.argv[1], '-q', '-p', 'no:cacheprovider']))")
-    proc = subprocess.run([sys.executable, "-c", code, __file__], capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "GOLDFISH_WIRE_CHECKS": "1"}, cwd=os.path.dirname(__file__))
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert " passed" in proc.stdout and " failed" not in proc.stdout, proc.stdout[-3000:]
+    run_patched(__file__, "GOLDFISH_WIRE_CHECKS")
 
 
 # ---- a raw HTTP server that records requests and answers from a script -----------------------

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
+
+from support_locust import run_patched
 
 from locustfiles.judge import PlantRegistry, crosstalk, recall
 from locustfiles.script import parse_script
@@ -35,13 +35,7 @@ else:
 def test_conversation_bookkeeping_in_a_patched_interpreter():
     if INNER:
         pytest.skip("this is the inner run")
-    code = ("from gevent import monkey; monkey.patch_all()\n"
-            "import sys, pytest\n"
-            "sys.exit(pytest.main([sys.argv[1], '-q', '-p', 'no:cacheprovider', '-rf']))")
-    proc = subprocess.run([sys.executable, "-c", code, __file__], capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "GOLDFISH_RECALL_CHECKS": "1"}, cwd=os.path.dirname(__file__))
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert " passed" in proc.stdout and " failed" not in proc.stdout, proc.stdout[-3000:]
+    run_patched(__file__, "GOLDFISH_RECALL_CHECKS")
 
 PLANT = re.compile(r"My ([a-z ]+) is (\S+)\.$")
 PROBE = re.compile(r"What is my ([a-z ]+)\?$")
