@@ -466,6 +466,40 @@ def with_misplaced_replies(reordered: list[dict], misplaced: list[int], by_turn:
     return reordered
 
 
+def late_replies(by_turn: dict[int, Turn], decoded: Decoded, v: StoredView) -> list[list[int]]:
+    """[turn, later turn]: a turn whose reply is stored after the user entry of a later turn that was sent once
+    that reply had reached the client (a reply written behind, by a background task): the later turn was answered
+    from a context without it. Replies carry no token, so only a reply no other ok turn of the session shares is
+    placed, by its first stored copy; a burst's turns overlap in time and never count."""
+    by_reply: dict = {}
+    for t in by_turn.values():
+        if t.outcome == "ok" and t.reply and t.received is not None:
+            by_reply[t.reply] = None if t.reply in by_reply else t
+    entry_of = {turn: v.own[position][2] for turn, position in v.first_position.items() if turn in by_turn}
+    out, seen = [], set()
+    for index, role, text in decoded.messages:
+        t = by_reply.get(text) if role == ASSISTANT and text not in seen else None
+        seen.add(text)  # a later copy is a duplicate, or an indeterminate turn's reply of the same text
+        if t is None or t.turn not in entry_of or entry_of[t.turn] > index:
+            continue  # not placed, or stored before its own turn (with_misplaced_replies)
+        later = [j for j, at in entry_of.items() if entry_of[t.turn] < at < index and by_turn[j].sent > t.received]
+        if later:
+            out.append([t.turn, min(later)])
+    return out
+
+
+def with_late_replies(reordered: list[dict], late: list[list[int]], by_turn: dict[int, Turn],
+                      session: str) -> list[dict]:
+    """Replies stored after a later turn are part of the session's reorder (one finding)."""
+    if not late:
+        return reordered
+    if not reordered:
+        t = by_turn[late[0][0]]
+        reordered = [finding("reordered", session, t.turn, t.sent, token=t.token, reply=t.reply)]
+    reordered[0]["evidence"]["replies_after_a_later_turn"] = late[:MAX_CROSSTALK]
+    return reordered
+
+
 def check_corrupt(session: str, by_turn: dict[int, Turn], decoded: Decoded, raw: RawSession) -> list[dict]:
     """An entry that does not decode: invalid JSON, a pickle, not utf-8, or the wrong shape."""
     out = []
@@ -514,7 +548,8 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
         unanswered, misplaced = check_unanswered(session, by_turn, decoded, v)
         if decoded.corrupt and unanswered:
             unanswered = _corrupt_replies(unanswered, decoded, v)
-        findings += with_misplaced_replies(check_reordered(session, by_turn, v), misplaced, by_turn, session)
+        findings += with_late_replies(with_misplaced_replies(check_reordered(session, by_turn, v), misplaced, by_turn,
+                                                             session), late_replies(by_turn, decoded, v), by_turn, session)
         findings += unanswered
         if decoded.corrupt:
             findings += check_corrupt(session, by_turn, decoded, raw)

@@ -121,9 +121,14 @@ def explain(f: dict) -> str:
                 f"{e['copies']} times, at positions {e['positions']} of the session's user entries. The client "
                 f"never resends a token, so the store or the bot wrote the same message twice.{reply}")
     if cls == "reordered":
-        misplaced = e.get("replies_before_their_turn") or []
+        misplaced, late = e.get("replies_before_their_turn") or [], e.get("replies_after_a_later_turn") or []
         tail = (f" The bot's reply to turn(s) {', '.join(map(str, misplaced))} is stored before the turn itself; "
                 "those replies are part of this reorder, not missing." if misplaced else "")
+        tail += (" " + "; ".join(f"The reply to turn {k} reached the client before turn {j} was sent, yet it is stored "
+                                 f"after turn {j}'s message" for k, j in late[:5]) +
+                 ": written behind (a background task), so those later turns were answered without it." if late else "")
+        if e.get("reply_before_turn") is None and e.get("earlier_turn") is None and late:
+            return f"In session {s}, the history holds the replies out of order.{tail}"
         if e.get("earlier_turn") is None:
             return (f"In session {s}, the bot acknowledged turn {turn} (token {e['token']}) with its reply, and both "
                     f"are stored, but the reply comes first: the history reads the answer before the question, so "

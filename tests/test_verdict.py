@@ -843,3 +843,29 @@ def test_a_second_audit_of_the_same_run_at_once_stops_saying_so(tmp_path, capsys
         assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 2
         assert "another audit of this run is running" in capsys.readouterr().err
     assert audit_cli.main([str(tmp_path), "--jobs", "1"]) in (0, 1)  # once it is done
+
+
+def test_a_reply_written_after_the_next_turn_is_a_reorder(tmp_path):
+    """A bot writing its reply in a background task (FastAPI BackgroundTasks, 0.4 s late) stored Q0 Q1 A0 ...: the
+    client had A0 before it sent Q1, so Q1 was answered without it. Every reply was stored after its turn, so
+    nothing was found: PASS. A burst's turns overlap in time: their replies may be stored either way."""
+    world = _world(sessions=1, turns=4)
+    (s,) = world.order
+    stored = world.stored[s]
+    a0 = next(i for i, (t, m) in enumerate(stored) if t == 0 and m["type"] == "ai")
+    q1 = next(i for i, (t, m) in enumerate(stored) if t == 1 and m["type"] == "human")
+    stored.insert(q1, stored.pop(a0))  # Q0 Q1 A0 A1 ...
+    summary = _audit(tmp_path, world)
+    assert summary["anomalies"] == {"reordered": 1} and summary["verdict"]["result"] == FAIL
+    (found,) = read_findings(tmp_path)
+    assert found["evidence"]["replies_after_a_later_turn"] == [[0, 1]]
+    assert "The reply to turn 0 reached the client before turn 1 was sent" in found["explanation"]
+    burst = build_world([[TurnSpec("chatter", "ok", burst=2), TurnSpec("chatter", "ok"), TurnSpec("chatter", "ok")]],
+                        seed=5)
+    (b,) = burst.order
+    stored = burst.stored[b]
+    a0 = next(i for i, (t, m) in enumerate(stored) if t == 0 and m["type"] == "ai")
+    q1 = next(i for i, (t, m) in enumerate(stored) if t == 1 and m["type"] == "human")
+    if a0 < q1:
+        stored.insert(q1, stored.pop(a0))  # the burst's Q0 Q1 A0: sent together, no order between them
+    assert _audit(tmp_path / "burst", burst)["anomalies"] == {}
