@@ -248,6 +248,25 @@ def check_stray_values(session: str, v: StoredView, key: str) -> list[dict]:
             for index, value, text in v.strays[:MAX_CROSSTALK]]
 
 
+def check_leaked_replies(session: str, turns: list[Turn], key: str) -> list[dict]:
+    """A reply the client was sent that carries a value no turn of this session planted (nor its own message
+    said): another user's fact told to this one. The Locust process judges replies online against the plants it
+    made itself; one planted in another Locust process (``--processes``, workers) was missed, and the stored copy
+    of the reply is this session's own. ``pending`` like ``check_stray_values``: counted once rootcause finds the
+    plant in the whole journal. Turns already judged cross-talk online are not judged twice."""
+    own = {t.nonce for t in turns if t.nonce}
+    out = []
+    for t in turns:
+        if t.outcome != "ok" or not t.reply or t.crosstalk or "-" not in t.reply:
+            continue
+        value = next((n for n in NONCE_RE.findall(t.reply) if n not in own and n not in (t.message or "")), None)
+        if value is not None and len(out) < MAX_CROSSTALK:
+            out.append(finding("crosstalk", session, t.turn, t.received, source_session=None, source_turn=None,
+                               source_value=value, entry_index=None, key=key, source_journaled=None,
+                               excerpt=t.reply[:120], role="reply", pending="the session that planted the value"))
+    return out
+
+
 def pending(f: dict) -> bool:
     """The finding waits for the whole run's journal (check_stray_values): it counts once rootcause confirms it."""
     return "pending" in f["evidence"]

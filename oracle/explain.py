@@ -89,6 +89,10 @@ def explain(f: dict) -> str:
                 "by one: sessions that share one key (ids that collide) hold each other's whole histories."
                 if more else "")
         source = f"session {e['source_session']} turn {e['source_turn']}"
+        if e.get("role") == "reply":
+            return (f"Session {s} turn {turn} was answered with {e['excerpt']!r}, which carries {e['source_value']!r}, "
+                    f"the value {source} planted: another user's fact was told to this one (the reply as the client "
+                    f"got it; the Locust process that sent it had not planted that value): cross-talk.")
         if e.get("source_value"):
             what, carrying = "an assistant entry", f"{e['source_value']!r}, the value {source} planted"
             why = (", and it is none of the replies this session was sent: that session's answer (a recall of its "

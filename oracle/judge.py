@@ -30,7 +30,7 @@ from contracts import codec
 from contracts.journal import Turn, decode_chunk, one_per_turn
 from contracts.runfolder import RunFolder
 from oracle.attribution import first_fault_after, overlapping
-from oracle.checkers import check_session, pending
+from oracle.checkers import check_leaked_replies, check_session, pending
 from oracle.clean import prove_clean
 from oracle.decode import Shape, decode_session
 from oracle.history import Journal, Problems, SessionLines, decode_turns
@@ -315,6 +315,7 @@ class _Partition:
                 lost = set(found.lost_turns)
                 record.findings, record.stats, record.lost = found.findings, found.stats, sorted(lost)
                 record.anomalous = sorted(lost | {f["turn"] for f in found.findings if f["turn"] is not None})
+            record.findings = record.findings + check_leaked_replies(raw.session, turns, raw.key)  # clean ones too
             if self.rolling is not None:
                 self.rolling.write(self.journaled[raw.session][0], record,
                                    session_lines([raw], [decoded[i]] if decoded else None))

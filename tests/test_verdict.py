@@ -869,3 +869,26 @@ def test_a_reply_written_after_the_next_turn_is_a_reorder(tmp_path):
     if a0 < q1:
         stored.insert(q1, stored.pop(a0))  # the burst's Q0 Q1 A0: sent together, no order between them
     assert _audit(tmp_path / "burst", burst)["anomalies"] == {}
+
+
+def test_a_reply_telling_a_value_another_locust_process_planted_is_crosstalk(tmp_path):
+    """A reply leaking another user's fact ("I also have the postcode 8478-JF0T on file for another customer.") is
+    judged online against the plants of the Locust process that sent it; one planted in another process was
+    missed (--processes 2: about half the leaks), and the stored copy is this session's own reply. The audit
+    checks every reply against the whole journal's plants."""
+    world = build_world(simple_specs(4), seed=7)
+    a, b = world.order[0], world.order[1]
+    value = next(r["nonce"] for r in world.records if r["session"] == b and r["kind"] == "plant" and r["nonce"])
+    leak = next(r for r in world.records if r["session"] == a and r["outcome"] == "ok" and r["kind"] == "chatter")
+    told = f"Sure. I also have {value} on file for another customer."
+    for turn, message in world.stored[a]:
+        if turn == leak["turn"] and message["type"] == "ai" and message["data"]["content"] == leak["reply"]:
+            message["data"]["content"] = told
+    leak["reply"] = told
+    write_journal(tmp_path, world.records, shards=2)  # two Locust processes
+    write_snapshot(tmp_path, world)
+    summary = audit_run(tmp_path, gates=parse_gates("strict,errors=off"))
+    assert summary["anomalies"].get("crosstalk") == 1 and summary["verdict"]["result"] == FAIL
+    (found,) = [f for f in read_findings(tmp_path) if f["class"] == "crosstalk"]
+    assert (found["session"], found["turn"], found["evidence"]["source_session"]) == (a, leak["turn"], b)
+    assert f"carries {value!r}, the value session {b}" in found["explanation"]
