@@ -393,21 +393,21 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
     for t in list(v.first_position) + sorted(v.merged):
         first_index.setdefault(v.entry_of(t), []).append(t)
     seen: Counter = Counter()  # verbatim replies of ok turns after the walk's position, unclaimed
-    spare: list[str] = []      # other assistant entries' texts after it, unclaimed
+    spare: list[str] = []      # other assistant entries' texts after it, unclaimed, read alike (_plain)
     out = []
     for index, role, text in reversed(decoded.messages):
         if role == ASSISTANT:
             if text in replies:
                 seen[text] += 1
             else:
-                spare.append(text or "")
+                spare.append(_plain(text or ""))
             continue
         for turn in reversed(first_index.get(index, ()) if role == USER else ()):
             if turn not in by_turn or by_turn[turn].outcome != "ok":
                 continue
             t = by_turn[turn]
-            like = None if seen[t.reply] > 0 else \
-                next((i for i, s in enumerate(spare) if like_reply(s, t.reply)), None)
+            reply = None if seen[t.reply] > 0 else _plain(t.reply or "")
+            like = None if reply is None else next((i for i, s in enumerate(spare) if _holds(s, reply)), None)
             if seen[t.reply] > 0:
                 seen[t.reply] -= 1
             elif like is not None:  # stored otherwise than it was sent (a footer the API adds, cut short)
@@ -430,7 +430,11 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
 def like_reply(stored: str, reply: str) -> bool:
     """A stored assistant text that is this reply stored otherwise: one holds the other once both are read alike
     (HTML entities, Unicode forms, case and runs of white space), or both are empty (a bot that answers so)."""
-    stored, reply = _plain(stored), _plain(reply)
+    return _holds(_plain(stored), _plain(reply))
+
+
+def _holds(stored: str, reply: str) -> bool:
+    """``like_reply`` of two texts already read alike (each spare text is read so once, not once per turn)."""
     return stored in reply or reply in stored if stored and reply else stored == reply
 
 

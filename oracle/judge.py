@@ -66,7 +66,7 @@ class Evidence:
     expiries: list = field(default_factory=list)   # [(time, expired_keys counter)] likewise; none: not known
 
     def __post_init__(self):
-        self._evicted, self._expired = _Counter(self.evictions), _Counter(self.expiries)
+        self._evicted, self._expired = _CounterOverTime(self.evictions), _CounterOverTime(self.expiries)
 
     @classmethod
     def of(cls, evidence: dict) -> "Evidence":
@@ -88,7 +88,7 @@ class Evidence:
         return "expired"
 
 
-class _Counter:
+class _CounterOverTime:
     """A server counter sampled over time, [(time, value)] ascending: did it rise after a moment? A drop is a
     restart, counting from 0 again. A binary search per question (a day's telemetry is 17,280 samples, and a
     store that lost everything asks once per session)."""

@@ -435,9 +435,9 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
                     samples[name].append((float(record["time"]), int(store[name])))
     for name in COUNTERS:
         samples[name].append((time.time(), int(info.get(name) or 0)))
-    evictions = samples["evicted_keys"] if any(value for _, value in samples["evicted_keys"]) else []
     template = (options or getattr(reader, "options", None) or StoreOptions()).key_template
-    return {"ttl_in_use": _ttl_under(client, template), "evictions": evictions, "expiries": samples["expired_keys"],
+    return {"ttl_in_use": _ttl_under(client, template), "evictions": samples["evicted_keys"],
+            "expiries": samples["expired_keys"],
             "counters_at_start": at_start}
 
 
