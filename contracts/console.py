@@ -1,7 +1,10 @@
-"""The command-line entry points' console: output a terminal or log cannot encode is escaped, never a crash."""
+"""The command-line entry points' console: output a terminal or log cannot encode is escaped, never a crash;
+SIGTERM ends a command as Ctrl-C does, with its clean-up and message."""
 from __future__ import annotations
 
+import signal
 import sys
+from contextlib import contextmanager
 
 
 def escape_unencodable() -> None:
@@ -10,3 +13,28 @@ def escape_unencodable() -> None:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # None when the stream is closed
             stream.reconfigure(errors="backslashreplace")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job's time-out, ``kill``), handled as Ctrl-C is: the command's clean-up runs and says what was
+    kept; the exit code is 143, as a shell reports a process SIGTERM ended, not Ctrl-C's 130."""
+
+    exit_code = 143
+
+
+def interrupted_exit_code(exc: KeyboardInterrupt) -> int:
+    return getattr(exc, "exit_code", 130)
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM raises ``Terminated`` in the main thread while the block runs; the earlier handler comes back after
+    (in-process callers, tests, keep theirs)."""
+    def terminate(*_):
+        raise Terminated()
+
+    before = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -22,12 +22,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<8} {text}")
         return 0 if argv and argv[0] in {"-h", "--help"} else 2
     module = importlib.import_module(COMMANDS[argv[0]][0])
+    from contracts.console import interrupted_exit_code, sigterm_as_interrupt
     from contracts.runfolder import LOCAL_WRITE_ERRNOS, CannotWrite
     try:
-        return module.main(argv[1:])
-    except KeyboardInterrupt:  # Ctrl-C: what was written stays; no traceback (audit says how to finish)
+        with sigterm_as_interrupt():
+            return module.main(argv[1:])
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: what was written stays; no traceback (audit says how to finish)
         print(f"oracle {argv[0]}: interrupted", file=sys.stderr)
-        return 130
+        return interrupted_exit_code(exc)
     except Exception as exc:  # noqa: BLE001 - never exit 1, which means "a gate failed", on a crash
         if isinstance(exc, CannotWrite):  # the run folder's device is full or read-only: the user's disk
             print(f"oracle {argv[0]}: {exc}", file=sys.stderr)

@@ -223,6 +223,10 @@ def _judge(context: Context, jobs: int) -> tuple[Tally, list]:
             done = list(pool.map(judge.judge_partitions, [context] * jobs, shares))
         except BrokenProcessPool as exc:
             raise WorkerError(f"a judging process died ({exc}); run the audit again with --jobs 1 to see why") from None
+        except BaseException:  # SIGTERM or Ctrl-C to this process alone: its judges stop too, not judge on unread
+            for process in multiprocessing.active_children():
+                process.terminate()
+            raise
     tally = done[0][0]
     for other, _ in done[1:]:
         tally.merge(other)

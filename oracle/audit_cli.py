@@ -14,6 +14,7 @@ from pathlib import Path
 
 from oracle.explain import NOT_SCANNED, journal_copy_line
 from contracts import codec, redact
+from contracts.console import interrupted_exit_code
 from contracts.runfolder import AuditBusy, RunFolder
 from contracts.durations import DurationError, parse_duration
 from oracle.history import JournalError
@@ -138,13 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return _audit(args)
-    except KeyboardInterrupt:  # Ctrl-C, often while a slow store is read: say how to finish, not a traceback
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM, often while a slow store is read: say how to finish
         again = " ".join(["python -m oracle audit", shlex.quote(args.run)] +
                          [f"--{name.replace('_', '-')} ..." for name in ("store_url", "http_url", "reader")
                           if getattr(args, name, "")])
         print(f"oracle audit: interrupted: the audit of {args.run} did not finish (the journal and any tables of an "
               f"earlier audit are kept); finish it with `{again}`", file=sys.stderr)
-        return 130
+        return interrupted_exit_code(exc)
 
 
 def _audit(args) -> int:

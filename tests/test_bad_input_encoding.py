@@ -118,8 +118,10 @@ def silent_store():
 
 
 @pytest.mark.timeout(120)
-def test_ctrl_c_in_an_audit_says_how_to_finish_it(silent_store, audited_runs, tmp_path):
-    """It was a bare KeyboardInterrupt traceback (exit 130 already); the earlier audit's tables stay."""
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_in_an_audit_says_how_to_finish_it(silent_store, audited_runs, tmp_path, sig, code):
+    """Ctrl-C was a bare KeyboardInterrupt traceback (exit 130 already); SIGTERM (a CI job's time-out) ended the
+    audit silently. The earlier audit's tables stay."""
     url, accepted = silent_store
     folder = tmp_path / "run"
     shutil.copytree(audited_runs[0], folder)
@@ -129,16 +131,57 @@ def test_ctrl_c_in_an_audit_says_how_to_finish_it(silent_store, audited_runs, tm
     try:
         wait_until(lambda: accepted or proc.poll() is not None, timeout=60, what="the audit to reach the store")
         assert proc.poll() is None, proc.communicate()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    assert proc.returncode == 130, out + err
+    assert proc.returncode == code, out + err
     assert_named(err, f"the audit of {folder} did not finish", f"python -m oracle audit {folder} --store-url ...")
     assert len(err.strip().splitlines()) == 1, err
     assert {p: p.read_bytes() for p in before} == before
+
+
+# Every partition's judging blocks (a slow store, in effect) once it has said where it runs.
+_STUCK_JUDGES = """
+import os, sys, time
+from pathlib import Path
+from oracle import __main__ as cli, judge
+
+def judge_partitions(context, partitions):
+    (Path(sys.argv[1]) / f"judge.{os.getpid()}").touch()
+    time.sleep(60)
+
+judge.judge_partitions = judge_partitions
+sys.exit(cli.main(["audit", sys.argv[2], "--jobs", "2"]))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_to_an_audit_stops_its_judging_processes_too(audited_runs, tmp_path):
+    """A SIGTERM to the audit's own process (not its group: a supervisor's kill) left it waiting for its judging
+    processes to finish their partitions, or, before SIGTERM was handled, left them judging after it had gone."""
+    import psutil
+
+    folder = tmp_path / "run"
+    shutil.copytree(audited_runs[0], folder)
+    proc = subprocess.Popen([sys.executable, "-c", _STUCK_JUDGES, str(tmp_path), str(folder)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: len(list(tmp_path.glob("judge.*"))) == 2 or proc.poll() is not None, timeout=60,
+                   what="two judging processes")
+        assert proc.poll() is None, proc.communicate()
+        judges = [psutil.Process(int(p.suffix[1:])) for p in tmp_path.glob("judge.*")]
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 143, out + err
+    assert_named(err, f"the audit of {folder} did not finish", "finish it with")
+    assert not [p for p in judges if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 # ---- bytes that are not UTF-8 in Locust's options -------------------------------------------------
