@@ -131,20 +131,17 @@ class Plan:
 
     @property
     def horizon(self) -> float | None:
-        """When the plan ends (s): its duration, else the last occurrence plus its duration."""
-        if self.duration is not None:
-            return self.duration
-        ends = []
-        for f in self.faults:
-            if f.at is None and f.until is None:
-                return None
-            ends += [t + (f.duration or 0) for t in f.times(None)]
-        return max(ends, default=0.0)
+        """When the plan ends (s): the end of its last fault, or its duration if that is later; None when it
+        repeats forever (an 'every' fault with neither 'until' nor a plan duration). A fault that starts or
+        lasts past the duration still runs: the duration bounds only the repeats of an 'every' fault."""
+        if self.duration is None and any(f.at is None and f.until is None for f in self.faults):
+            return None
+        return max([self.duration or 0.0, *(t + (f.duration or 0) for t, f, _ in self.schedule())])
 
     def schedule(self) -> list[tuple[float, PlanFault, int]]:
-        """Every occurrence (offset s, fault, occurrence index) in time order, within the horizon."""
-        horizon = self.duration if self.duration is not None else self.horizon
-        items = [(t, f, k) for f in self.faults for k, t in enumerate(f.times(horizon))]
+        """Every occurrence (offset s, fault, occurrence index) in time order; an 'every' fault without 'until'
+        repeats until the plan's duration."""
+        items = [(t, f, k) for f in self.faults for k, t in enumerate(f.times(self.duration))]
         return sorted(items, key=lambda x: (x[0], x[1].id, x[2]))
 
     def where(self, fault: PlanFault | None, key: str) -> str:

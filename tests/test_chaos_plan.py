@@ -41,6 +41,20 @@ faults:
     assert plan.horizon == 120
 
 
+def test_a_fault_past_the_plan_duration_makes_the_plan_end_later():
+    """`chaos validate` said "ends at 10s" of a plan whose 20 s pause starts at 5 s: the fault runs all the same
+    (the duration bounds only 'every' repeats), as the dry run and `chaos run` showed."""
+    plan = parse_plan("""
+duration: 10s
+faults:
+  - {id: long, kind: pause, target: bot, at: 5s, duration: 20s}
+  - {id: rep, kind: kill, target: bot, every: 4s}
+""")
+    assert [(t, f.id) for t, f, _ in plan.schedule()] == [(4, "rep"), (5, "long"), (8, "rep")]
+    assert plan.horizon == 25
+    assert parse_plan("duration: 1m\nfaults:\n  - {kind: kill, target: bot, at: 1s}\n").horizon == 60
+
+
 def test_defaults_ids_and_kind_params():
     plan = parse_plan("faults:\n  - {kind: restart, target: bot, at: 1s}\n  - {kind: redis-restart, target: redis, at: 2s}\n")
     assert [f.id for f in plan.faults] == ["f1", "f2"]
