@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 from contextlib import contextmanager
 
 
@@ -29,7 +30,12 @@ def interrupted_exit_code(exc: KeyboardInterrupt) -> int:
 @contextmanager
 def sigterm_as_interrupt():
     """SIGTERM raises ``Terminated`` in the main thread while the block runs; the earlier handler comes back after
-    (in-process callers, tests, keep theirs)."""
+    (in-process callers, tests, keep theirs). Outside the main thread, where Python allows no handler, it does
+    nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
     def terminate(*_):
         raise Terminated()
 
