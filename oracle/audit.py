@@ -201,7 +201,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         result["verdict"] = verdict.require_healed(verdict.require_quiet(verdict.require_measured(
             verdict.evaluate(result["observed"], gates), result["turns"]["ok"], t["probes"], t["answered"], gates),
             t["errors"], t["errors_quiet"], t["turns_quiet"], t["turns"], gates), faults)
-        result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted,
+        result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted + linked.misfiled_replies,
                                                                result["metrics"]["probe_amnesia"]["count"],
                                                                tally.totals["leaked_sessions"])
         result["thresholds"] = {name: str(limit) for name, limit in gates.limits.items()}

@@ -82,8 +82,8 @@ def explain(f: dict) -> str:
                 f"store disagree (a replay, a shared client, or a mis-recorded outcome).")
     if cls == "crosstalk":
         where = "" if e["source_journaled"] else " (that session is not in this run's journal)"
-        moved = (" That turn is missing from its own session: the bot misrouted it (one fault, counted once)."
-                 if e.get("missing_from_own_session") else "")
+        moved = (f" That {'reply' if e.get('role') == 'assistant' else 'turn'} is missing from its own session: the "
+                 "bot misrouted it (one fault, counted once)." if e.get("missing_from_own_session") else "")
         more = e.get("more")
         rest = (f" It holds {more['entries']:,} more such entries, of {more['sessions']:,} session(s), not listed one "
                 "by one: sessions that share one key (ids that collide) hold each other's whole histories."
@@ -143,6 +143,12 @@ def explain(f: dict) -> str:
                 f"{e['earlier_turn']} at position {e['earlier_position']}. This is the closest of "
                 f"{e['contradicting_pairs']} contradicting pair(s).{tail}")
     if cls == "unanswered":
+        went = e.get("reply_stored_under")
+        if went:
+            return (f"Session {s} turn {turn} (token {e['token']}) was acknowledged with a reply, and its user entry "
+                    f"is stored, but its reply was written under session {went['session']}'s key {went['key']} "
+                    f"instead (finding {went['finding']}): the bot misrouted this answer to another user's memory. One "
+                    "fault, counted once, as cross-talk.")
         return (f"Session {s} turn {turn} (token {e['token']}) was acknowledged with a reply, and its user entry is "
                 f"stored, but no assistant entry after it holds that reply, verbatim or otherwise. The bot "
                 f"answered the user without keeping its answer, so the next turn's context is missing half of "

@@ -34,6 +34,7 @@ LATE_S = 10.0  # a loss acknowledged this close to the store's read may be a wri
 class Linked:
     causes: Counter = field(default_factory=Counter)      # findings per cause
     misrouted: int = 0                                    # acknowledged turns written under another session
+    misfiled_replies: int = 0                             # replies written under another session (the turn at home)
     anomalies: Counter = field(default_factory=Counter)   # findings per window index (by evidence time)
     crosstalk: Counter = field(default_factory=Counter)   # cross-talk findings per window index
     classes: Counter = field(default_factory=Counter)     # findings per class
@@ -46,6 +47,8 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
     store was read (a loss acknowledged just before may be a write not made yet)."""
     landed: dict[tuple[str, int], tuple[str, str, str]] = {}  # (source session, turn) -> (session, key, finding id)
     missing: set = set()  # (session, turn) of acknowledged turns its own key does not hold
+    replies_landed: dict = {}  # (source session, turn) -> where an assistant entry carrying its token was found
+    unanswered: set = set()  # (session, turn) of turns stored without their reply
     unresolved: set = set()  # cross-talk source sessions judged in another batch
     values: set = set()  # planted values found in other sessions' histories: whose? (checkers.check_stray_values)
     for f in _findings(source):
@@ -54,16 +57,22 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
             values.add(e["source_value"])
         elif f["class"] == "crosstalk":
             landed.setdefault((e["source_session"], e["source_turn"]), (f["session"], e.get("key"), f["id"]))
+            if e.get("role") == "assistant":
+                replies_landed.setdefault((e["source_session"], e["source_turn"]),
+                                          (f["session"], e.get("key"), f["id"]))
             if e.get("source_journaled") is None:
                 unresolved.add(e["source_session"])
         elif f["class"] == "lost":
             missing.add((f["session"], f["turn"]))
         elif f["class"] in GONE:
             missing.update((f["session"], turn) for turn in e.get("ok_turn_numbers") or ())
+        elif f["class"] == "unanswered":
+            unanswered.add((f["session"], f["turn"]))
     sent, planted = journal.look_up(unresolved, values) if unresolved or values else ({}, {})
     journaled = {session for session, _ in sent}
     out = Linked()
     misrouted: set = set()
+    misfiled: set = set()  # (session, turn) of replies written under another session's key
     with open(target, "wb") as fh:
         for f in _findings(source):
             e = f["evidence"]
@@ -80,7 +89,7 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
             if f["class"] == "lost" and isinstance(read_at, (int, float)) and \
                     isinstance(e.get("received"), (int, float)) and 0 <= read_at - e["received"] < LATE_S:
                 e["read_after_s"] = round(read_at - e["received"], 1)
-            f["cause"] = _cause(f, landed, missing, misrouted)
+            f["cause"] = _misfiled_reply(f, replies_landed, unanswered, misfiled) or _cause(f, landed, missing, misrouted)
             f["explanation"] = explain(f)
             fh.write(codec.dumps_line(f))
             out.causes[f["cause"]] += 1
@@ -90,8 +99,24 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
                 out.anomalies[window] += 1
                 if f["class"] == "crosstalk":
                     out.crosstalk[window] += 1
-    out.misrouted = len(misrouted)
+    out.misrouted, out.misfiled_replies = len(misrouted), len(misfiled)
     return out
+
+
+def _misfiled_reply(f: dict, replies_landed: dict, unanswered: set, misfiled: set) -> str | None:
+    """A reply written under another session's key is one fault seen twice: ``unanswered`` at home (the user entry is
+    stored, its reply is not) and ``crosstalk`` where it landed (an assistant entry carrying this turn's token).
+    Both get the cause ``misroute``; None for any other finding."""
+    cls, e = f["class"], f["evidence"]
+    if cls == "unanswered" and (f["session"], f["turn"]) in replies_landed:
+        victim, key, finding = replies_landed[(f["session"], f["turn"])]
+        e["reply_stored_under"] = {"session": victim, "key": key, "finding": finding}
+        misfiled.add((f["session"], f["turn"]))
+        return MISROUTE
+    if cls == "crosstalk" and e.get("role") == "assistant" and (e["source_session"], e["source_turn"]) in unanswered:
+        e["missing_from_own_session"] = True
+        return MISROUTE
+    return None
 
 
 def _confirm(f: dict, plant: tuple | None, landed: dict) -> bool:

@@ -331,7 +331,8 @@ def observed_from_metrics(summary: dict) -> dict:
 
 
 CAUSES = {
-    "misroute": "turns written under another session's key: missing where they belong, cross-talk where they landed",
+    "misroute": "turns or their replies written under another session's key: missing where they belong, cross-talk "
+                "where they landed",
     "lost": "acknowledged turns the store lost",
     "crosstalk": "entries of one session copied into another's history",
     "duplicated": "turns whose user entry or reply is stored more than once",

@@ -142,6 +142,28 @@ def test_a_turn_stored_under_another_session_is_one_misroute_not_a_store_loss(tm
     assert sessions[a]["lost"] == "1" and sessions[b]["crosstalk"] == "1"
 
 
+def test_a_reply_stored_under_another_session_is_one_misroute_not_also_unanswered(tmp_path):
+    """The reply of a turn whose user entry is at home, written into another user's history (a reply saved under
+    a "current session" another request changed meanwhile): it was counted twice, unanswered at home and
+    cross-talk where it landed."""
+    world = _world()
+    _, a, b = world.order  # the world's replies quote session 0's token: these two are quoted by none
+    reply = [(t, m) for t, m in world.stored[a] if t == 2 and m["type"] == "ai"]
+    world.stored[a] = [(t, m) for t, m in world.stored[a] if (t, m) not in reply]
+    world.stored[b] = world.stored[b] + reply
+    summary = _audit(tmp_path, world)
+    assert finding_keys(tmp_path) == {("unanswered", a, 2), ("crosstalk", b, None)}
+    unanswered, cross = sorted(read_findings(tmp_path), key=lambda f: f["class"] != "unanswered")
+    assert unanswered["cause"] == cross["cause"] == "misroute"
+    assert unanswered["evidence"]["reply_stored_under"] == {"session": b, "key": f"message_store:{b}",
+                                                            "finding": cross["id"]}
+    assert "its reply was written under session" in unanswered["explanation"]
+    assert "That reply is missing from its own session" in cross["explanation"]
+    rules = {r["gate"]: r for r in summary["verdict"]["rules"]}
+    assert rules["unanswered"]["count"] == 0 and rules["crosstalk"]["result"] == FAIL
+    assert [(r["cause"], r["count"], r["findings"]) for r in summary["verdict"]["root_causes"]] == [("misroute", 1, 2)]
+
+
 def test_a_session_whose_turns_all_went_elsewhere_vanished_by_misroute(tmp_path):
     world = _world()
     a, b, c = world.order
