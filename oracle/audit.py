@@ -179,6 +179,8 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         for r in results:
             found.merge(r.problems)
         found.extend(problems)
+        if linked.window:
+            found.extend([window_warning(linked.window)])
         result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
                                window_s, recovery_s, sum(r.entries for r in results), linked.misrouted, found,
                                sum(r.unreadable for r in results))
@@ -211,6 +213,14 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                              ("windows.csv", folder.windows_csv), ("summary.json", folder.summary)):
             (folder.audit / f"{name}.tmp").replace(target)  # the tables as a set: never new ones beside an old verdict
     return result
+
+
+def window_warning(window: dict) -> str:
+    n = window["user_entries"]
+    return (f"in each of the {window['sessions']:,} sessions with lost turns, the lost turns are its oldest and its "
+            f"key holds exactly {n} user entries: the bot seems to keep only its last {n} exchanges (a window memory, "
+            f"LTRIM). That forgets by design: if it is meant to, judge recall by probes inside the window and gate "
+            f"stored_loss off (--gate stored_loss=off); if not, the trimming is the bug")
 
 
 def _judge(context: Context, jobs: int) -> tuple[Tally, list]:

@@ -174,13 +174,15 @@ def check_vanished(session: str, turns: list[Turn], raw: RawSession, gone_class)
 
 
 def check_lost(session: str, turns: list[Turn], raw: RawSession, v: StoredView) -> list[dict]:
-    """An acknowledged turn whose user entry is not in the store (the key still exists)."""
+    """An acknowledged turn whose user entry is not in the store (the key still exists). ``oldest``: every lost turn
+    of the session is older than every stored one (what a window memory that keeps the last N does)."""
     if not raw.exists:
         return []
-    return [finding("lost", session, t.turn, t.sent, token=t.token, key=raw.key,
-                    stored_user_entries=len(v.own), sent=t.sent, received=t.received)
-            for t in turns if t.outcome == "ok" and t.turn not in v.copies and t.turn not in v.corrupt_turns
+    lost = [t for t in turns if t.outcome == "ok" and t.turn not in v.copies and t.turn not in v.corrupt_turns
             and t.turn not in v.merged]
+    oldest = {"oldest": True} if lost and v.copies and max(t.turn for t in lost) < min(v.copies) else {}
+    return [finding("lost", session, t.turn, t.sent, token=t.token, key=raw.key,
+                    stored_user_entries=len(v.own), sent=t.sent, received=t.received, **oldest) for t in lost]
 
 
 def check_facts(session: str, by_turn: dict[int, Turn], decoded: Decoded, v: StoredView, key: str) -> list[dict]:

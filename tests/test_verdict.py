@@ -164,6 +164,26 @@ def test_a_reply_stored_under_another_session_is_one_misroute_not_also_unanswere
     assert [(r["cause"], r["count"], r["findings"]) for r in summary["verdict"]["root_causes"]] == [("misroute", 1, 2)]
 
 
+@pytest.mark.parametrize("middle", [False, True])
+def test_losses_that_are_every_sessions_oldest_turns_name_a_window_memory(tmp_path, middle):
+    """A bot that keeps the last N exchanges (LTRIM) FAILed as "lost by the store", saying nothing about windows:
+    the losses stand, and a warning says what they look like. One loss that is not among the oldest: no warning."""
+    world = _world(sessions=3, turns=6)
+    for session in world.order:
+        world.stored[session] = world.stored[session][-8:]  # the last 4 exchanges
+    if middle:
+        a = world.order[1]
+        world.stored[a] = [(t, m) for t, m in world.stored[a] if t != 4]
+    summary = _audit(tmp_path, world)
+    assert summary["verdict"]["result"] == FAIL and summary["anomalies"]["lost"] == 6 + middle
+    warned = [p for p in summary["problems"] if "window memory" in p]
+    assert warned == ([] if middle else [
+        "in each of the 3 sessions with lost turns, the lost turns are its oldest and its key holds exactly 4 user "
+        "entries: the bot seems to keep only its last 4 exchanges (a window memory, LTRIM). That forgets by design: "
+        "if it is meant to, judge recall by probes inside the window and gate stored_loss off (--gate "
+        "stored_loss=off); if not, the trimming is the bug"])
+
+
 def test_a_session_whose_turns_all_went_elsewhere_vanished_by_misroute(tmp_path):
     world = _world()
     a, b, c = world.order
