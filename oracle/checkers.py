@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import html
+import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ class StoredView:
     first_position: dict = field(default_factory=dict)  # turn -> position of its first stored copy
     copies: Counter = field(default_factory=Counter)    # turn -> stored copies
     corrupt_turns: set = field(default_factory=set)     # own turns whose only trace is a corrupt entry
-    strays: list = field(default_factory=list)  # [(entry index, value, text)]: assistant entries with another's value
+    strays: list = field(default_factory=list)  # [(entry index, value, text, role)]: untokened entries, another's value
     merged: dict = field(default_factory=dict)  # turn -> (entry index, position): own turns stored only merged into
     #                                             another user entry (a later token of it), none of their own
 
@@ -60,7 +61,8 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
     other sessions' tokens in assistant entries that are none of this session's own journaled replies, and in entries of other
     roles, of sessions none of them quoted (what the client received was judged online): another session's
     reply, or a reply quoting its message, or a system or summary entry built from other users' messages,
-    written into this history. And assistant entries with no token carrying another session's value (strays)."""
+    written into this history. And entries with no token carrying another session's value (strays): an assistant's
+    recall answer filed here, or a system entry or a user-role note of "known facts" a shared extractor built."""
     v = StoredView()
     search = TOKEN_RE.search
     position = 0
@@ -96,17 +98,17 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
     moved = {(source, turn) for _, source, turn, _, _ in v.foreign}  # its answer with it is the same fault
     own_values = {t.nonce for t in by_turn.values() if t.nonce} if by_turn else set()
     for index, role, text in decoded.messages:
-        if role == USER or text in own_replies:
+        if text in own_replies or role == USER and "gf" in text:
             continue
         m = next((m for m in TOKEN_RE.finditer(text) if m.group(1) not in quoted and m.group(1) != session), None) \
             if "gf" in text else None
         if m is not None:  # another's reply, or a system or summary entry built from other users' messages
             if (m.group(1), int(m.group(2))) not in moved:
                 v.foreign.append((index, m.group(1), int(m.group(2)), text, role))
-        elif role == ASSISTANT and "gf" not in text:  # no token: a recall answer ("... is 8846-QANV.") filed here?
-            value = next((n for n in NONCE_RE.findall(text) if n not in own_values), None)
+        elif "gf" not in text and "-" in text:  # no token: a recall answer ("... is 8846-QANV.") filed here, or a
+            value = next((n for n in NONCE_RE.findall(text) if n not in own_values), None)  # note of known facts?
             if value is not None:
-                v.strays.append((index, value, text))
+                v.strays.append((index, value, text, role))
     return v
 
 
@@ -240,14 +242,14 @@ def check_crosstalk(session: str, v: StoredView, journal: dict[str, list[Turn]],
 
 
 def check_stray_values(session: str, v: StoredView, key: str) -> list[dict]:
-    """An assistant entry with no token that carries a value another session planted (its nonce: "Your phone
-    number is 8846-QANV."): that session's recall answer, written into this history. Which session planted it
+    """An entry with no token that carries a value another session planted (its nonce: "Your phone number is
+    8846-QANV."): that session's recall answer, or a note of facts built from shared state, written into this history. Which session planted it
     needs the whole journal, so the finding is ``pending`` until oracle/rootcause.py finds the plant; a value
     no turn of the run planted (an LLM's "1999-2000") is dropped there, and only a found one is counted."""
     return [finding("crosstalk", session, None, None, source_session=None, source_turn=None, source_value=value,
-                    entry_index=index, key=key, source_journaled=None, excerpt=text[:120], role="assistant",
+                    entry_index=index, key=key, source_journaled=None, excerpt=text[:120], role=role,
                     pending="the session that planted the value")
-            for index, value, text in v.strays[:MAX_CROSSTALK]]
+            for index, value, text, role in v.strays[:MAX_CROSSTALK]]
 
 
 def check_leaked_replies(session: str, turns: list[Turn], key: str) -> list[dict]:
@@ -430,18 +432,38 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
 
 
 def like_reply(stored: str, reply: str) -> bool:
-    """A stored assistant text that is this reply stored otherwise: one holds the other once both are read alike
-    (HTML entities, Unicode forms, case and runs of white space), or both are empty (a bot that answers so)."""
+    """A stored assistant text that is this reply stored otherwise, once both are read alike (``_plain``): the same,
+    or both empty (a bot that answers so); or the stored text holds most of the reply (half of it, or
+    ``LIKE_MIN_CHARS``: an API that adds a footer to what it returns, a store that cuts a long answer), not a
+    streamed reply's last or first piece ("help?", "Your "); or it holds the whole reply and no token besides (a
+    wrapper, sources), not the prompt's earlier messages with the completion."""
     return _holds(_plain(stored), _plain(reply))
+
+
+LIKE_MIN_CHARS = 40
 
 
 def _holds(stored: str, reply: str) -> bool:
     """``like_reply`` of two texts already read alike (each spare text is read so once, not once per turn)."""
-    return stored in reply or reply in stored if stored and reply else stored == reply
+    if not stored or not reply:
+        return stored == reply
+    if stored in reply:
+        return 2 * len(stored) >= len(reply) or len(stored) >= LIKE_MIN_CHARS
+    return reply in stored and TOKEN_RE.search(stored.replace(reply, " ", 1)) is None
+
+
+_BLOCK_TAG = re.compile(r"<\s*/?\s*(?:p|div|br|li|ul|ol|h[1-6]|tr|td|th|table|blockquote|pre|hr)\b[^<>]*>", re.I)
+_TAG = re.compile(r"<[^<>]*>")  # inline (<strong>): the text goes on; a block's tag parts words as a line end does
+_MARKUP = str.maketrans("", "", "*_`#")
 
 
 def _plain(text: str) -> str:
-    return " ".join(unicodedata.normalize("NFKC", html.unescape(text)).casefold().split())
+    """Read alike: HTML entities and tags, Markdown's emphasis, code and heading marks (a page renders the stored
+    Markdown), Unicode forms, case, runs of white space, and lone surrogates (a reply cut inside an emoji, which
+    the client journals as "?")."""
+    text = _TAG.sub("", _BLOCK_TAG.sub(" ", html.unescape(text))).translate(_MARKUP)
+    text = unicodedata.normalize("NFKC", text.encode("utf-8", "replace").decode("utf-8")).casefold()
+    return " ".join(text.split())
 
 
 def _each_reply_follows(ok_stored, by_turn, decoded: Decoded, v: StoredView) -> bool:

@@ -93,10 +93,16 @@ def explain(f: dict) -> str:
             return (f"Session {s} turn {turn} was answered with {e['excerpt']!r}, which carries {e['source_value']!r}, "
                     f"the value {source} planted: another user's fact was told to this one (the reply as the client "
                     f"got it; the Locust process that sent it had not planted that value): cross-talk.")
-        if e.get("source_value"):
+        if e.get("source_value") and e.get("role") == "assistant":
             what, carrying = "an assistant entry", f"{e['source_value']!r}, the value {source} planted"
             why = (", and it is none of the replies this session was sent: that session's answer (a recall of its "
                    "fact) was written into this user's memory")
+        elif e.get("source_value"):
+            what = ("an entry of neither user nor assistant role (a system, summary or tool entry)"
+                    if e.get("role") == "other" else "a user entry with no token (written by the bot, not the client)")
+            carrying = f"{e['source_value']!r}, the value {source} planted"
+            why = (": another user's fact went into what the bot keeps for this user (a note of known facts or a "
+                   "summary built from shared state)")
         elif e.get("role") == "other":
             what, carrying = "an entry of neither user nor assistant role (a system, summary or tool entry)", \
                 f"the token of {source}{where}"

@@ -265,6 +265,45 @@ def test_a_reply_stored_otherwise_than_sent_is_still_its_answer(tmp_path, stored
     assert _audit(tmp_path, world)["anomalies"] == {}
 
 
+@pytest.mark.parametrize("sent_as", ["html", "cut inside an emoji"])
+def test_a_reply_sent_otherwise_than_stored_is_still_its_answer(tmp_path, sent_as):
+    """An HTMX page's bot stores the model's Markdown and returns it rendered as HTML; a reply cut inside an emoji
+    is stored with its lone surrogate, which the client journals as "?". Both FAILed a correct bot: unanswered."""
+    world = build_world([[TurnSpec("chatter", "ok") for _ in range(3)] for _ in range(2)], seed=5)
+    replies = {(r["session"], r["turn"]): r for r in world.records}
+    for s in world.order:
+        for turn, message in world.stored[s]:
+            if message["type"] == "ai":
+                r = replies[s, turn]
+                if sent_as == "html":
+                    message["data"]["content"] = f"**Noted.**\n\nYou said: `{r['message']}`"
+                    r["reply"] = f'<div class="msg"><p><strong>Noted.</strong></p><p>You said: <code>{r["message"]}</code></p></div>'
+                else:
+                    message["data"]["content"] = r["reply"] + " \ud83d"
+                    r["reply"] += " ?"
+    assert _audit(tmp_path, world)["anomalies"] == {}
+
+
+@pytest.mark.parametrize("stored_as", ["its last piece", "its first piece", "the whole prompt and it"])
+def test_a_reply_stored_as_a_piece_of_it_or_inside_the_prompt_is_unanswered(tmp_path, stored_as):
+    """A streaming bot that keeps one chunk (``text = chunk`` for ``text += chunk``), or one that stores the model's
+    whole output with the prompt (return_full_text: every earlier message again), PASSed: one text held the other.
+    A piece must be most of the reply; a text holding the reply must hold no other message's token."""
+    world = _world(sessions=2, turns=3)
+    replies = {(r["session"], r["turn"]): r["reply"] for r in world.records}
+    for s in world.order:
+        said = ""
+        for turn, message in world.stored[s]:
+            if message["type"] == "human":
+                said += message["data"]["content"] + "\n"
+            else:
+                reply = replies[s, turn]
+                message["data"]["content"] = {"its last piece": reply[-6:], "its first piece": reply[:7],
+                                              "the whole prompt and it": f"{said}AI: {reply}"}[stored_as]
+    summary = _audit(tmp_path, world)
+    assert summary["anomalies"] == {"unanswered": 6} and summary["verdict"]["result"] == FAIL
+
+
 def test_replies_stored_without_the_footer_the_api_adds_are_answers(tmp_path):
     """A bot whose API adds a footer to some replies (its probes' sources) stores them without it. One verbatim
     reply switched the whole session to matching by text, so each footed turn was 'unanswered': a correct bot
@@ -464,6 +503,22 @@ def test_another_session_s_recall_answer_stored_in_a_history_is_cross_talk(gates
     assert (_rows(tmp_path)[b]["crosstalk"], _rows(tmp_path)[b]["anomalous"]) == ("1", "1")
     assert summary["verdict"]["result"] == FAIL and any(line.startswith("crosstalk: 1 ")
                                                         for line in summary["verdict"]["failed"])
+
+
+@pytest.mark.parametrize("entry", [("system", "Known facts about the user: {fact} = {value}."),
+                                   ("human", "(note) The user's {fact} is {value}.")])
+def test_another_session_s_value_in_a_note_of_known_facts_is_cross_talk(tmp_path, entry):
+    """A shared extractor writes the facts it saw into each history as a "known facts" system entry, or a user-role
+    note with no token: another user's value there PASSed (only assistant entries were read for values)."""
+    world = _recall_world()
+    a, b = world.order
+    plant = next(r for r in world.records if r["session"] == a and r["kind"] == "plant")
+    role, text = entry
+    world.stored[b] = [(None, lc(role, text.format(fact=plant["fact"], value=plant["nonce"])))] + world.stored[b]
+    summary = _audit(tmp_path, world)
+    (f,) = [f for f in read_findings(tmp_path) if f["class"] == "crosstalk"]
+    assert f["session"] == b and (f["evidence"]["source_session"], f["evidence"]["source_turn"]) == (a, plant["turn"])
+    assert "known facts" in f["explanation"] and summary["verdict"]["result"] == FAIL
 
 
 @pytest.mark.parametrize("text", ["Between 1999-2000 we shipped 4821-ABCD.", "Your {fact} is {own}."])
