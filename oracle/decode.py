@@ -100,6 +100,8 @@ class Shape:
             return f"wrong shape: a JSON {type(element).__name__}, not an object"
         role = _dig(element, self.role_path)
         if not isinstance(role, str):
+            if isinstance(element.get("type"), str):  # an item, not a message (Agents SDK: reasoning, function_call)
+                return OTHER, ""
             return f"wrong shape: no role string at {'.'.join(self.role_path)!r}"
         if role in CHAT_TYPES and self.role_path == ["type"] and isinstance(_dig(element, CHAT_ROLE), str):
             role = _dig(element, CHAT_ROLE)
@@ -111,8 +113,17 @@ class Shape:
         if not isinstance(content, str):
             if kind == OTHER:  # a system, tool or action entry need hold no text: it is not judged
                 return OTHER, ""
+            if content is None and _calls_tools(element, self.content_path):  # OpenAI: content null beside tool_calls
+                return kind, ""
             return f"wrong shape: no text at {'.'.join(self.content_path)!r}"
         return kind, content
+
+
+def _calls_tools(element: dict, content_path: list) -> bool:
+    """The message beside the text (or the element itself) carries tool calls: a message without text."""
+    holder = _dig(element, content_path[:-1])
+    return any(isinstance(h, dict) and (h.get("tool_calls") or h.get("function_call"))
+               for h in (holder, element))
 
 
 def _dig(obj, parts):
@@ -158,7 +169,8 @@ def _add(out: Decoded, index: int, got: tuple, element: dict, shape: Shape) -> N
         out.users.append((index, got[1]))
     elif got[0] == OTHER:
         role, named = _dig(element, shape.role_path), _dig(element, CHAT_ROLE)
-        out.other_roles.add(named if role in CHAT_TYPES and isinstance(named, str) else role)
+        out.other_roles.add(named if role in CHAT_TYPES and isinstance(named, str) else
+                            role if isinstance(role, str) else element.get("type"))  # a role-less item: its type
 
 
 def _typed_decoder(role_key: str, content_key: str, sub_key: str | None):

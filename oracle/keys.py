@@ -12,6 +12,7 @@ counters are the evidence of a real loss. ``diagnose_missing_keys`` decides, and
 """
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections import Counter
@@ -24,13 +25,14 @@ from contracts.jsonl import read_jsonl
 from contracts.runfolder import RunFolder
 from contracts.timeline import telemetry_sample
 
-from oracle.redis_reader import as_text, template_pattern
+from oracle.redis_reader import as_text, glob_escape, template_pattern
 from oracle.store import StoreError, StoreOptions
 from contracts.tokens import SESSION_RE
 
 SESSION_ID = re.compile(r"gf[0-9a-f]{16}")
 SAMPLE = 20              # missing sessions whose ids are looked for
 SCAN_LIMIT = 2_000_000   # keys looked at per database, at most: a huge shared store is sampled, not walked
+MESSAGE_KEYS = 200       # names of one session's keys collected to tell one key per message from a few per session
 TTL_SCAN_CALLS = 200     # SCAN calls (of 1,000 slots) looking for a key under the template that carries a TTL
 TTL_SAMPLE = 1_000       # keys under the template whose TTL is asked
 COUNTERS = ("expired_keys", "evicted_keys")
@@ -190,6 +192,15 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     if not all_gone or keys_seen or shared:  # in a key of many sessions: the bot's bug, judged, never a mismatch
         return evidence
     template = options.key_template
+    per_message = _message_keys(client, found) if found else None
+    if per_message:
+        pattern, examples = per_message
+        raise TemplateMismatch(
+            f"no acknowledged session of this run has a key under the key template {template!r}, but their "
+            f"session ids are in other keys of the store: {_places(client, found)}. The bot keeps one key per "
+            f"message under {pattern!r} (the keys of one session differ after its id: {', '.join(examples)}), and "
+            "the audit reads one key per session, so no --key-template names a history. Read them with --reader (a "
+            "function from session ids to histories: docs/oracle.md \"Readers\"). Nothing was judged.")
     if found:
         session, places = next(iter(found.items()))
         db, key = places[0]
@@ -218,6 +229,39 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             f"{answered} recall probes failed), so its memory is somewhere. The template or --store-url does not "
             "point where the bot writes (or someone flushed the store). Nothing was judged.")
     return evidence
+
+
+def _message_keys(client: redis.Redis, found: dict) -> tuple[str, list[str]] | None:
+    """(pattern, example keys) when the bot keeps one key per message (``chat:{session}:<message id>``): the first
+    found session's keys differ after its id in names the second's lack (2 or more; with no second, 3 or more),
+    so a template made of one of them would name one message. None when the names recur for each session
+    (``chat:{session}`` beside ``chat:{session}:meta``): then one of them is the template."""
+    sessions = list(found)[:2]
+    db, key = found[sessions[0]][0]
+    prefix = key[:key.index(sessions[0])]
+    conn = client if db == _own_db(client) else _on_db(client, db)
+    names: dict[str, set] = {s: set() for s in sessions}
+    cursor = 0
+    try:
+        for _ in range(SCAN_LIMIT // 1000):  # a huge store is sampled, as find_session_keys does
+            cursor, keys = conn.scan(cursor, match=glob_escape(prefix) + "gf*", count=1000)
+            for text in map(as_text, keys):
+                for s in sessions:
+                    if text.startswith(prefix + s) and len(names[s]) < MESSAGE_KEYS:
+                        names[s].add(text[len(prefix + s):])
+            if not cursor:
+                break
+    except redis.RedisError:
+        return None
+    finally:
+        if conn is not client:
+            conn.close()
+    first, *other = names.values()
+    own = sorted(first - (other[0] if other else set()))
+    if len(own) < (2 if other else 3):
+        return None
+    joint = re.match(r"[^0-9A-Za-z]*", os.path.commonprefix(own)).group()  # ':' of ':<id>', ':<id>'
+    return f"{prefix}{{session}}{joint}*", [f"{prefix}{sessions[0]}{name}" for name in own[:3]]
 
 
 def find_in_keys_under(client: redis.Redis, options: StoreOptions,

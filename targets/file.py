@@ -168,7 +168,7 @@ def _command(node, bad) -> list[str] | None:
         argv = [n.value for n in node.value]
     else:
         return bad("must be a string (split like a shell) or a list of strings")
-    if not argv or not all(argv):
+    if not argv or not argv[0]:  # an empty argument is fine (--save ""); an empty program is not
         return bad("must name a program to run")
     return argv
 

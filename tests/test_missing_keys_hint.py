@@ -1,0 +1,52 @@
+"""A bot keeping one Redis hash per message (langchain-redis: ``chat:<session>:<message id>``) under a wrong template.
+
+The audit stopped (exit 2, right) but suggested ``--key-template 'chat:{session}:<one message's id>'``; following
+it, every other message was 'gone' (exit 1, 55 sessions whose whole history is gone). No template names such a
+history: the message must say so and point to --reader, never bake a message id in.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from oracle.audit import audit_run
+from oracle.keys import TemplateMismatch
+from oracle.store import StoreOptions
+from support_oracle import TurnSpec, build_world, write_journal
+
+
+def journaled_world(tmp_path):
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("probe", "ok")] for _ in range(4)],
+                        start=time.time() - 60, seed=5)
+    write_journal(tmp_path, world.records)
+    return world
+
+
+def test_one_hash_per_message_is_named_not_turned_into_a_template(tmp_path, redis_server):
+    world = journaled_world(tmp_path)
+    pipe = redis_server.client().pipeline()
+    for s in world.order:
+        for n, (_, m) in enumerate(world.stored[s]):
+            mid = f"{time.time_ns() + n:020d}{n:06x}"  # time-ordered ids: they share leading digits
+            pipe.hset(f"chat:{s}:{mid}", mapping={"session_id": s, "type": m["type"], "content": m["data"]["content"]})
+            pipe.zadd(f"chat:{s}:index", {mid: n})
+    pipe.execute()
+    with pytest.raises(TemplateMismatch) as err:
+        audit_run(tmp_path, StoreOptions(url=redis_server.url, key_template="chat:{session}"))
+    message = str(err.value)
+    assert "try --key-template" not in message, message
+    assert "The bot keeps one key per message under 'chat:{session}:*'" in message, message
+    assert "--reader" in message and 'docs/oracle.md "Readers"' in message
+
+
+def test_a_history_key_beside_a_metadata_key_is_still_suggested(tmp_path, redis_server):
+    """A few keys per session whose names recur for every session: one of them is the template."""
+    world = journaled_world(tmp_path)
+    client = redis_server.client()
+    for s in world.order:
+        client.rpush(f"bot:{s}", *[m["data"]["content"] for _, m in world.stored[s]])
+        client.hset(f"bot:{s}:meta", mapping={"title": "Support chat"})
+    with pytest.raises(TemplateMismatch, match=r"try --key-template 'bot:\{session\}(:meta)?'") as err:
+        audit_run(tmp_path, StoreOptions(url=redis_server.url, key_template="chat:{session}"))
+    assert "one key per message" not in str(err.value)
