@@ -25,6 +25,7 @@ from contracts import codec
 from contracts.tokens import make_token
 
 OUTCOMES = ("ok", "fail", "info")
+VERDICTS = ("pass", "amnesia")  # or null: not a probe, not answered, or its plant indeterminate
 REQUIRED = ("session", "turn", "outcome", "sent")
 MAX_TURN = 999_999  # a token's turn index has at most six digits (contracts.tokens.TOKEN_RE)
 MAX_STEP = 1_000_000
@@ -63,7 +64,7 @@ class Turn(msgspec.Struct, gc=False):
     status: Optional[Annotated[int, msgspec.Meta(ge=0, lt=1000)]] = None
     reply: Optional[str] = None
     error: Optional[str] = None
-    verdict: Optional[str] = None     # probes: pass | amnesia | null
+    verdict: Optional[Literal[VERDICTS]] = None  # type: ignore[valid-type] - probes: pass | amnesia | null
     crosstalk: tuple[str, ...] = ()   # sessions whose token or nonce the reply carried
     step: Optional[Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]] = None  # load step index
     user: Optional[str] = None
@@ -170,6 +171,9 @@ def from_dict(record: dict) -> Turn:
     turn = _number(get("turn"), "turn", int)
     if not 0 <= turn <= MAX_TURN:
         raise RecordError(f"turn {turn} is out of range [0, {MAX_TURN}]")
+    verdict = get("verdict")
+    if verdict is not None and verdict not in VERDICTS:  # a probe the gate would not count: a recall uncounted
+        raise RecordError(f"verdict {codec.short(verdict)} is not one of pass/amnesia/null")
     received = get("received")
     crosstalk = get("crosstalk")
     if crosstalk is not None and (not isinstance(crosstalk, (list, tuple)) or
@@ -192,7 +196,7 @@ def from_dict(record: dict) -> Turn:
         fact=_text(get("fact")), nonce=_text(get("nonce")), sent=sent,
         received=got, outcome=outcome,
         status=status if isinstance(status, int) and not isinstance(status, bool) and 0 <= status < 1000 else None,
-        reply=_text(get("reply")), error=_text(get("error")), verdict=_text(get("verdict")),
+        reply=_text(get("reply")), error=_text(get("error")), verdict=verdict,
         crosstalk=tuple(crosstalk or ()),
         step=step, user=_text(get("user")), replica=_text(get("replica")),
         bot_session=_text(get("bot_session")) or None)

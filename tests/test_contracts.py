@@ -39,6 +39,10 @@ def test_a_line_with_only_the_required_fields_gets_the_documented_defaults():
     (b'{"session": "s", "turn": 1, "outcome": "ok"}', "missing field 'sent'"),
     (b'{"session": "\xff", "turn": 1, "outcome": "ok", "sent": 1}', "not UTF-8"),
     (b'{"session": ["x"], "turn": 1, "outcome": "ok", "sent": 1}', "not an id"),
+    # a probe's verdict the gate would not count (an answered recall left out: a run with amnesia PASSed)
+    (b'{"session": "s", "turn": 1, "outcome": "ok", "sent": 1, "kind": "probe", "verdict": "Amnesia"}',
+     "verdict 'Amnesia' is not one of pass/amnesia/null"),
+    (b'{"session": "s", "turn": 1, "outcome": "ok", "sent": 1, "token": "st1", "verdict": 0}', "verdict 0"),
     (b'[1, 2]', "not a JSON object"),
     (b'[' * 100_000 + b']' * 100_000, "nested too deeply"),
     (b'\x00\x01', "not JSON"),
