@@ -42,6 +42,8 @@ def _backend_kwargs(args) -> dict:
 
 
 def cmd_validate(args) -> int:
+    if args.state_dir:  # where the local backend's targets are (without --backend it was ignored: "ok")
+        args.backend = args.backend or "local"
     if args.targets:
         args.backend = args.backend or "local"
         rows = _target_rows(targets_file.open_registry(args.targets))

@@ -250,6 +250,18 @@ def test_bad_backend_options_name_the_option(argv, fragment, tmp_path, capsys):
     assert fragment in err and "Traceback" not in err, err
 
 
+def test_a_state_dir_alone_validates_the_plan_against_that_stack(tmp_path, capsys):
+    """`chaos validate --state-dir DIR plan.yaml` said "ok" of a target nothing there names: without --backend
+    the state dir was ignored. A state dir means the local backend, as a targets file does."""
+    from chaos.__main__ import main
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("faults:\n  - {kind: kill, target: nosuch, at: 1s}\n")
+    assert main(["validate", str(plan), "--state-dir", str(tmp_path / "stack")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot resolve 'nosuch'" in err and "Traceback" not in err, err
+
+
 # ---- conversation scripts and goldfish's Locust options: the checks Locust's init runs -----------
 class LocustLikeParser(__import__("argparse").ArgumentParser):
     """argparse with the web-UI flags Locust's parser takes (Locust itself is not imported here: it
