@@ -105,6 +105,10 @@ def store_options(values) -> StoreOptions | None:
     url, http_url, reader = (str(get(n) or "") or None for n in ("store_url", "http_url", "reader"))
     if not (url or http_url or reader):
         return None
+    given = [option for option, value in (("--store-url", url), ("--http-url", http_url), ("--reader", reader))
+             if value]
+    if len(given) > 1:  # one of them was read and the others silently ignored
+        raise OptionError(f"{' and '.join(given)}: give one way to read the store, not {len(given)}")
     options = StoreOptions(
         url=url, http_url=http_url, reader=reader, key_template=str(get("key_template") or _D.key_template),
         format=str(get("store_format") or _D.format), direction=str(get("direction") or _D.direction),

@@ -166,6 +166,15 @@ def test_a_server_that_does_not_answer_as_redis_is_exit_2(not_redis, snapshot_ru
     assert_named(err, f"cannot reach the store at {not_redis}", "does not answer as a Redis server")
 
 
+def test_two_ways_to_read_the_store_are_exit_2_naming_both(snapshot_run, tmp_path, capsys, redis_server):
+    """--store-url beside --http-url: the HTTP reader was used and --store-url silently ignored (a FAIL, exit 1,
+    from a history endpoint the user did not mean)."""
+    code, err, _ = audit_copy(snapshot_run, tmp_path, lambda run: None, capsys, "--store-url", redis_server.url,
+                              "--http-url", "http://127.0.0.1:9/{session}")
+    assert code == 2, err
+    assert_named(err, "--store-url and --http-url", "give one way to read the store, not 2")
+
+
 def test_locusts_store_check_refuses_a_server_that_does_not_answer_as_redis(not_redis):
     from oracle.options import OptionError, reach_store
     from oracle.store import StoreOptions
