@@ -36,7 +36,8 @@ def explain(f: dict) -> str:
             return (f"{head}: the store lost an acknowledged write, or has not made it yet: it was acknowledged only "
                     f"{e['read_after_s']} s before the store was read. A bot that writes after it replies "
                     "(write-behind) needs longer than that; a longer --settle tells the two apart.")
-        return f"{head}: the store lost an acknowledged write."
+        return (f"{head}: the store lost an acknowledged write, or the bot never made it (a race between concurrent "
+                "turns of the session, a history rewritten without it: a summary or a trim).")
     if cls in ("vanished", "expired"):
         head = (f"Session {s} had {e['ok_turns']} acknowledged turns, the last (turn {e['last_ok_turn']}) at "
                 f"{_t(f['time'])}, yet its key {e['key']} does not exist at all: the whole conversation is gone.")
