@@ -181,6 +181,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         found.extend(problems)
         if linked.window:
             found.extend([window_warning(linked.window)])
+        found.extend(unspanned(tally, context.faults) if tally.totals["answered"] else [])
         result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
                                window_s, recovery_s, sum(r.entries for r in results), linked.misrouted, found,
                                sum(r.unreadable for r in results))
@@ -213,6 +214,16 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                              ("windows.csv", folder.windows_csv), ("summary.json", folder.summary)):
             (folder.audit / f"{name}.tmp").replace(target)  # the tables as a set: never new ones beside an old verdict
     return result
+
+
+def unspanned(tally: Tally, faults: list[Fault]) -> list[str]:
+    """A warning per fault kind no conversation spanned: memory across it was not measured, so a PASS says
+    nothing of it (a bot keeping memory in its process PASSed a restart plan at --think 0)."""
+    kinds = sorted({f.kind for f in faults})
+    return [f"chaos: no conversation had a turn acknowledged before a {tally.kinds[k]} fault began and a recall "
+            f"probe answered after it: memory across {tally.kinds[k]} was not measured (give --think, e.g. 0.5-2, "
+            "or longer conversations, so that conversations outlive the faults)"
+            for k in kinds if not tally.spanned[k]]
 
 
 def window_warning(window: dict) -> str:

@@ -387,6 +387,10 @@ class _Partition:
             during[:, f.kind] |= (sent >= start) & (sent < end)
         self.tally.add_turns(arrays, during, first_fault_after(ok, done, ctx.faults, len(ctx.kinds)),
                           ~overlapping(sent, done, margins))
+        if ctx.faults:
+            starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
+            self.tally.add_spans(np.minimum.reduceat(np.where(ok, done, np.inf), starts),
+                                 np.maximum.reduceat(np.where(answered, sent, -np.inf), starts), ctx.faults)
         rows = _rows(judged, index, arrays, fail, probe)
         for i, session in enumerate(rows["session"]):
             if session in dirty:

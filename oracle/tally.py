@@ -134,6 +134,7 @@ class Tally:
     latency: np.ndarray = field(default_factory=lambda: np.zeros(LATENCY_BINS, np.int64))
     during: np.ndarray | None = None     # (kinds + baseline, DURING)
     exposure: np.ndarray | None = None   # (kinds + quiet, [ok acknowledged before it, of them lost])
+    spanned: np.ndarray | None = None    # (kinds,): sessions acknowledged before a fault began, probed after (add_spans)
     steps: dict = field(default_factory=dict)  # step -> {"counts": Counter, "latency": hist, "start", "end"}
     acked_by_kind: Counter = field(default_factory=Counter)  # turn kind -> acknowledged turns (the breakdown's)
     lost_by_kind: Counter = field(default_factory=Counter)   # turn kind -> of them lost
@@ -147,6 +148,15 @@ class Tally:
             self.during = np.zeros((k, len(DURING)), np.int64)
         if self.exposure is None:
             self.exposure = np.zeros((k, 2), np.int64)
+        if self.spanned is None:
+            self.spanned = np.zeros(k - 1, np.int64)
+
+    def add_spans(self, first_ack: np.ndarray, last_probe: np.ndarray, faults: list) -> None:
+        """Per session, its first acknowledged turn and its last answered probe's send: a session with one before a
+        fault began and the other after tested memory across it. At --think 0 a conversation burns its turns
+        while the bot is down, and a bot whose memory a restart wipes PASSed with no probe across any restart."""
+        for f in faults:
+            self.spanned[f.kind] += int(((first_ack < f.start) & (last_probe >= f.start)).sum())
 
     def add_turns(self, t: dict, during: np.ndarray, exposure: np.ndarray, quiet: np.ndarray) -> None:
         """One batch's turns as parallel arrays (``t``: sent, done, ok, error, answered, failed,
@@ -194,6 +204,7 @@ class Tally:
         self.latency += other.latency
         self.during += other.during
         self.exposure += other.exposure
+        self.spanned += other.spanned
         for step, s in other.steps.items():
             mine = self.steps.setdefault(step, {"counts": Counter(), "latency": np.zeros(LATENCY_BINS, np.int64),
                                                 "start": None, "end": None})

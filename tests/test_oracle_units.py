@@ -94,6 +94,29 @@ def test_wilson_is_scipys_wilson_interval():
     assert wilson(12, 10)["rate"] == 1.2 and wilson(12, 10)["high"] == 1.0  # a count over its total is kept
 
 
+def test_a_fault_no_conversation_spanned_is_named_as_not_measured(tmp_path):
+    """At --think 0 a conversation burns its turns while a restarted bot is down, so no probe asks after the
+    restart for what was said before it: a bot whose memory the restart wiped PASSed, silently. A fault kind no
+    session spanned (a turn acknowledged before it began, a probe answered after) is named; a spanned one is not."""
+    world = build_world([[support_oracle.TurnSpec("plant", "ok"), support_oracle.TurnSpec("chatter", "ok"),
+                          support_oracle.TurnSpec("probe", "ok")] for _ in range(3)], seed=1)
+    first = [r for r in world.records if r["session"] == world.order[0]]
+    spanned = (first[0]["received"] + first[2]["sent"]) / 2
+    after = max(r["received"] for r in world.records) + 5
+    with open(tmp_path / "chaos.jsonl", "w") as fh:
+        for kind, start in (("redis-restart", spanned), ("kill", after)):
+            for event, when in (("apply", start), ("recover", start + 0.001)):
+                fh.write(json.dumps({"fault": f"{kind}#0", "kind": kind, "target": "t", "instance": "t",
+                                     "backend": "local", "event": event, "time": when, "outcome": "ok"}) + "\n")
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    summary = audit_run(tmp_path, recovery_s=0.0)
+    assert [p for p in summary["problems"] if "was not measured" in p] == [
+        "chaos: no conversation had a turn acknowledged before a kill fault began and a recall probe answered after "
+        "it: memory across kill was not measured (give --think, e.g. 0.5-2, or longer conversations, so that "
+        "conversations outlive the faults)"]
+
+
 def test_windows_faults_and_attribution(tmp_path):
     """Losses planted inside a fault window are attributed to its kind, against a clean baseline."""
     world = build_world([[support_oracle.TurnSpec("chatter", "ok")] * 6 for _ in range(8)], seed=1)
