@@ -581,7 +581,8 @@ class EndOfRun:
             say(f"error: {exc}")
             return EXIT_BAD, None
         except Exception as exc:  # noqa: BLE001 - the journal is safe; say how to retry
-            log.exception("audit failed")
+            if not isinstance(exc, _known_store_errors()):  # a bug: its traceback; a store's failure says enough
+                log.exception("audit failed")
             say(f"audit FAILED: {type(exc).__name__}: {exc}. The journal is intact in {s.run_dir}/journal; "
                 f"re-run with `python -m oracle audit {s.run_dir} --store-url ...`")
             return EXIT_AUDIT, None
@@ -604,3 +605,15 @@ class EndOfRun:
         for rule, line in zip(v["rules"], lines):
             if rule["result"] in ("pass", "fail"):
                 say(f"  {rule['result'].upper():<5} {line}")
+
+
+def _known_store_errors() -> tuple:
+    """The failures of a store or its snapshot whose message is the whole story (``audit FAILED: StoreError ...``):
+    a store that stopped answering at the audit printed 60 lines of traceback before it."""
+    import redis
+    import requests
+
+    from oracle.snapshot import SnapshotError
+    from oracle.store import StoreError
+
+    return StoreError, SnapshotError, redis.RedisError, requests.RequestException

@@ -238,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
                f"(alpha {args.alpha}, margin {args.margin * 100:g} points)"
                + (f"; {len(breaches)} gate(s) failed" if breaches else "")
                + (f"; NOT TRUSTED: {untrusted} -> exit 3" if untrusted else f" -> exit {int(failed)}"))
+    if args.html:  # written before the verdict line: a page that cannot be written is exit 2, never after "exit 0"
+        try:
+            out.append(f"html: {write_html(args.html, runs, results, warnings, breaches, trend, gate, args)}")
+        except OSError as exc:
+            print(f"error: --html {args.html}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     print("\n".join(out))
-    if args.html:
-        print(f"html: {write_html(args.html, runs, results, warnings, breaches, trend, gate, args)}")
     return 1 if failed else 3 if untrusted else 0

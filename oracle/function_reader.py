@@ -10,7 +10,10 @@ from __future__ import annotations
 import importlib
 from typing import Iterable, Iterator
 
+from contracts import codec
 from oracle.store import RawSession, StoreError, StoreOptions, batches
+
+RECORD = '{"session": id, "exists": bool, "entries": [...], "ttl": int|None, "key": str}'
 
 
 def load_function(spec: str):
@@ -35,7 +38,10 @@ class FunctionReader:
     def read(self, sessions: list[str]) -> Iterator[list[RawSession]]:
         for batch in batches(sessions, self.options.batch):
             try:
-                got = {str(r["session"]): r for r in self.func(list(batch))}
+                got = {}
+                for r in self.func(list(batch)):
+                    self._check(r)
+                    got[r["session"]] = r
             except StoreError:
                 raise
             except Exception as exc:  # noqa: BLE001 - user code: any failure is a store failure
@@ -43,12 +49,37 @@ class FunctionReader:
             out = []
             for session in batch:
                 r = got.get(session)
-                if r is None or not r.get("exists", True):
+                if r is None or not r["exists"]:
                     out.append(RawSession(session, str((r or {}).get("key") or session), False, None, [], "none"))
                 else:
                     out.append(RawSession(session, str(r.get("key") or session), True, r.get("ttl"),
-                                          list(r.get("entries") or []), str(r.get("type") or "list")))
+                                          list(r["entries"]), str(r.get("type") or "list")))
             yield out
+
+    def _check(self, r) -> None:
+        """A record the audit can use, or StoreError naming the field, the session and the function: a wrong
+        shape was a traceback (``entries: 5``) or, with ``exists`` left out, a verdict of lost turns."""
+        where = f"--reader {self.options.reader}"
+        if not isinstance(r, dict):
+            raise StoreError(f"{where} returned {codec.short(r)} ({type(r).__name__}) as a record: each must be a "
+                             f"dict {RECORD} (docs/oracle.md \"Readers\")")
+        session = r.get("session")
+        if not isinstance(session, str):
+            raise StoreError(f"{where} returned a record whose \"session\" is {codec.short(session)}, not a session "
+                             f"id (str): each record is {RECORD}")
+        wrong = None
+        if not isinstance(r.get("exists"), bool):
+            wrong = "exists", "true or false"
+        elif r["exists"] and not isinstance(r.get("entries"), (list, tuple)):
+            wrong = "entries", "a list of entries (oldest first)"
+        elif r.get("ttl") is not None and (not isinstance(r["ttl"], int) or isinstance(r["ttl"], bool)):
+            wrong = "ttl", "a whole number of seconds or null"
+        if wrong:
+            field, want = wrong
+            has = f'has "{field}": {codec.short(r[field])} ({type(r[field]).__name__})' if field in r \
+                else f'has no "{field}"'
+            raise StoreError(f"{where}: the record of session {session} {has}, which must be {want}; each record "
+                             f"is {RECORD} (docs/oracle.md \"Readers\")")
 
     def foreign(self, owned) -> Iterable[dict]:
         return ()

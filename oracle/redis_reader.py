@@ -111,9 +111,21 @@ def ping(client: redis.Redis) -> None:
     redis-py's handshake stumbles into. Also Locust's check of the store (oracle/options.py reach_store)."""
     try:
         client.ping()
+    except redis.AuthenticationError as exc:  # redis's own words never say the URL is where the password goes
+        raise redis.AuthenticationError(_auth_problem(client, exc)) from None
     except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
         raise redis.ConnectionError(f"it does not answer as a Redis server (its replies made redis-py raise "
                                     f"{type(exc).__name__})") from None
+
+
+def _auth_problem(client: redis.Redis, exc: Exception) -> str:
+    """What a refused login means for the URL: a password to add, or the one given is wrong."""
+    kw = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None) or {}
+    if kw.get("password") is None:  # spelt out, not as a URL: messages mask a URL's password, PASSWORD too
+        host = f" {kw['host']}:{kw.get('port', 6379)}" if kw.get("host") else ""
+        return f"it needs a password: give it in the URL, as :PASSWORD@ before the host{host} (the server said: {exc})"
+    user = "user name and password" if kw.get("username") else "password"
+    return f"it refused the {user} in the URL (the server said: {exc})"
 
 
 class RedisReader:

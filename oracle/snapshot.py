@@ -144,7 +144,11 @@ class SnapshotWriter:
         self.meta["foreign_keys"] += 1
 
     def close(self, complete: bool, sessions: int | None = None, error: str | None = None) -> None:
-        """``sessions``: how many were read (None: count the partitions' lines, after a failure)."""
+        """``sessions``: how many were read (None: count the partitions' lines, after a failure). A complete read
+        by the HTTP or function reader that found none of the sessions raises TemplateMismatch, leaving this writer
+        open for the audit to close as incomplete."""
+        if complete and sessions and self.meta["reader"] != "redis":
+            self._found_some(sessions)
         self.closed = True
         try:
             self.foreign_file.close()
@@ -167,6 +171,31 @@ class SnapshotWriter:
             store.rename(old)
         self.dir.rename(store)
         shutil.rmtree(old, ignore_errors=True)
+
+    def _found_some(self, sessions: int) -> None:
+        """TemplateMismatch when no session read has a history: the URL or function does not read where the bot
+        writes, which a verdict would call a total loss. Redis has its own diagnosis (oracle/keys.py
+        ``diagnose_missing_keys``); these readers cannot look elsewhere, so every session gone is enough. Stops at
+        the first session found, so a healthy read costs a line."""
+        from oracle.keys import TemplateMismatch
+
+        example = None
+        for name in self.meta["files"]:
+            for session, raw in snapshot_lines(self.folder.path, self.dir / name):
+                if _decode_head(raw).exists:
+                    return
+                example = example or session
+        if example is None:  # no session line at all: nothing was read to judge by
+            return
+        url = self.meta["url"]
+        if self.meta["reader"] == "http":
+            said = (f"--http-url {url} answered 404/410 (no history) for every one of the {sessions} sessions of this "
+                    f"run (for example session {example}: GET {url.replace('{session}', example)})")
+        else:
+            said = (f"--reader {url} returned no history for any of the {sessions} sessions of this run (each left "
+                    f"out or \"exists\": false; for example session {example})")
+        raise TemplateMismatch(f"{said}: it reads somewhere the bot does not write, so the options are wrong (or "
+                               "the store was emptied). Nothing was judged.")
 
 
 def _complete(store: Path) -> bool:
@@ -235,7 +264,10 @@ def options_from_meta(meta: dict) -> StoreOptions:
 
 def _from_snapshot(entry):
     if isinstance(entry, dict) and set(entry) == {"b64"}:
-        return base64.b64decode(entry["b64"])
+        try:
+            return base64.b64decode(entry["b64"], validate=True)
+        except (TypeError, ValueError) as exc:  # binascii.Error is a ValueError
+            raise ValueError(f"entry {codec.short(entry)} is not base64 ({exc})") from None
     return entry
 
 
@@ -287,6 +319,8 @@ def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
                 head = _decode_head(raw)
                 if bytes(memoryview(head.entries)[:1]) not in (b"[", b"n"):  # a list, or null (none)
                     raise msgspec.ValidationError("Expected `array | null` - at `$.entries`")
+                if b'"b64"' in raw:  # a non-utf-8 entry: its base64 is checked here, where the line is known
+                    _check_session(path, before + i + 1, raw)
                 yield head.session, raw
             except msgspec.ValidationError as exc:
                 raise SnapshotError(f"{path}:{before + i + 1}: not a snapshot line: {exc}") from None
@@ -294,6 +328,16 @@ def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
                 raise SnapshotError(f"{path}:{before + i + 1}: not JSON ({exc})") from None
             except RecursionError:
                 raise SnapshotError(f"{path}:{before + i + 1}: not JSON: nested too deeply") from None
+
+
+def _check_session(path: Path, number: int, raw: bytes) -> None:
+    """SnapshotError at ``path:number`` when the line does not read back as a session (an entry whose base64 does
+    not decode was a traceback in the judge, which has the line but not its place)."""
+    try:
+        snapshot_session(raw)
+    except ValueError as exc:
+        raise SnapshotError(f"{path}:{number}: {exc}: the snapshot is damaged. Read the store again: pass "
+                            "--store-url (or --http-url / --reader)") from None
 
 
 class _Head(msgspec.Struct):

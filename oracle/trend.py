@@ -128,6 +128,20 @@ def load_runs(paths: list[str], audit: bool = False) -> tuple[list[RunData], lis
     return runs, failed, skipped
 
 
+def unknown_starts(runs: list[RunData]) -> list[str]:
+    """A note for each run listed with start ``?`` (first, as if oldest): its run.json is missing, unreadable or
+    has no valid start, which the trend would otherwise order silently."""
+    notes = []
+    for r in runs:
+        if r.run.get("start") is None:
+            file = f"{RunFolder(r.path).run_json}: "
+            about = [w.replace(file, "run.json: ", 1) for w in r.warnings if w.startswith(file)
+                     and any(word in w for word in (": start ", "unreadable", "missing"))]
+            why = "; ".join(about) or "run.json has no start"
+            notes.append(f"{r.path}: its start is unknown ({why}); listed first, started ?")
+    return notes
+
+
 def per_run(runs: list[RunData], alpha: float, margin: float, failed: list[Unjudged] = ()) -> list[dict]:
     """compare's trend rows, each run judged against the previous audited one, plus its night and verdict;
     with a row for each run in ``failed`` (no rates, verdict ``no-verdict`` and its reason), all in start order."""
@@ -216,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     runs, failed, skipped = load_runs(args.runs, args.audit)
     for note in skipped:
         print(f"skipped: {note}", file=sys.stderr)
+    for note in unknown_starts(runs):
+        print(f"warning: {note}", file=sys.stderr)
     if not runs and not failed:
         print("error: none of the folders is an audited run", file=sys.stderr)
         return 2
