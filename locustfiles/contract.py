@@ -2,11 +2,12 @@
 
 Real bots differ in path (the session id may be part of it: ``/v1/sessions/{session}/messages``
 or ``/chat?conversation={session}``), field names (dotted paths for nested JSON, ``input.text``;
-a number indexes a list, ``messages.0.content``), constant fields every request carries (a
-model name, LangServe's ``config``: ``--body``), whether the session id travels in the body, a
-header or the path, extra headers (auth), and how the reply comes back: a JSON field
-(``data.answer.text``), the whole body as text, or streamed as server-sent events or JSON lines
-whose pieces are put together (``--reply-format``). Some bots issue the conversation id themselves
+a number indexes a list, ``messages.0.content``, and in a reply a negative one counts from its end,
+``history.-1.content``), constant fields every request carries (a model name, LangServe's
+``config``: ``--body``), whether the session id travels in the body, a header or the path, extra
+headers (auth), and how the reply comes back: a JSON field (``data.answer.text``), the whole body
+as text, or streamed as server-sent events, JSON lines or the Vercel AI SDK's data stream, whose
+pieces are put together (``--reply-format``). Some bots issue the conversation id themselves
 (Dify's ``conversation_id``, a session cookie): ``--session-from`` says where it comes back, and
 from then on it travels where the session id would. All of it is data, so a team with an unusual
 bot writes a Locust config file, not Python.
@@ -21,7 +22,7 @@ from xml.etree import ElementTree
 from contracts import codec
 
 SESSION = "{session}"  # where the session id goes in --chat-path
-REPLY_FORMATS = ("json", "text", "sse", "ndjson", "xml")
+REPLY_FORMATS = ("json", "text", "sse", "ndjson", "xml", "ai-sdk")
 BODY_FORMATS = ("json", "form")  # form: application/x-www-form-urlencoded, flat fields (a Flask request.form bot)
 METHODS = ("POST", "PUT", "PATCH", "GET")  # GET: the fields go in the query string (a Flask request.args bot)
 SESSION_SOURCES = ("reply", "header", "cookie")  # --session-from reply:FIELD | header:NAME | cookie:NAME
@@ -109,7 +110,9 @@ class ChatContract:
         elif source == "reply":  # the first piece of a stream that names it (Dify's events all do)
             try:
                 pieces = [codec.loads(content)] if reply_format == "json" else \
-                    sse_data(content) if reply_format == "sse" else ndjson_lines(content)
+                    sse_data(content) if reply_format == "sse" else \
+                    [part for _, part in ai_sdk_parts(content)] if reply_format == "ai-sdk" else \
+                    ndjson_lines(content)
             except (codec.DecodeError, NoReply):
                 return None
             return next(filter(None, (usable_session(_at(piece, name.split("."))) for piece in pieces)), None)
@@ -137,12 +140,20 @@ class ChatContract:
             text = self.field_of(payload)
         elif self.reply_format == "xml":
             text = xml_text(content, self.reply_path, self.reply_field)
+        elif self.reply_format == "ai-sdk":
+            text = ai_sdk_text(content)
         else:
             pieces = sse_data(content) if self.reply_format == "sse" else ndjson_lines(content)
             text = self._joined(pieces)
         if not text.isascii():  # a JSON "\ud800" escape decodes to a lone surrogate, which no UTF-8 file can hold
             text = text.encode("utf-8", "replace").decode("utf-8")
         return text
+
+    @cached_property
+    def joins_messages(self) -> bool:
+        """The reply may hold more than the bot's answer (every item of a list, a whole body): a bot that sends
+        back the whole conversation then answers each probe with the user's own plant in it."""
+        return "*" in self.reply_path or self.reply_format == "text"
 
     def field_of(self, payload) -> str:
         """The text at --reply-field in a decoded JSON value. A ``*`` part takes every item of a list: a bot
@@ -204,6 +215,34 @@ def sse_data(content: bytes) -> list:
     return out
 
 
+def ai_sdk_parts(content: bytes) -> list[tuple[bytes, object]]:
+    """(type, decoded JSON value) of each line of a Vercel AI SDK data stream (``x-vercel-ai-data-stream: v1``):
+    ``TYPE:JSON``, ``0:"piece"`` a piece of text, ``3:"message"`` an error (NoReply), ``e:``/``d:`` the finish.
+    A line of another shape is NoReply."""
+    out = []
+    for number, line in enumerate(content.splitlines(), 1):
+        if line.strip():
+            kind, _, value = line.partition(b":")
+            try:
+                decoded = codec.loads(value) if len(kind) == 1 and kind.isalnum() else _MISSING
+            except codec.DecodeError:
+                decoded = _MISSING
+            if decoded is _MISSING:
+                raise NoReply(f"line {number} of the stream is not an AI SDK data-stream part (TYPE:JSON)")
+            if kind == b"3":
+                raise NoReply(f"the stream sent an error part: {str(decoded)[:200]!r}")
+            out.append((kind, decoded))
+    return out
+
+
+def ai_sdk_text(content: bytes) -> str:
+    """The reply in an AI SDK data stream: its text parts (``0:"piece"``) joined with nothing between them."""
+    texts = [value for kind, value in ai_sdk_parts(content) if kind == b"0" and isinstance(value, str)]
+    if not texts:
+        raise NoReply('no text part (0:"...") in the AI SDK data stream')
+    return "".join(texts)
+
+
 def ndjson_lines(content: bytes) -> list:
     """Each line of a JSON Lines stream (Ollama's), decoded; a line that is not JSON is NoReply."""
     out = []
@@ -224,8 +263,8 @@ def _at(value, path):
     for part in path:
         if isinstance(value, dict) and part in value:
             value = value[part]
-        elif isinstance(value, list) and _index(part) is not None and _index(part) < len(value):
-            value = value[_index(part)]
+        elif isinstance(value, list) and (index := _item(part, len(value))) is not None:
+            value = value[index]
         else:
             return _MISSING
     return value
@@ -277,6 +316,16 @@ def _json_or_text(text: str):
 
 def _index(part: str) -> int | None:
     return int(part) if part.isascii() and part.isdigit() else None
+
+
+def _item(part: str, length: int) -> int | None:
+    """The index a path part names in a list of ``length`` items when reading: ``0`` the first, ``-1`` the last
+    (a bot that answers the whole conversation: ``history.-1.content``); None when it names none."""
+    digits = part[1:] if part[:1] == "-" else part
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    index = int(part)
+    return index if -length <= index < length else None
 
 
 def set_dotted(target: dict, path: str, value) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+from http.cookiejar import DefaultCookiePolicy
 from time import perf_counter, time
 from urllib.parse import quote, urlencode
 
@@ -54,6 +55,7 @@ HUNG = "no complete reply within --timeout {:g}s: still in flight when the test 
 MAX_IDLE_S = 1.0
 SESSION_MARK = "GOLDFISH-SESSION-ID"  # stands for {session} in a URL until a turn knows its session
 REQUEST_NAMES = {kind: f"chat {kind}" for kind in ("plant", "probe", "chatter", "burst")}
+WARNED: set[str] = set()  # per process: the one-time warnings given (an echoed plant, a session cookie not kept)
 # What FastHttpSession.request adds to a ``json=`` request unless the caller set it (pinned
 # against Locust itself by tests/test_locust_wire.py).
 LOCUST_JSON_HEADERS = (("Accept-Encoding", "gzip, deflate, br"), ("Content-Type", "application/json"),
@@ -124,6 +126,25 @@ class Wire:
                                                                                    self.defaults)
 
 
+class SessionCookiePolicy(DefaultCookiePolicy):
+    """The jar's policy with a session cookie (``--session-from cookie:NAME``): that cookie goes back also when
+    it is ``Secure`` and the bot is on plain http (a staging host, loopback), as browsers send it to localhost;
+    goldfish reads that cookie as the conversation's id and sends it back itself."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
+    def return_ok_secure(self, cookie, request) -> bool:
+        return cookie.name == self.name or super().return_ok_secure(cookie, request)
+
+
+def warn_once(what: str, message: str, *args) -> None:
+    if what not in WARNED:
+        WARNED.add(what)
+        log.warning(message, *args)
+
+
 def reuse_only_fresh(client) -> None:
     """Make ``client`` (a geventhttpclient HTTPClient: one per host, holding the user's connections) open a
     new connection instead of reusing one idle for MAX_IDLE_S or more. Its pool has no idle limit of its
@@ -175,8 +196,12 @@ class ChatUser(FastHttpUser):
         rt = self.rt
         session = new_session_id()
         self.bot_session = None
-        if rt.contract.session_from.startswith("cookie:") and self.client.client.cookiejar is not None:
-            self.client.client.cookiejar.clear()  # a new conversation: the bot issues a new session cookie
+        jar = self.client.client.cookiejar
+        if rt.contract.session_from.startswith("cookie:") and jar is not None:
+            jar.clear()  # a new conversation: the bot issues a new session cookie
+            if not isinstance(getattr(self, "cookie_policy", None), SessionCookiePolicy):  # once per user's jar
+                self.cookie_policy = SessionCookiePolicy(rt.contract.session_source[1])
+                jar.set_policy(self.cookie_policy)
         if rt.contract.start_path and not self.start_conversation(session):
             return  # the bot did not start a conversation: its first turn is journaled as never sent (fail)
         facts: dict[str, Fact] = {}  # fact -> what was planted of it (locustfiles/judge.py: planted, probe_verdict)
@@ -287,6 +312,8 @@ class ChatUser(FastHttpUser):
             if self.bot_session is None:  # the bot stored this turn somewhere we cannot name: not acknowledged
                 outcome, reply = "info", None
                 error_text = f"no session id issued (--session-from {rt.contract.session_from})"
+        elif issued and outcome == "ok" and rt.contract.session_source[0] == "cookie":
+            self.check_cookie(session, turn)
         self.environment.events.request.fire(
             request_type=wire.method, name=REQUEST_NAMES[kind], response_time=response_ms,
             response_length=len(content) if content else 0,
@@ -296,9 +323,28 @@ class ChatUser(FastHttpUser):
                     error_text, facts, response_ms)
 
     def cookie(self, name: str) -> str | None:
-        """The value of the cookie ``name`` in this user's jar (the bot's session cookie)."""
+        """The value of the cookie ``name`` in this user's jar (the bot's session cookie), without the double
+        quotes RFC 6265 allows around it (Starlette quotes a value with ``=`` or ``/``: ``sid="r/B1+ZLQ=="``):
+        the bot's id, and its store key, is what is inside."""
         jar = self.client.client.cookiejar
-        return next((c.value for c in jar if c.name == name), None) if jar is not None else None
+        value = next((c.value for c in jar if c.name == name), None) if jar is not None else None
+        if value and len(value) > 1 and value[0] == value[-1] == '"':
+            return value[1:-1]
+        return value
+
+    def check_cookie(self, session: str, turn: int) -> None:
+        """A later turn whose session cookie names another conversation than the first turn's: the bot started
+        over (it got no cookie back, or lost the conversation); said once, with what the cookie is set with."""
+        if "cookie" in WARNED:
+            return
+        name = self.rt.contract.session_source[1]
+        value = self.cookie(name)
+        if value is not None and value != self.bot_session:
+            c = next(c for c in self.client.client.cookiejar if c.name == name)
+            warn_once("cookie", "--session-from cookie:%s: session %s turn %s got the cookie %s=%s, not the %s its "
+                      "first turn got: the bot started a new conversation (the audit reads the first one's history)."
+                      " The cookie is set with Path=%s Domain=%s%s", name, session, turn, name, value,
+                      self.bot_session, c.path, c.domain, " Secure" if c.secure else "")
 
     def send(self, wire: Wire, url: str, uri: str, payload: bytes, headers: dict) -> tuple:
         """POST one turn: (response, status (0: no HTTP response), body, error).
@@ -391,6 +437,13 @@ class ChatUser(FastHttpUser):
         if outcome == "ok":
             if kind == "probe" and nonce is not None:
                 verdict = probe_verdict(facts, fact, reply)
+                if verdict == "pass" and rt.contract.joins_messages and "echo" not in WARNED and \
+                        f"My {fact} is {nonce}." in reply:
+                    warn_once("echo", "session %s turn %s: the reply to a probe holds the user's own plant, verbatim "
+                              "(%r): --reply-field %r / --reply-format %s selects more than the bot's answer, so "
+                              "probes pass on the echo (the last item of a list: a negative index, history.-1.content)",
+                              session, turn, f"My {fact} is {nonce}.", rt.contract.reply_field,
+                              rt.contract.reply_format)
             sources = crosstalk(reply, session, rt.plants)
             if sources:
                 if rt.crosstalk_logged < CROSSTALK_LOG_LIMIT:

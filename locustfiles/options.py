@@ -120,10 +120,11 @@ def add_arguments(parser) -> None:
              "Flask request.form or Twilio-webhook bot)")
     add("contract", "--reply-format", default="json",
         help="how the reply comes back: json (at --reply-field), text (the whole body), sse (server-sent events) "
-             "or ndjson (JSON lines): a stream's pieces are put together")
+             "or ndjson (JSON lines): a stream's pieces are put together; xml (TwiML), ai-sdk (the Vercel AI SDK "
+             "data stream: its 0: text parts)")
     add("contract", "--reply-field", default="reply",
-        help="dotted JSON path of the reply text in the response (in each event or line of a stream); empty: "
-             "the JSON value itself is the text")
+        help="dotted JSON path of the reply text in the response (in each event or line of a stream; a negative "
+             "index counts from a list's end: history.-1.content); empty: the JSON value itself is the text")
     add("contract", "--replica-header", default="",
         help="response header naming the replica that answered (e.g. X-Refbot-Replica): journaled per turn, "
              "and failed probes are broken down by it")

@@ -1,0 +1,178 @@
+"""Bots whose contract goldfish once misread: a reply that is the whole conversation, a session cookie that is
+Secure or quoted. Each test runs Locust against a small real bot (this file, run as a program) and audits what
+it stored through its ``GET /history/<id>``.
+
+Run one bot: ``python tests/test_contract_paths_cookies.py --port P --mode MODE``. Modes:
+
+    history     POST /chat {"session_id", "message"} answers {"history": [{"role", "content"}, ...]}: the whole
+                conversation, its answer last (a Gradio / tutorial bot)
+    history-amnesia  the same, but it never reads its memory ("I don't know your order number")
+    secure      POST /chat {"message"}: the conversation is the cookie sid, set with Secure (production settings
+                on a plain-http staging host)
+    rotate      the same cookie, not Secure, but a new conversation every turn (a bot that never reads it)
+    pad         the conversation is the cookie sid, a base64 id with '/' and '=' that the server quotes:
+                sid="ab/cd+N3=="
+    ai-sdk      POST /chat {"session_id", "message"} answers the Vercel AI SDK data stream: f:{...}, 0:"piece" per
+                three characters, e:{...}, d:{...}
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+import subprocess
+import sys
+from contextlib import contextmanager
+from urllib.parse import unquote
+
+PLANT = re.compile(r"My ([a-z ]+) is ([^ ]+)\.$")
+PROBE = re.compile(r"What is my ([a-z ]+)\?$")
+
+
+def make_app(mode: str):
+    histories: dict[str, list] = {}
+    counter = itertools.count()
+
+    def answer(history: list, message: str) -> str:
+        probe = PROBE.search(message)
+        if probe:
+            for said in reversed(history if mode != "history-amnesia" else []):
+                plant = PLANT.search(said["content"]) if said["role"] == "user" else None
+                if plant and plant[1] == probe[1]:
+                    return f"Your {probe[1]} is {plant[2]}."
+            return f"I don't know your {probe[1]}."
+        return "Noted." if PLANT.search(message) else "I see."
+
+    def app(environ, start):
+        path = environ["PATH_INFO"]
+        if path.startswith("/history/"):
+            said = histories.get(unquote(path[len("/history/"):]))
+            start("200 OK" if said is not None else "404 Not Found", [("Content-Type", "application/json")])
+            return [json.dumps({"messages": said or []}).encode()]
+        body = json.loads(environ["wsgi.input"].read())
+        cookies = dict(c.strip().partition("=")[::2] for c in environ.get("HTTP_COOKIE", "").split(";") if "=" in c)
+        headers = [("Content-Type", "application/json")]
+        if mode in ("secure", "rotate", "pad"):
+            session = cookies.get("sid", "").strip('"') if mode != "rotate" else ""
+            session = session or (f"ab/cd+{next(counter)}==" if mode == "pad" else f"s{next(counter)}")
+            value = f'"{session}"' if mode == "pad" else session
+            headers.append(("Set-Cookie", f"sid={value}; Path=/; HttpOnly" + ("; Secure" if mode == "secure" else "")))
+        else:
+            session = body["session_id"]
+        history = histories.setdefault(session, [])
+        text = answer(history, body["message"])
+        history += [{"role": "user", "content": body["message"]}, {"role": "assistant", "content": text}]
+        if mode == "ai-sdk":
+            parts = ['f:{"messageId":"m1"}', *("0:" + json.dumps(text[i:i + 3]) for i in range(0, len(text), 3)),
+                     'e:{"finishReason":"stop","isContinued":false}', 'd:{"finishReason":"stop"}']
+            start("200 OK", [("Content-Type", "text/plain; charset=utf-8"), ("x-vercel-ai-data-stream", "v1")])
+            return ["".join(p + "\n" for p in parts).encode()]
+        start("200 OK", headers)
+        return [json.dumps({"history": history} if mode.startswith("history") else {"reply": text}).encode()]
+
+    return app
+
+
+@contextmanager
+def bot(mode: str):
+    """This file's bot ``mode`` on a free loopback port; yields its base URL; always stopped."""
+    import socket
+
+    from conftest import free_port, wait_until
+    from support_locust import _kill_group
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, __file__, "--port", str(port), "--mode", mode], start_new_session=True)
+    try:
+        def up():
+            assert proc.poll() is None, f"bot {mode} exited"
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        wait_until(up, timeout=30, what=f"bot {mode} on port {port}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        _kill_group(proc)
+
+
+def run(tmp_path, mode: str, *options):
+    """A 3-second Locust run against bot ``mode``, audited through its /history/<id>."""
+    from support_locust import quick_script, run_locust
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    with bot(mode) as url:
+        return run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), *options,
+                          "--http-url", f"{url}/history/{{session}}", "--role-field", "role",
+                          "--content-field", "content", "--settle", "0", time_s="3s")
+
+
+def answered(done) -> list[dict]:
+    """The journal's turns but those the end of the test cut off (a first turn cut off has no id yet)."""
+    return [r for r in done.records() if not (r["error"] or "").startswith("interrupted")]
+
+
+def verdict(done) -> str:
+    return json.loads((done.run_dir / "audit" / "summary.json").read_text())["verdict"]["result"]
+
+
+COOKIE = ["--session-from", "cookie:sid", "--session-field", ""]
+
+
+def test_a_negative_index_picks_the_answer_out_of_the_whole_conversation(tmp_path):
+    """A bot that answers with the whole conversation: history.-1.content is its answer, so a bot that remembers
+    passes and one that never reads its memory fails (history.*.content joined the user's own echoed plant,
+    which held the value, and every probe passed)."""
+    good = run(tmp_path / "good", "history", "--reply-field", "history.-1.content")
+    assert good.returncode == 0 and verdict(good) == "pass", good.output[-3000:]
+    probes = [r for r in good.records() if r["kind"] == "probe" and r["outcome"] == "ok"]
+    assert probes and all(r["reply"].startswith("Your ") for r in probes)
+    bad = run(tmp_path / "bad", "history-amnesia", "--reply-field", "history.-1.content")
+    assert bad.returncode == 1 and "FAIL  probe_amnesia:" in bad.output, bad.output[-3000:]
+
+
+def test_a_reply_that_echoes_the_plant_is_warned_about(tmp_path):
+    """history.*.content selects every message, the user's plant too: the probes pass on the echo, and the run
+    says so, once, naming the option and the way out."""
+    done = run(tmp_path, "history-amnesia", "--reply-field", "history.*.content")
+    warnings = re.findall(r"the reply to a probe holds the user's own plant.*", done.output)
+    assert len(warnings) == 1 and "--reply-field 'history.*.content'" in warnings[0] and \
+        "history.-1.content" in warnings[0], done.output[-3000:]
+
+
+def test_a_secure_session_cookie_goes_back_over_plain_http(tmp_path):
+    """The bot's session cookie is Secure and the bot is on http (loopback staging): goldfish reads that cookie
+    as the conversation's id and sends it back, as a browser does to localhost; each conversation keeps one id."""
+    done = run(tmp_path, "secure", *COOKIE)
+    assert done.returncode == 0 and verdict(done) == "pass", done.output[-3000:]
+    ids: dict = {}
+    for r in answered(done):
+        ids.setdefault(r["session"], set()).add(r["bot_session"])
+    assert ids and all(len(v) == 1 and None not in v for v in ids.values()), ids
+
+
+def test_a_session_cookie_that_changes_mid_conversation_is_warned_about(tmp_path):
+    """A bot that sets a new session cookie on a later turn started a new conversation: said once, naming the
+    cookie, the two ids and how the cookie is set."""
+    done = run(tmp_path, "rotate", *COOKIE)
+    warnings = re.findall(r"--session-from cookie:sid: session gf\w+ turn \d+ got the cookie sid=s\d+, not the s\d+ "
+                          r"its first turn got: the bot started a new conversation.*Path=/ .*", done.output)
+    assert done.returncode == 1 and len(warnings) == 1, done.output[-3000:]
+
+
+def test_a_quoted_session_cookie_is_the_id_inside_the_quotes(tmp_path):
+    """sid="ab/cd+1==" (a value with '/' or '=' is quoted by Starlette): the id, journaled and read from the store,
+    is ab/cd+1==."""
+    done = run(tmp_path, "pad", *COOKIE)
+    assert done.returncode == 0 and verdict(done) == "pass", done.output[-3000:]
+    ids = {r["bot_session"] for r in answered(done)}
+    assert ids and all(re.fullmatch(r"ab/cd\+\d+==", i) for i in ids), ids
+
+
+if __name__ == "__main__":
+    from gevent.pywsgi import WSGIServer
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--mode", required=True)
+    a = p.parse_args()
+    WSGIServer(("127.0.0.1", a.port), make_app(a.mode), log=None).serve_forever()
