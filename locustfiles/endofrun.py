@@ -591,6 +591,12 @@ class EndOfRun:
         anomalies = ", ".join(f"{k} {v}" for k, v in (summary.get("anomalies") or {}).items()) or "none"
         say(f"audit: {summary.get('sessions')} sessions, probe amnesia {rate('probe_amnesia')}, stored loss "
             f"{rate('stored_loss')}, session amnesia {rate('session_amnesia')}; anomalies: {anomalies}")
+        problems = summary.get("problems") or []  # a fault that never applied, one no conversation spanned...:
+        for problem in problems[:WARNINGS_SHOWN]:  # what a PASS does not cover, in the log a CI job keeps
+            say(f"warning: {problem}")
+        total = summary.get("problems_total", len(problems))
+        if total > WARNINGS_SHOWN:
+            say(f"... {total - WARNINGS_SHOWN:,} more warnings in {s.run_dir}/audit/summary.json")
         return EXIT_OK, summary
 
     @staticmethod
@@ -605,6 +611,9 @@ class EndOfRun:
         for rule, line in zip(v["rules"], lines):
             if rule["result"] in ("pass", "fail"):
                 say(f"  {rule['result'].upper():<5} {line}")
+
+
+WARNINGS_SHOWN = 5
 
 
 def _known_store_errors() -> tuple:
