@@ -116,6 +116,7 @@ class LocalBackend(Backend):
             with state.locked_state(self.state_dir) as st:
                 m = self._running(st, instance)
                 _signal_group(m["pid"], signal.SIGSTOP)
+                _wait_stopped(m["pid"])
                 return {"pid": m["pid"], "pid_start": m.get("pid_start")}
         if k == F.REDIS_CLIENT_KILL:
             with self._redis(instance) as r:
@@ -276,6 +277,20 @@ def _signal_group(pid: int, sig: int) -> None:
             os.kill(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def _wait_stopped(pid: int, timeout: float = 2.0) -> None:
+    """Until the kernel shows ``pid`` stopped: a SIGSTOP takes effect when the process is next scheduled, so a
+    busy one ran on for a moment after the apply was recorded (and a test that looked at once saw it running)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X"):
+                    return
+        except (OSError, IndexError):
+            return  # gone: nothing left to wait for
+        time.sleep(0.005)
 
 
 def _uptime(pid: int) -> float | None:
