@@ -53,6 +53,10 @@ HUNG = "no complete reply within --timeout {:g}s: still in flight when the test 
 # without ever reaching the bot (geventhttpclient checks the socket first, but the close can land between
 # the check and the send): a failed request no bot and no fault caused, at random (docs/locust.md).
 MAX_IDLE_S = 1.0
+# After a turn that got no acknowledged answer, the conversation waits before its next turn, doubling per failure
+# in a row: at --think 0 it burned its turns in milliseconds while a restarted bot was down, so no conversation
+# outlived a restart and a bot whose memory the restart wiped PASSed (oracle/audit.py ``unspanned``).
+RETRY_WAIT_S, RETRY_WAIT_MAX_S = 0.5, 4.0
 SESSION_MARK = "GOLDFISH-SESSION-ID"  # stands for {session} in a URL until a turn knows its session
 REQUEST_NAMES = {kind: f"chat {kind}" for kind in ("plant", "probe", "chatter", "burst")}
 WARNED: set[str] = set()  # per process: the one-time warnings given (an echoed plant, a session cookie not kept)
@@ -208,6 +212,7 @@ class ChatUser(FastHttpUser):
         turn = 0
         steps = rt.script.steps
         pause = rt.settings.think[1] > 0
+        failed = 0  # turns in a row that got no acknowledged answer
         for i, step in enumerate(steps):
             kind = step.kind
             if kind == "think":
@@ -220,14 +225,18 @@ class ChatUser(FastHttpUser):
                 token = make_token(session, turn)
                 if kind == "plant":
                     nonce = new_nonce()
-                    self.turn(session, turn, token, kind, f"[{token}] My {step.fact} is {nonce}.", step.fact, nonce,
-                              facts)
+                    outcome = self.turn(session, turn, token, kind, f"[{token}] My {step.fact} is {nonce}.", step.fact,
+                                        nonce, facts)
                 elif kind == "probe":
-                    self.turn(session, turn, token, kind, f"[{token}] What is my {step.fact}?", step.fact, None, facts)
+                    outcome = self.turn(session, turn, token, kind, f"[{token}] What is my {step.fact}?", step.fact,
+                                        None, facts)
                 else:
-                    self.turn(session, turn, token, kind, f"[{token}] {step.text or self.chatter_line(None)}", None,
-                              None, facts)
+                    outcome = self.turn(session, turn, token, kind, f"[{token}] {step.text or self.chatter_line(None)}",
+                                        None, None, facts)
                 turn += 1
+                failed = 0 if outcome == "ok" else failed + 1
+                if failed and i + 1 < len(steps):  # as a person whose message failed waits before the next one
+                    gevent.sleep(min(RETRY_WAIT_S * 2 ** (failed - 1), RETRY_WAIT_MAX_S))
             if pause and i + 1 < len(steps):
                 gevent.sleep(self.think())
 
@@ -276,9 +285,9 @@ class ChatUser(FastHttpUser):
         return text or random.choice(self.rt.script.chatter)
 
     def turn(self, session: str, turn: int, token: str, kind: str, message: str, fact: str | None,
-             nonce: str | None, facts: dict) -> None:
+             nonce: str | None, facts: dict) -> str:
         """Send one turn (``message`` already carries ``token``), judge it, fire its events and
-        journal it (also when interrupted)."""
+        journal it (also when interrupted); its outcome."""
         rt = self.rt
         if kind == "plant":
             rt.plants.add(nonce, session)
@@ -321,6 +330,7 @@ class ChatUser(FastHttpUser):
             context=self.context(), response=resp, start_time=sent, url=url)
         self.finish(session, turn, token, kind, message, fact, nonce, sent, received, outcome, status or None, reply,
                     error_text, facts, response_ms)
+        return outcome
 
     def cookie(self, name: str) -> str | None:
         """The value of the cookie ``name`` in this user's jar (the bot's session cookie), without the double

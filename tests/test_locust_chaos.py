@@ -40,6 +40,20 @@ def test_chaos_runs_with_the_load_and_heals_at_the_end(tmp_path, refbot_stack): 
 
 
 @pytest.mark.slow
+def test_a_bot_whose_restart_wipes_its_memory_fails_at_think_0(tmp_path, refbot_stack):  # noqa: F811
+    """LangChain's quick-start `store = {}` on one replica, restarted mid-run: at --think 0 every conversation in
+    flight burned its turns against the bot that was down, none asked after the restart for what it said before,
+    and the run PASSed. A conversation now waits after a failed turn, outlives the restart, and its probes fail."""
+    stack = refbot_stack(replicas=1, mode="process-local", think_ms=0, jitter_ms=5)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("faults:\n  - {id: r, kind: kill, target: bot-1, at: 2s, duration: 1s}\n")
+    run = run_locust(stack.url, tmp_path / "run", "--chaos", plan, "--stack-state", state.state_path(stack.dir),
+                     users=4, time_s="9s", timeout=240)
+    assert run.returncode == 1, run.output[-3000:]
+    assert "FAIL  probe_amnesia" in run.output, run.output[-3000:]
+
+
+@pytest.mark.slow
 def test_sigterm_in_the_middle_of_a_fault_still_heals_and_keeps_the_journal(tmp_path, refbot_stack):  # noqa: F811
     stack = refbot_stack(replicas=2, mode="correct", think_ms=0, jitter_ms=5)
     plan = tmp_path / "plan.yaml"
