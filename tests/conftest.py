@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def http_server(handler):
+    """A real ThreadingHTTPServer on a free loopback port, serving with ``handler`` (a BaseHTTPRequestHandler
+    class) in a thread; yields the server; always shut down."""
+    from http.server import ThreadingHTTPServer
+    import threading
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
 
 def wait_until(condition, timeout: float = 15.0, interval: float = 0.02, what: str = "condition"):

@@ -292,23 +292,33 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
 @contextmanager
 def chat_bot(mode: str = "memory", delay: float = 0.0, log: Path | None = None):
     """Start a test bot on a free loopback port; yields its base URL; always stopped."""
-    from conftest import free_port, wait_until
-    import socket
+    from conftest import free_port
 
     port = free_port()
     args = [sys.executable, __file__, "--port", str(port), "--mode", mode, "--delay", str(delay)]
     if log:
         args += ["--log", str(log)]
-    errors = tempfile.TemporaryFile()  # a file, not a pipe: a chatty bot can never block on it
+    with serve_program(args, port, f"test bot {mode}") as url:
+        yield url
+
+
+@contextmanager
+def serve_program(args: list, port: int, name: str):
+    """Run ``args``, a server listening on loopback ``port``; yields its base URL once it accepts connections;
+    always stopped (its process group killed)."""
+    from conftest import wait_until
+    import socket
+
+    errors = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server can never block on it
     proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=errors)
     try:
         def up():
             if proc.poll() is not None:
                 errors.seek(0)
-                raise AssertionError(f"test bot {mode} exited: {errors.read().decode()[-2000:]}")
+                raise AssertionError(f"{name} exited: {errors.read().decode()[-2000:]}")
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return True
-        wait_until(up, timeout=30, what=f"test bot {mode} on port {port}")
+        wait_until(up, timeout=30, what=f"{name} on port {port}")
         yield f"http://127.0.0.1:{port}"
     finally:
         _kill_group(proc)

@@ -10,13 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
-from conftest import free_port
+from conftest import http_server
 from support_oracle import TurnSpec, build_world, raw_entries, write_journal, write_snapshot
 from test_bad_input import assert_named
 
@@ -128,13 +127,8 @@ class _NotFound(BaseHTTPRequestHandler):
 @pytest.fixture
 def not_found_server():
     """A real HTTP server on loopback that answers 404 to every GET."""
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), _NotFound)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
-    thread.join(10)
+    with http_server(_NotFound) as server:
+        yield f"http://127.0.0.1:{server.server_port}"
 
 
 def test_an_http_url_that_answers_404_for_every_session_is_exit_2_not_a_total_loss(tmp_path, not_found_server):

@@ -21,7 +21,6 @@ import argparse
 import itertools
 import json
 import re
-import subprocess
 import sys
 from contextlib import contextmanager
 from urllib.parse import unquote
@@ -77,22 +76,12 @@ def make_app(mode: str):
 @contextmanager
 def bot(mode: str):
     """This file's bot ``mode`` on a free loopback port; yields its base URL; always stopped."""
-    import socket
-
-    from conftest import free_port, wait_until
-    from support_locust import _kill_group
+    from conftest import free_port
+    from support_locust import serve_program
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, __file__, "--port", str(port), "--mode", mode], start_new_session=True)
-    try:
-        def up():
-            assert proc.poll() is None, f"bot {mode} exited"
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return True
-        wait_until(up, timeout=30, what=f"bot {mode} on port {port}")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        _kill_group(proc)
+    with serve_program([sys.executable, __file__, "--port", str(port), "--mode", mode], port, f"bot {mode}") as url:
+        yield url
 
 
 def run(tmp_path, mode: str, *options):

@@ -4,13 +4,12 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pandas as pd
 import pytest
 
-from conftest import free_port
+from conftest import http_server
 from oracle.audit import audit_run
 from oracle.decode import Shape, decode_session
 from oracle.history import read_journal
@@ -174,13 +173,8 @@ class _Histories(BaseHTTPRequestHandler):
 @pytest.fixture
 def http_store():
     """A real HTTP server on loopback serving {session: [message dicts]} at /sessions/<id>/history."""
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), _Histories)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(10)
+    with http_server(_Histories) as server:
+        yield server
 
 
 def test_http_reader(tmp_path, http_store):
