@@ -76,6 +76,16 @@ class ChatContract:
         return codec.dumps(codec.loads(self.body)) if self.body else None
 
     @cached_property
+    def _session_in_body(self) -> bool:
+        """A ``{session}`` in a --body value: replaced by the turn's session id (a bot that takes a user id and a
+        conversation id from two fields gets one per conversation, not one user for every virtual user)."""
+        return bool(self._template) and SESSION.encode() in self._template
+
+    @cached_property
+    def _session_in_headers(self) -> bool:
+        return any(SESSION in value for value in dict(self.headers).values())
+
+    @cached_property
     def _simple(self) -> bool:
         return not (self.session_header or self.headers or self.body or not self.session_field or self.session_from
                     or "." in self.message_field + self.session_field or self.reply_format == "sse")
@@ -85,9 +95,14 @@ class ChatContract:
         sent before the bot issued the id (``--session-from``), which carries none."""
         if self._simple:
             return {self.session_field: session, self.message_field: message}, None  # the hot, common case
-        body: dict = codec.loads(self._template) if self._template else {}  # a fresh copy per turn
+        template = self._template
+        if session is not None and self._session_in_body:  # {"user_id": "{session}"}: the id in more places
+            template = template.replace(SESSION.encode(), codec.dumps(session)[1:-1])
+        body: dict = codec.loads(template) if template else {}  # a fresh copy per turn
         set_dotted(body, self.message_field, message)
         headers = dict(self.headers)
+        if session is not None and self._session_in_headers:
+            headers = {name: value.replace(SESSION, session) for name, value in headers.items()}
         if self.reply_format == "sse" and not any(name.lower() == "accept" for name in headers):
             headers["Accept"] = "text/event-stream"
         if session is not None and self.session_header:  # None: the bot has not issued it yet (--session-from)

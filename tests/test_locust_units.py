@@ -97,6 +97,17 @@ def test_contract_body_template_lists_and_session_in_the_path():
     assert ChatContract(path="/c/{session}", session_field="").request("gf1", "hi") == ({"message": "hi"}, None)
 
 
+def test_a_session_in_body_values_and_headers_is_the_turns_session_id():
+    """A bot that takes a user id beside the conversation id (memory per user and conversation) got one user for
+    every virtual user: {session} was replaced in --chat-path only. A quote in an id the bot issued stays JSON."""
+    two = ChatContract(session_field="conversation_id", body='{"user": {"id": "u-{session}"}, "model": "m"}',
+                       headers=(("X-User", "{session}"),))
+    assert two.request("gf1", "hi") == ({"user": {"id": "u-gf1"}, "model": "m", "message": "hi",
+                                         "conversation_id": "gf1"}, {"X-User": "gf1"})
+    assert two.request('a"b', "hi")[0]["user"] == {"id": 'u-a"b'}
+    assert two.request("gf2", "yo")[0]["user"] == {"id": "u-gf2"}  # a fresh copy per turn
+
+
 @pytest.mark.parametrize("field,body,what", [
     ("input.text", '{"input": "fixed"}', "'text' is inside a str value"),
     ("messages.3.content", '{"messages": []}', "'3' is not an index of a list of 0 item"),
