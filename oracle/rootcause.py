@@ -90,6 +90,8 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
                 f["time"] = sent.get((e["source_session"], e["source_turn"]))
             if f["class"] in GONE:
                 _key_evidence(f, missing_keys)
+                if e.get("found_in_shared"):  # its history is in one key with other users': cross-talk, counted
+                    out.confirmed[f["session"]] += 1
             if f["class"] == "lost" and isinstance(read_at, (int, float)) and \
                     isinstance(e.get("received"), (int, float)) and 0 <= read_at - e["received"] < LATE_S:
                 e["read_after_s"] = round(read_at - e["received"], 1)
@@ -161,6 +163,9 @@ def _cause(f: dict, landed: dict, missing: set, misrouted: set) -> str:
         victim, key, finding = landed[(session, f["turn"])]
         e["stored_under"] = {"session": victim, "key": key, "finding": finding}
         misrouted.add((session, f["turn"]))
+        return MISROUTE
+    if cls in GONE and e.get("found_in_shared"):  # written under one key that every session shares: the store
+        misrouted.update((session, turn) for turn in e.get("ok_turn_numbers") or ())  # lost nothing
         return MISROUTE
     if cls in GONE:
         went = [(turn, landed[(session, turn)]) for turn in e.get("ok_turn_numbers") or () if (session, turn) in landed]

@@ -359,6 +359,12 @@ def test_a_bot_that_files_every_conversation_under_one_key_fails_naming_it(tmp_p
     gone = read_findings(run)
     assert {f["evidence"].get("found_in_shared") for f in gone} == {"message_store:default"}
     assert "one shared key" in gone[0]["explanation"]
+    # every user's memory is that key: cross-talk (the gate counted 0: a dashboard on it missed the classic bug),
+    # one root cause, and the store lost nothing
+    assert {f["cause"] for f in gone} == {"misroute"}
+    assert summary["metrics"]["crosstalk"]["count"] == len(world.order)
+    rules = {r["gate"]: r for r in summary["verdict"]["rules"]}
+    assert rules["crosstalk"]["result"] == "fail" and rules["stored_loss"]["count"] == 0
 
 
 REFUSALS_ALLOWED = parse_gates("strict,errors=off")  # the worlds' refused turns are no bug here
