@@ -200,8 +200,8 @@ class ChatUser(FastHttpUser):
         rt = self.rt
         session = new_session_id()
         self.bot_session = None
-        jar = self.client.client.cookiejar
-        if rt.contract.session_from.startswith("cookie:") and jar is not None:
+        jar = self.client.client.cookiejar if rt.contract.session_from.startswith("cookie:") else None
+        if jar is not None:
             jar.clear()  # a new conversation: the bot issues a new session cookie
             if not isinstance(getattr(self, "cookie_policy", None), SessionCookiePolicy):  # once per user's jar
                 self.cookie_policy = SessionCookiePolicy(rt.contract.session_source[1])

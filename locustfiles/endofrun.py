@@ -622,7 +622,6 @@ def _known_store_errors() -> tuple:
     import redis
     import requests
 
-    from oracle.snapshot import SnapshotError
-    from oracle.store import StoreError
+    from oracle import SnapshotError, StoreError
 
     return StoreError, SnapshotError, redis.RedisError, requests.RequestException

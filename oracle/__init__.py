@@ -14,7 +14,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     NOTHING_ACKNOWLEDGED                   the failed rule of a run the target acknowledged nothing of
     verdict_exit_code(verdict)             0 pass, 1 a gate failed, 2 nothing to judge (README "Exit codes")
     audit_option_names()                   the audit's options' attribute names
-    AuditOptionError, JournalError, TimelineError, TemplateMismatch, StoreOptions, Gates
+    AuditOptionError, JournalError, TimelineError, TemplateMismatch, StoreOptions, Gates, StoreError, SnapshotError
     FOLLOW_ENV                             how `python -m oracle follow` (the rolling audit) gets its store
 """
 from __future__ import annotations
@@ -36,6 +36,7 @@ _WHERE = {
     "JournalError": ("oracle.history", "JournalError"), "TimelineError": ("oracle.timeline", "TimelineError"),
     "TemplateMismatch": ("oracle.keys", "TemplateMismatch"),
     "StoreOptions": ("oracle.store", "StoreOptions"), "Gates": ("oracle.verdict", "Gates"),
+    "StoreError": ("oracle.store", "StoreError"), "SnapshotError": ("oracle.snapshot", "SnapshotError"),
     "FOLLOW_ENV": ("oracle.follow", "ENV"), "load_faults": ("oracle.timeline", "load_faults"),
 }
 __all__ = sorted(_WHERE)
