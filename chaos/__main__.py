@@ -42,10 +42,9 @@ def _backend_kwargs(args) -> dict:
 
 
 def cmd_validate(args) -> int:
-    if args.state_dir:  # where the local backend's targets are (without --backend it was ignored: "ok")
-        args.backend = args.backend or "local"
+    if args.targets or args.state_dir:  # where the local backend's targets are (without --backend a state dir
+        args.backend = args.backend or "local"  # was ignored: "ok")
     if args.targets:
-        args.backend = args.backend or "local"
         rows = _target_rows(targets_file.open_registry(args.targets))
         print(f"{args.targets}: ok — {len(rows)} target(s): " + ", ".join(line for line, _ in rows))
     if not args.plan:

@@ -55,6 +55,7 @@ log = logging.getLogger("goldfish")
 
 EXIT_OK, EXIT_GATE, EXIT_BAD, EXIT_AUDIT = 0, 1, 2, 3
 EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
+WARNINGS_SHOWN = 5  # the audit's warnings said at the end of a run (the rest are in audit/summary.json)
 IDLE, LOAD, HEAL, SETTLE, AUDIT, REPORT, DONE = "idle", "load", "heal", "settle", "audit", "report", "done"
 FINISHING = (SETTLE, AUDIT, REPORT)
 
@@ -611,9 +612,6 @@ class EndOfRun:
         for rule, line in zip(v["rules"], lines):
             if rule["result"] in ("pass", "fail"):
                 say(f"  {rule['result'].upper():<5} {line}")
-
-
-WARNINGS_SHOWN = 5
 
 
 def _known_store_errors() -> tuple:

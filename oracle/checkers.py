@@ -243,8 +243,8 @@ def check_crosstalk(session: str, v: StoredView, journal: dict[str, list[Turn]],
 
 def check_stray_values(session: str, v: StoredView, key: str) -> list[dict]:
     """An entry with no token that carries a value another session planted (its nonce: "Your phone number is
-    8846-QANV."): that session's recall answer, or a note of facts built from shared state, written into this history. Which session planted it
-    needs the whole journal, so the finding is ``pending`` until oracle/rootcause.py finds the plant; a value
+    8846-QANV."): that session's recall answer, or a note of facts built from shared state, written into this
+    history. Which session planted it needs the whole journal, so the finding is ``pending`` until oracle/rootcause.py finds the plant; a value
     no turn of the run planted (an LLM's "1999-2000") is dropped there, and only a found one is counted."""
     return [finding("crosstalk", session, None, None, source_session=None, source_turn=None, source_value=value,
                     entry_index=index, key=key, source_journaled=None, excerpt=text[:120], role=role,

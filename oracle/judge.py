@@ -356,6 +356,7 @@ class _Partition:
         ctx, r = self.ctx, self.result
         turns = [t for _, ts, _, _ in judged for t in ts]
         index = np.repeat(np.arange(len(judged)), [len(ts) for _, ts, _, _ in judged])
+        starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])  # each session's first turn
         n = len(turns)
         sent, received = np.fromiter(map(_SENT, turns), float, n), np.array(list(map(_RECEIVED, turns)), float)
         outcome, kind = list(map(_OUTCOME, turns)), np.array(list(map(_KIND, turns)), dtype=object)
@@ -388,10 +389,9 @@ class _Partition:
         self.tally.add_turns(arrays, during, first_fault_after(ok, done, ctx.faults, len(ctx.kinds)),
                           ~overlapping(sent, done, margins))
         if ctx.faults:
-            starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
             self.tally.add_spans(np.minimum.reduceat(np.where(ok, done, np.inf), starts),
                                  np.maximum.reduceat(np.where(answered, sent, -np.inf), starts), ctx.faults)
-        rows = _rows(judged, index, arrays, fail, probe)
+        rows = _rows(judged, index, starts, arrays, fail, probe)
         for i, session in enumerate(rows["session"]):
             if session in dirty:
                 for column in (*STORE_COLUMNS, "exists", "anomalous"):
@@ -438,14 +438,14 @@ def _numbers(values: list) -> np.ndarray:
         return np.array([v if type(v) in (int, float) else None for v in values], float)
 
 
-def _rows(judged: list, index: np.ndarray, a: dict, fail: np.ndarray, probe: np.ndarray) -> pd.DataFrame:
+def _rows(judged: list, index: np.ndarray, starts: np.ndarray, a: dict, fail: np.ndarray,
+          probe: np.ndarray) -> pd.DataFrame:
     """sessions.csv rows of a batch: journal columns summed per session; store columns 0 (proven clean)."""
     n = len(judged)
 
     def total(mask) -> np.ndarray:
         return np.bincount(index, weights=mask, minlength=n).astype(np.int64)
 
-    starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
     rows = pd.DataFrame({
         "session": [s for s, _, _, _ in judged], "turns": np.bincount(index, minlength=n),
         "ok": total(a["ok"]), "fail": total(fail), "info": total(~a["ok"] & ~fail), "info_stored": 0,

@@ -50,7 +50,8 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
     missing: set = set()  # (session, turn) of acknowledged turns its own key does not hold
     replies_landed: dict = {}  # (source session, turn) -> where an assistant entry carrying its token was found
     unanswered: set = set()  # (session, turn) of turns stored without their reply
-    kept: dict = {}  # session with lost turns -> the user entries its key holds (None: a lost turn is not its oldest)
+    lost_in: set = set()  # sessions with lost turns
+    held: set = set()  # the user entries their keys hold (None: a session whose losses are not its oldest turns)
     unresolved: set = set()  # cross-talk source sessions judged in another batch
     values: set = set()  # planted values found in other sessions' histories: whose? (checkers.check_stray_values)
     for f in _findings(source):
@@ -67,14 +68,15 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
         elif f["class"] == "lost":
             missing.add((f["session"], f["turn"]))
             if not e.get("altered"):
-                kept.setdefault(f["session"], set()).add(e["stored_user_entries"] if e.get("oldest") else None)
+                lost_in.add(f["session"])
+                held.add(e["stored_user_entries"] if e.get("oldest") else None)
         elif f["class"] in GONE:
             missing.update((f["session"], turn) for turn in e.get("ok_turn_numbers") or ())
         elif f["class"] == "unanswered":
             unanswered.add((f["session"], f["turn"]))
     sent, planted = journal.look_up(unresolved, values) if unresolved or values else ({}, {})
     journaled = {session for session, _ in sent}
-    out = Linked(window=window_memory(kept))
+    out = Linked(window=window_memory(held, len(lost_in)))
     misrouted: set = set()
     misfiled: set = set()  # (session, turn) of replies written under another session's key
     with open(target, "wb") as fh:
@@ -109,14 +111,13 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
     return out
 
 
-def window_memory(kept: dict) -> dict | None:
+def window_memory(held: set, sessions: int) -> dict | None:
     """{"user_entries": N, "sessions": n} when in every session with lost turns (two or more sessions) the lost
-    turns are its oldest and its key holds the same N user entries: a bot that keeps only its last N exchanges
-    (LTRIM, a window memory) forgets by design, and the audit says so beside the losses."""
-    held = set().union(*kept.values()) if kept else set()
-    if len(kept) < 2 or len(held) != 1 or None in held:
+    turns are its oldest and its key holds the same N user entries (``held`` is {N}): a bot that keeps only its
+    last N exchanges (LTRIM, a window memory) forgets by design, and the audit says so beside the losses."""
+    if sessions < 2 or len(held) != 1 or None in held:
         return None
-    return {"user_entries": held.pop(), "sessions": len(kept)}
+    return {"user_entries": next(iter(held)), "sessions": sessions}
 
 
 def _misfiled_reply(f: dict, replies_landed: dict, unanswered: set, misfiled: set) -> str | None:

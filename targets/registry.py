@@ -202,11 +202,18 @@ def pid_alive(pid: int | None) -> bool:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass
+    state = process_state(pid)
+    return state is not None and state != "Z"
+
+
+def process_state(pid: int) -> str | None:
+    """The kernel's state letter for ``pid`` (R running, S sleeping, T stopped, Z zombie; field 3 of
+    /proc/PID/stat), None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def start_ticks(pid: int | None) -> int | None:

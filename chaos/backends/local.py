@@ -284,12 +284,8 @@ def _wait_stopped(pid: int, timeout: float = 2.0) -> None:
     busy one ran on for a moment after the apply was recorded (and a test that looked at once saw it running)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                if fh.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X"):
-                    return
-        except (OSError, IndexError):
-            return  # gone: nothing left to wait for
+        if state.process_state(pid) in (None, "T", "t", "Z", "X"):  # None: gone, nothing left to wait for
+            return
         time.sleep(0.005)
 
 
