@@ -47,6 +47,7 @@ class ChatContract:
     headers: tuple[tuple[str, str], ...] = ()
     reply_field: str = "reply"
     reply_format: str = "json"
+    reply_where: str = ""  # PATH=VALUE: only a stream's pieces (the items at a * of reply_field) where it holds
     body: str = ""  # a JSON object: the constant fields of every request body
     session_from: str = ""  # where the bot issues the session id: reply:FIELD, header:NAME, cookie:NAME
     start_path: str = ""    # a request that starts each conversation, whose response issues the id
@@ -60,6 +61,7 @@ class ChatContract:
                    session_field="" if s.session_header else s.session_field,
                    session_header=s.session_header, headers=tuple(s.headers.items()),
                    reply_field=s.reply_field, reply_format=s.reply_format, body=s.body,
+                   reply_where=s.reply_where,
                    session_from=s.session_from, start_path=s.start_path, start_body=s.start_body,
                    body_format=s.body_format, method=s.chat_method)
 
@@ -170,13 +172,37 @@ class ChatContract:
         back the whole conversation then answers each probe with the user's own plant in it."""
         return "*" in self.reply_path or self.reply_format == "text"
 
-    def field_of(self, payload) -> str:
+    @cached_property
+    def where(self) -> tuple[tuple[str, ...], str] | None:
+        """(path, value) of --reply-where, None without it."""
+        if not self.reply_where:
+            return None
+        path, _, value = self.reply_where.partition("=")
+        return tuple(path.split(".")), value
+
+    def kept(self, piece) -> bool:
+        """Whether a stream's piece (or an item at a ``*``) is kept by --reply-where: the value at its path is
+        the text given, or a JSON value written so (``final=true``)."""
+        if self.where is None:
+            return True
+        path, wanted = self.where
+        value = _at(piece, path)
+        return value is not _MISSING and (value == wanted if isinstance(value, str) else
+                                          codec.dumps(value).decode() == wanted)
+
+    def field_of(self, payload, pick_items: bool = True) -> str:
         """The text at --reply-field in a decoded JSON value. A ``*`` part takes every item of a list: a bot
-        that answers in several messages (Rasa's ``*.text``) answers their texts, one per line."""
+        that answers in several messages (Rasa's ``*.text``) answers their texts, one per line; with
+        --reply-where, only the items (at the last ``*``) it keeps (``pick_items``: not in a stream, whose pieces
+        it picks instead)."""
         if "*" in self.reply_path:
-            texts = [v for v in _every(payload, self.reply_path) if isinstance(v, str)]
+            star = len(self.reply_path) - self.reply_path[::-1].index("*")
+            items = [item for item in _every(payload, self.reply_path[:star]) if not pick_items or self.kept(item)]
+            texts = [v for item in items for v in _every(item, self.reply_path[star:]) if isinstance(v, str)]
             if not texts:
-                raise NoReply(f"no text at reply field {self.reply_field!r}")
+                raise NoReply(f"no text at reply field {self.reply_field!r}"
+                              + (f" in the items --reply-where {self.reply_where!r} keeps"
+                                 if pick_items and self.where else ""))
             return "\n".join(texts)
         value = _at(payload, self.reply_path)
         if value is _MISSING:
@@ -189,19 +215,24 @@ class ChatContract:
     def _joined(self, pieces) -> str:
         """A streamed reply: the text of each piece, in order. A piece that is a JSON string is text
         itself; a JSON object or list gives the text at --reply-field, and is skipped when it has none
-        there (a role-only delta, a metadata event, a final chunk with ``content: null``)."""
+        there (a role-only delta, a metadata event, a final chunk with ``content: null``). With --reply-where,
+        only the JSON pieces it keeps: LangServe's /stream_events sends each token once per level of the
+        chain (``event=on_chat_model_stream`` keeps the model's)."""
         texts, seen = [], 0
         for piece in pieces:
             seen += 1
+            if not self.kept(piece):
+                continue
             if isinstance(piece, str):
                 texts.append(piece)
             elif isinstance(piece, (dict, list)):
                 try:
-                    texts.append(self.field_of(piece))
+                    texts.append(self.field_of(piece, pick_items=False))
                 except NoReply:
                     continue
         if not texts:
-            raise NoReply(f"no reply field {self.reply_field!r} in any of the stream's {seen} piece(s)" if seen
+            kept = f" that --reply-where {self.reply_where!r} keeps" if self.where else ""
+            raise NoReply(f"no piece{kept} of the stream's {seen} has reply field {self.reply_field!r}" if seen
                           else "the stream holds no data")
         return "".join(texts)
 

@@ -36,7 +36,7 @@ class OptionError(ValueError):
 # what run.json records of the options (Settings.public(), the target): each must be UTF-8 text
 RECORDED = ("run_dir", "label", "script", "think", "chaos", "chaos_backend", "stack_state", "settle", "audit_every",
             "telemetry_interval", "chat_path", "message_field", "session_field", "session_header", "session_from",
-            "start_path", "start_body", "body", "chat_method", "body_format", "reply_format", "reply_field",
+            "start_path", "start_body", "body", "chat_method", "body_format", "reply_format", "reply_field", "reply_where",
             "replica_header", "header", "step_duration", "host") + audit_option_names()
 
 
@@ -125,6 +125,10 @@ def add_arguments(parser) -> None:
     add("contract", "--reply-field", default="reply",
         help="dotted JSON path of the reply text in the response (in each event or line of a stream; a negative "
              "index counts from a list's end: history.-1.content); empty: the JSON value itself is the text")
+    add("contract", "--reply-where", default="",
+        help="PATH=VALUE: of a stream's pieces (or of the items at a * of --reply-field), only those whose value at "
+             "the dotted PATH is VALUE: LangServe's /stream_events sends each token once per level of the chain, "
+             "event=on_chat_model_stream keeps the model's; type=response.output_text.delta (OpenAI's Responses)")
     add("contract", "--replica-header", default="",
         help="response header naming the replica that answered (e.g. X-Refbot-Replica): journaled per turn, "
              "and failed probes are broken down by it")
@@ -170,6 +174,7 @@ def check_request(get) -> None:
     reply_format = _one_of(str(get("reply_format") or "json"), REPLY_FORMATS, "--reply-format")
     check_session_from(str(get("session_from") or "").strip(), path, reply_format, str(get("start_path") or "").strip(),
                        str(get("start_body") or ""))
+    check_reply_where(str(get("reply_where") or ""), reply_format, str(get("reply_field") or ""))
     body = str(get("body") or "")
     template = json_object(body, "--body")
     for option, path in (("--message-field", str(get("message_field"))), ("--session-field", session_field)):
@@ -185,6 +190,21 @@ def check_request(get) -> None:
     if (body_format == "form" or method == "GET") and nested is not None:
         raise OptionError(f"{flat} fields are flat, but {nested!r} holds an object or a list "
                           "(check --body, --message-field and --session-field)")
+
+
+def check_reply_where(text: str, reply_format: str, reply_field: str) -> None:
+    """--reply-where is PATH=VALUE, and picks among several pieces or items: a stream's, or a * of --reply-field's
+    (a lone JSON reply, a text body or XML have nothing to pick among, and the option would be ignored)."""
+    if not text:
+        return
+    path, equals, _ = text.partition("=")
+    if not equals or not path or any(not part or part == "*" for part in path.split(".")):
+        raise OptionError(f"--reply-where: {text!r} is not PATH=VALUE (a dotted path of the piece, no '*': "
+                          "event=on_chat_model_stream)")
+    if reply_format not in ("sse", "ndjson") and not (reply_format == "json" and "*" in reply_field.split(".")):
+        raise OptionError(f"--reply-where {text!r} picks among a stream's pieces (--reply-format sse or ndjson) or "
+                          f"the items at a * of --reply-field; --reply-format {reply_format} with --reply-field "
+                          f"{reply_field!r} has none to pick")
 
 
 def _bounded(value, name: str, high: int) -> int:
@@ -338,6 +358,7 @@ class Settings:
     telemetry_interval: float = 5.0
     audit_every: float = 0.0
     reply_format: str = "json"
+    reply_where: str = ""
     body: str = ""
     session_from: str = ""
     start_path: str = ""
@@ -389,6 +410,7 @@ class Settings:
             headers=dict(parse_header(h) for h in (get("header") or [])),
             reply_field=str(get("reply_field") or ""),
             reply_format=str(get("reply_format") or "json"),
+            reply_where=str(get("reply_where") or ""),
             body=str(get("body") or ""),
             session_from=str(get("session_from") or "").strip(),
             start_path=str(get("start_path") or "").strip(),

@@ -119,6 +119,11 @@ LOCUST_OPTIONS = [
     (["--audit-every", "1ms"], "--audit-every: '1ms' is shorter than a second"),
     (["--audit-every", "0.5"], "--audit-every: '0.5' is shorter than a second"),
     (["--telemetry-interval", "1ms"], "--telemetry-interval: '1ms' is shorter than a second"),
+    (["--reply-where", "event"], "--reply-where: 'event' is not PATH=VALUE"),
+    (["--reply-where", "=x"], "--reply-where: '=x' is not PATH=VALUE"),
+    (["--reply-where", "items.*.role=bot", "--reply-format", "sse"], "--reply-where: 'items.*.role=bot' is not"),
+    (["--reply-where", "role=assistant"], "--reply-where 'role=assistant' picks among a stream's pieces"),
+    (["--reply-where", "role=assistant", "--reply-format", "text"], "--reply-where 'role=assistant' picks among"),
     (["--headless", "-t", "0"], "-t/--run-time 0: Locust reads 0 as no time limit"),
     (["--autostart", "--run-time", "0"], "-t/--run-time 0"),
 ]

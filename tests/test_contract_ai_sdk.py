@@ -2,6 +2,8 @@
 ``f:``/``e:``/``d:`` parts), which neither ndjson (not JSON lines) nor text (the raw lines) can read."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from locustfiles.contract import ChatContract, NoReply
@@ -29,3 +31,38 @@ def test_an_ai_sdk_stream_without_text_or_with_an_error_part_is_no_reply():
         contract.reply(b"data: {}\n")
     issued = ChatContract(reply_format="ai-sdk", session_from="reply:0.chatId")
     assert issued.issued_session(b'0:"Hi"\n2:[{"chatId":"c-7"}]\n') == "c-7"  # an id in a data part
+
+
+def test_reply_where_keeps_the_model_s_pieces_of_a_langserve_event_stream(tmp_path):
+    """LangServe's /stream_events sends each token once per level of the chain: --reply-field data.chunk.content
+    alone reads every answer three times over, so a bot that remembers fails as unanswered;
+    --reply-where event=on_chat_model_stream keeps the model's pieces, and it passes."""
+    options = ("--reply-format", "sse", "--reply-field", "data.chunk.content")
+    garbled = run(tmp_path / "garbled", "stream-events", *options)
+    assert garbled.returncode == 1 and verdict(garbled) == "fail", garbled.output[-3000:]
+    assert any(r["reply"] == "NotNotNoted.ed.ed." for r in garbled.records() if r["outcome"] == "ok")
+    kept = run(tmp_path / "kept", "stream-events", *options, "--reply-where", "event=on_chat_model_stream")
+    assert kept.returncode == 0 and verdict(kept) == "pass", kept.output[-3000:]
+    probes = [r for r in kept.records() if r["kind"] == "probe" and r["outcome"] == "ok"]
+    assert probes and all(r["reply"] == f"Your {r['fact']} is {r['nonce']}." for r in probes)
+
+
+def test_reply_where_picks_pieces_or_items_and_says_when_none_is_kept():
+    """A stream's pieces (OpenAI Responses' typed events), the items at a * (a bot answering with its new
+    messages, a tool's among them), a JSON value written as JSON (true); none kept is NoReply naming the option."""
+    responses = ChatContract(reply_format="sse", reply_field="delta", reply_where="type=response.output_text.delta")
+    stream = b"".join(b"event: %s\ndata: %s\n\n" % (kind.encode(), json.dumps(data).encode()) for kind, data in [
+        ("response.created", {"type": "response.created", "response": {"id": "r"}}),
+        ("response.output_text.delta", {"type": "response.output_text.delta", "delta": "Hel"}),
+        ("response.output_text.delta", {"type": "response.output_text.delta", "delta": "lo"}),
+        ("response.output_text.done", {"type": "response.output_text.done", "text": "Hello", "delta": "Hello"})])
+    assert responses.reply(stream) == "Hello"
+    items = ChatContract(reply_field="messages.*.content", reply_where="role=assistant")
+    assert items.reply(b'{"messages": [{"role": "tool", "content": "42"}, {"role": "assistant", "content": "Hi"}]}') \
+        == "Hi"
+    final = ChatContract(reply_format="ndjson", reply_field="text", reply_where="final=true")
+    assert final.reply(b'{"text": "Hel", "final": false}\n{"text": "Hello", "final": true}\n') == "Hello"
+    with pytest.raises(NoReply, match="no piece that --reply-where 'type=x' keeps of the stream's 4 has reply field"):
+        ChatContract(reply_format="sse", reply_field="delta", reply_where="type=x").reply(stream)
+    with pytest.raises(NoReply, match="in the items --reply-where 'role=bot' keeps"):
+        ChatContract(reply_field="messages.*.content", reply_where="role=bot").reply(b'{"messages": []}')

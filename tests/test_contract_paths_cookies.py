@@ -14,6 +14,9 @@ Run one bot: ``python tests/test_contract_paths_cookies.py --port P --mode MODE`
                 sid="ab/cd+N3=="
     ai-sdk      POST /chat {"session_id", "message"} answers the Vercel AI SDK data stream: f:{...}, 0:"piece" per
                 three characters, e:{...}, d:{...}
+    stream-events  POST /chat {"session_id", "message"} answers as LangServe's /stream_events: server-sent
+                events, each piece of three characters sent three times, once per level of the chain
+                (on_chat_model_stream, then on_chain_stream of the sequence and of the history wrapper)
 """
 from __future__ import annotations
 
@@ -67,10 +70,28 @@ def make_app(mode: str):
                      'e:{"finishReason":"stop","isContinued":false}', 'd:{"finishReason":"stop"}']
             start("200 OK", [("Content-Type", "text/plain; charset=utf-8"), ("x-vercel-ai-data-stream", "v1")])
             return ["".join(p + "\n" for p in parts).encode()]
+        if mode == "stream-events":
+            start("200 OK", [("Content-Type", "text/event-stream")])
+            return [stream_events(text)]
         start("200 OK", headers)
         return [json.dumps({"history": history} if mode.startswith("history") else {"reply": text}).encode()]
 
     return app
+
+
+def stream_events(text: str) -> bytes:
+    """``text`` as LangServe's /stream_events sends a chain's answer: every piece once per level of the chain."""
+    def event(kind: str, name: str, data: dict) -> str:
+        return "event: data\ndata: " + json.dumps({"event": kind, "name": name, "run_id": "r", "tags": [],
+                                                   "metadata": {}, "data": data, "parent_ids": []}) + "\n\n"
+    chunk = lambda piece: {"chunk": {"content": piece, "type": "AIMessageChunk"}}  # noqa: E731
+    out = [event("on_chain_start", "RunnableWithMessageHistory", {"input": {}})]
+    for i in range(0, len(text), 3):
+        out += [event("on_chat_model_stream", "FakeChatModel", chunk(text[i:i + 3])),
+                event("on_chain_stream", "RunnableSequence", chunk(text[i:i + 3])),
+                event("on_chain_stream", "RunnableWithMessageHistory", chunk(text[i:i + 3]))]
+    out += [event("on_chain_end", "RunnableWithMessageHistory", {"output": {"content": text}}), "event: end\n\n"]
+    return "".join(out).encode()
 
 
 @contextmanager

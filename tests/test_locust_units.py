@@ -132,7 +132,7 @@ def test_streamed_replies_langserve_openai_plain_and_errors():
     assert langserve.reply(b"data: line one\ndata: line two\n\ndata:[DONE]\n\n") == "line one\nline two"
     with pytest.raises(NoReply, match="error event: .*boom"):
         langserve.reply(b'event: data\ndata: "a"\n\nevent: error\ndata: {"status_code": 500, "message": "boom"}\n\n')
-    with pytest.raises(NoReply, match="no reply field 'content' in any of the stream's 1 piece"):
+    with pytest.raises(NoReply, match="no piece of the stream's 1 has reply field 'content'"):
         langserve.reply(b'data: {"other": 1}\n\n')
     with pytest.raises(NoReply, match="the stream holds no data"):
         langserve.reply(b"")
