@@ -82,15 +82,17 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
         if text.count("gf") > 1:  # more tokens than the first (the entry's own): _later_tokens
             _later_tokens(session, index, text, m, source, turn, position - (source == session), by_turn, v, merged)
     v.merged = {turn: at for turn, at in merged.items() if turn not in v.copies}  # else stored on its own too
+    whole_blob = raw.type == "string" and not decoded.messages and len(decoded.corrupt) == 1
     for bad in decoded.corrupt:
-        entry = raw.entries[bad["index"]] if raw.type != "string" and bad["index"] < len(raw.entries) else None
+        entry = raw.entries[bad["index"]] if (raw.type != "string" or whole_blob) and bad["index"] < len(raw.entries) \
+            else None
         text = entry.decode("utf-8", "replace") if isinstance(entry, (bytes, bytearray)) else str(entry or "")
-        for m in TOKEN_RE.finditer(text):
-            if m.group(1) == session:
-                bad["turn"] = int(m.group(2))
-                bad["tied_by"] = "its token"
-                v.corrupt_turns.add(int(m.group(2)))
-                break
+        turns = [int(m.group(2)) for m in TOKEN_RE.finditer(text) if m.group(1) == session]
+        if turns:  # a list's entry is one message; a blob none of which reads (a pickled history) holds them all
+            turns = sorted(set(turns)) if whole_blob else turns[:1]
+            bad["turn"] = turns[0]
+            bad["tied_by"] = "its token" if not whole_blob else f"the tokens of {len(turns)} of the session's turns in it"
+            v.corrupt_turns.update(turns)
     if by_turn and any("turn" not in bad for bad in decoded.corrupt):
         _tie_by_reply(decoded, by_turn, v)
     own_replies = {t.reply for t in by_turn.values() if t.reply} if by_turn else set()

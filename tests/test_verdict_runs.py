@@ -464,6 +464,24 @@ def _pickled(message: dict) -> bytes:
     return pickle.dumps(message, protocol=4)
 
 
+def test_a_history_pickled_into_one_string_is_corrupt_not_lost(tmp_path, redis_server):
+    """A bot that pickles its whole history into one Redis string (which loads as empty after a deploy): one
+    corrupt entry holding every turn, tied to them by the tokens inside its bytes. It FAILed as every turn lost
+    plus a corrupt entry, so the stored_loss gate and the explanation blamed the store for a format bug."""
+    import pickle
+
+    run, world = world_run(tmp_path, redis_server, ago=-2)
+    client = redis_server.client()
+    client.flushall()
+    for s in world.order:
+        client.set(f"message_store:{s}", pickle.dumps([message for _, message in world.stored[s]], protocol=4))
+    summary = audit_run(run, StoreOptions(url=redis_server.url, format="blob"), gates=REFUSALS_ALLOWED)
+    assert summary["verdict"]["result"] == "fail" and summary["anomalies"] == {"corrupt": len(world.order)}
+    corrupt = [f for f in read_findings(run) if f["class"] == "corrupt"]
+    assert all("pickle" in f["evidence"]["reason"] and "the tokens of " in f["evidence"]["tied_by"] for f in corrupt)
+    assert summary["metrics"]["stored_loss"]["count"] == 0
+
+
 @pytest.mark.parametrize("store, match", [
     ("tokenless", "none of the 4 sessions with user entries holds one that carries a token"),
     ("msgpack", "not one entry of the 4 sessions with stored entries decodes as JSON"),
