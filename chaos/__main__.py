@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from chaos.backends import REGISTRY, make_backend
-from chaos.controller import Controller, heal_run
+from chaos.controller import Controller, heal_run, shown
 from chaos.plan import PlanError, load_plan
 from contracts import codec, redact
 from contracts.runfolder import RunFolder
@@ -53,8 +53,12 @@ def cmd_validate(args) -> int:
     print(f"{args.plan}: ok — {len(plan.faults)} fault(s), {len(plan.schedule())} occurrence(s), "
           f"ends at {plan.horizon:g}s" if plan.horizon is not None else f"{args.plan}: ok (runs until stopped)")
     if args.backend:
-        Controller(plan, make_backend(args.backend, **_backend_kwargs(args)), args.run_dir or "/tmp").validate()
-        print(f"{args.plan}: ok against backend {args.backend}")
+        controller = Controller(plan, make_backend(args.backend, **_backend_kwargs(args)), args.run_dir or "/tmp")
+        skips = controller.predicted_skips(controller.validate())
+        print(f"{args.plan}: ok against backend {args.backend}"
+              + (f"; {len(skips)} occurrence(s) will be skipped:" if skips else ""))
+        for skip in shown(skips):
+            print(f"warning: {skip}")
     return 0
 
 

@@ -25,6 +25,13 @@ from chaos.timeline import Timeline
 log = logging.getLogger("chaos")
 PREPARE_S = 0.1   # occurrences start this early to do their bookkeeping before the planned time
 DRY_RUN_SHOWN = 1000  # the dry run lists this many occurrences and counts the rest (a plan may have 100,000)
+SKIPS_SHOWN = 10  # predicted skips listed before a run; the rest are counted
+
+
+def shown(skips: list[str], most: int = SKIPS_SHOWN) -> list[str]:
+    """The first ``most`` predicted skips, and a line counting the rest."""
+    return skips[:most] + ([f"... and {len(skips) - most} more occurrence(s) that will be skipped"]
+                           if len(skips) > most else [])
 
 
 class Controller:
@@ -95,7 +102,40 @@ class Controller:
             resolved[f.id] = instances
         if problems:
             raise PlanError(problems)
+        self.instances = resolved
         return [(t, f, k, f.choose(resolved[f.id], k, self.plan.seed)) for t, f, k in self.plan.schedule()]
+
+    def predicted_skips(self, schedule) -> list[str]:
+        """Occurrences that will find their target taken, by ``_claim``'s rule (one fault per instance at a time,
+        max_concurrent), each fault holding its instances for its duration: said before the run, not only on the
+        timeline after it. A heal that takes long (a restart) can make more collide than predicted."""
+        busy: dict[str, tuple[float, str]] = {}  # instance -> (when it is free, the occurrence holding it)
+        out = []
+        for t, f, k, _ in schedule:
+            busy = {i: held for i, held in busy.items() if held[0] > t}
+            instances = self.instances[f.id]
+            if f.kind in WHOLE_TARGET_KINDS:
+                taken = sorted(busy.keys() & (set(instances) | {f.target}))
+                chosen = [] if taken else [f.target]
+            else:
+                taken = [i for i in instances if i in busy]
+                free = [i for i in instances if i not in busy]
+                chosen = f.choose(free, k, self.plan.seed) if free else []
+            limit = self.plan.max_concurrent
+            if limit is not None and chosen and len(busy) + len(chosen) > limit:
+                out.append(f"{self.plan.where(f, 'kind')}: {f.id}#{k} at +{t:g}s will be skipped: max_concurrent "
+                           f"{limit} is reached then ({len(busy)} fault(s) in force)")
+                continue
+            if not chosen:
+                until, holder = busy[taken[0]]
+                out.append(f"{self.plan.where(f, 'kind')}: {f.id}#{k} at +{t:g}s will be skipped: {taken[0]!r} of "
+                           f"target {f.target!r} is still under {holder} until +{until:g}s (one fault per instance "
+                           "at a time)")
+                continue
+            hold = (f.duration or 0.0) if KINDS[f.kind].duration != "none" else 0.0
+            for instance in chosen:
+                busy[instance] = (t + hold, f"{f.id}#{k}")
+        return out
 
     def dry_run(self) -> list[str]:
         """What the plan would do, with the concrete instances; touches nothing. Beyond DRY_RUN_SHOWN
@@ -112,12 +152,14 @@ class Controller:
             last = schedule[-1][0]
             lines.append(f"... and {len(schedule) - DRY_RUN_SHOWN} more occurrence(s), the last at +{last:g}s "
                          f"(the first {DRY_RUN_SHOWN} of {len(schedule)} are shown)")
-        return lines
+        return lines + [f"warning: {skip}" for skip in shown(self.predicted_skips(schedule))]
 
     # ---- running ----------------------------------------------------------------------------
     def start(self) -> "Controller":
         """Validate, then schedule in a background thread (a greenlet under Locust)."""
         schedule = self.validate()
+        for skip in shown(self.predicted_skips(schedule)):
+            log.warning("chaos plan: %s", skip)
         self.t0_mono, self.t0_wall = time.monotonic(), time.time()
         self._scheduler = threading.Thread(target=self._run, args=(schedule,), name="chaos-scheduler", daemon=True)
         self._scheduler.start()

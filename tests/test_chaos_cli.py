@@ -234,3 +234,34 @@ def test_stop_under_gevent_heals_like_locust_test_stop(chaos_stack, tmp_path):
     assert [(r["event"], r["outcome"]) for r in tl] == [("apply", "ok"), ("recover", "ok")]
     assert tl[1]["via"] == "test_stop"
     assert chaos_stack.process_state("bot-1") != "T" and chaos_stack.healthy("bot-1")
+
+
+def test_validate_and_dry_run_say_which_occurrences_will_be_skipped_and_the_run_skips_them(chaos_stack, tmp_path):
+    """One fault per instance at a time, and max_concurrent instances under faults: a kill while a pause holds
+    bot-1, and a stall while the pause holds two instances, are skipped at run time. chaos validate
+    and the dry run say so before anything runs, naming the plan line and the fault in the way; the real run skips
+    exactly those."""
+    plan = write_plan(tmp_path, """
+        max_concurrent: 2
+        faults:
+          - {kind: pause, target: bot, at: 0s, duration: 2s, count: all}
+          - {kind: redis-stall, target: redis, at: 500ms, duration: 100ms}
+          - {kind: kill, target: bot-1, at: 1s}
+          - {kind: kill, target: bot-1, at: 3s}
+    """)
+    res = run_chaos("validate", plan, "--backend", "local", "--state-dir", chaos_stack.state_dir)
+    assert res.returncode == 0, res.stderr
+    assert "ok against backend local; 2 occurrence(s) will be skipped:" in res.stdout, res.stdout
+    assert f"warning: {plan}:5: f2#0 at +0.5s will be skipped: max_concurrent 2 is reached then (2 fault(s) in " \
+           "force)" in res.stdout
+    assert (f"warning: {plan}:6: f3#0 at +1s will be skipped: 'bot-1' of target 'bot-1' is still under f1#0 until "
+            "+2s") in res.stdout
+    dry = run_chaos("run", plan, "--backend", "local", "--state-dir", chaos_stack.state_dir, "--run-dir",
+                    tmp_path / "dry", "--dry-run")
+    assert dry.stdout.count("will be skipped") == 2, dry.stdout
+    done = run_chaos("run", plan, "--backend", "local", "--state-dir", chaos_stack.state_dir, "--run-dir",
+                     tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    skipped = sorted(r["fault"] for r in read_timeline(tmp_path / "run")
+                     if r["event"] == "apply" and "skipped" in (r.get("error") or ""))
+    assert skipped == ["f2#0", "f3#0"], read_timeline(tmp_path / "run")
