@@ -20,6 +20,7 @@ import dataclasses
 import multiprocessing
 import os
 import shutil
+import signal
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -239,19 +240,31 @@ def _judge(context: Context, jobs: int) -> tuple[Tally, list]:
     if jobs == 1:
         return judge.judge_partitions(context, list(range(PARTITIONS)))
     shares = [list(range(k, PARTITIONS, jobs)) for k in range(jobs)]
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-        try:
-            done = list(pool.map(judge.judge_partitions, [context] * jobs, shares))
-        except BrokenProcessPool as exc:
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"), initializer=_quiet_judge)
+    try:
+        done = list(pool.map(judge.judge_partitions, [context] * jobs, shares))
+    except BaseException as exc:
+        # a judge's store error, SIGTERM or Ctrl-C to this process: the other judges stop now, not judge on to
+        # nothing. Killed, not joined: one killed while holding the pool's queue lock left the rest waiting on it,
+        # and the audit hung (a Redis at maxclients)
+        for process in multiprocessing.active_children():
+            process.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        if isinstance(exc, BrokenProcessPool):
             raise WorkerError(f"a judging process died ({exc}); run the audit again with --jobs 1 to see why") from None
-        except BaseException:  # SIGTERM or Ctrl-C to this process alone: its judges stop too, not judge on unread
-            for process in multiprocessing.active_children():
-                process.terminate()
-            raise
+        raise
+    pool.shutdown()
     tally = done[0][0]
     for other, _ in done[1:]:
         tally.merge(other)
     return tally, sorted((r for _, share in done for r in share), key=lambda r: r.partition)
+
+
+def _quiet_judge() -> None:
+    """A judging process leaves signals to the audit's own process, which stops it: Ctrl-C reaches the whole
+    process group, and the SIGTERM handler it inherits made each judge print a traceback as it was stopped."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _jobs(jobs: int | None, journal: Journal, store: StoreOptions | None) -> int:

@@ -22,12 +22,21 @@ def load_function(spec: str):
         raise StoreError(f"--reader {spec!r} must look like package.module:function")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise StoreError(f"--reader {spec!r}: cannot import {module_name}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code: a syntax error or a raise at import too
+        raise StoreError(f"--reader {spec!r}: cannot import {module_name}: {_said(exc)}") from exc
     func = getattr(module, attr, None)
     if not callable(func):
         raise StoreError(f"--reader {spec!r}: {module_name} has no function {attr!r}")
     return func
+
+
+def _said(exc: BaseException) -> str:
+    """What user code raised, as a line: a sys.exit(0) in a reader is no audit that passed (it exited 0)."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r})"
+    if isinstance(exc, SyntaxError):
+        return f"{exc.msg} ({exc.filename}:{exc.lineno})"
+    return repr(exc)
 
 
 class FunctionReader:
@@ -44,8 +53,8 @@ class FunctionReader:
                     got[r["session"]] = r
             except StoreError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - user code: any failure is a store failure
-                raise StoreError(f"reader {self.options.reader} failed: {exc!r}") from exc
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code: any failure is a store failure, a
+                raise StoreError(f"reader {self.options.reader} failed: {_said(exc)}") from exc  # sys.exit(0) too
             out = []
             for session in batch:
                 r = got.get(session)

@@ -1,0 +1,44 @@
+"""Bad input to the oracle found by the fourth hunt: each was a wrong exit code, a hang or a traceback."""
+from __future__ import annotations
+
+import pytest
+
+from test_bad_input import assert_named
+from test_bad_input_round3 import cli, journaled
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+@pytest.mark.parametrize("source, said", [
+    ("import sys\ndef read(sessions):\n    sys.exit(0)\n", "it called sys.exit(0)"),
+    ("def read(sessions)\n    return []\n", "cannot import round4_reader: expected ':'"),
+    ("raise RuntimeError('no credentials')\ndef read(sessions):\n    return []\n",
+     "cannot import round4_reader: RuntimeError('no credentials')"),
+])
+def test_a_reader_that_exits_or_cannot_be_imported_is_exit_2_naming_it(tmp_path, source, said):
+    """A reader calling sys.exit(0) ended the audit with exit 0 and no verdict (a CI gate read it as passed); a
+    syntax error or an exception at import was a traceback and exit 3 ("a bug")."""
+    run = tmp_path / "run"
+    journaled(run)
+    (tmp_path / "round4_reader.py").write_text(source)
+    done = cli("oracle", "audit", run, "--reader", "round4_reader:read", path=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert_named(done.stderr, "round4_reader", said)
+    assert "Traceback" not in done.stderr and not (run / "audit" / "summary.json").exists()
+
+
+def test_a_store_that_refuses_the_judging_processes_stops_every_judge_without_a_hang(tmp_path, redis_server):
+    """A Redis at maxclients: the judging processes cannot connect. The audit hung (a judge killed while holding
+    the pool's queue lock) or printed a traceback per judge as it was stopped; now one line and exit 2."""
+    from support_oracle import fill_redis
+
+    run = tmp_path / "run"
+    world = journaled(run, sessions=40)
+    client = redis_server.client()
+    fill_redis(client, world)
+    client.config_set("maxclients", 1)
+    client.close()
+    done = cli("oracle", "audit", run, "--store-url", redis_server.url, "--jobs", "4", timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert_named(done.stderr, redis_server.url, "max number of clients reached")
+    assert "Traceback" not in done.stderr and "Terminated" not in done.stderr, done.stderr
