@@ -20,8 +20,8 @@ from contracts.durations import DurationError, parse_duration
 from oracle.history import JournalError
 from oracle.keys import TemplateMismatch
 from oracle.snapshot import SnapshotError
-from oracle.options import (OptionError, add_gate_options, add_store_options, gates, shape_options,
-                            store_options)
+from oracle.options import (OptionError, add_gate_options, add_store_options, gates, read_options_given,
+                            shape_options, store_options)
 from oracle.store import StoreError
 from oracle.verdict import cut_short, rule_line
 
@@ -155,6 +155,11 @@ def _audit(args) -> int:
 
     try:
         store, limits = store_options(args), gates(args)
+        unused = read_options_given(args) if store is None else []
+        if unused:
+            raise OptionError(f"{', '.join(unused)}: how to read the store, but none is read: the audit re-judges the "
+                              f"snapshot in {RunFolder(run).store} as it was read; pass --store-url (or --http-url / "
+                              "--reader) with them to read the store again")
     except OptionError as exc:
         print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
         return 2

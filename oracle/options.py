@@ -120,6 +120,18 @@ def store_options(values) -> StoreOptions | None:
     return options
 
 
+def read_options_given(values) -> list[str]:
+    """The options given that say how to read a store (not how to decode what was read): with no store to read
+    (a re-audit from the snapshot) they would be silently ignored, and a --key-template meant to fix a
+    mismatch changed nothing."""
+    get = lambda name, default=None: getattr(values, name, default)  # noqa: E731
+    given = {"--key-template": get("key_template", _D.key_template) != _D.key_template,
+             "--store-format": get("store_format", _D.format) != _D.format,
+             "--direction": get("direction", _D.direction) != _D.direction,
+             "--batch": str(get("batch", _D.batch)) != str(_D.batch), "--no-scan": bool(get("no_scan", False))}
+    return [option for option, on in given.items() if on]
+
+
 # options whose explicitly empty value (an unset shell variable) was silently the default
 GIVEN_NOT_EMPTY = (("key_template", "--key-template"), ("store_format", "--format"), ("direction", "--direction"),
                    ("role_field", "--role-field"), ("content_field", "--content-field"))

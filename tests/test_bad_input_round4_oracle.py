@@ -42,3 +42,22 @@ def test_a_store_that_refuses_the_judging_processes_stops_every_judge_without_a_
     assert done.returncode == 2, done.stdout + done.stderr
     assert_named(done.stderr, redis_server.url, "max number of clients reached")
     assert "Traceback" not in done.stderr and "Terminated" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("argv, named", [(["--key-template", "chat:{session}"], "--key-template"),
+                                         (["--direction", "rpush", "--no-scan"], "--direction, --no-scan"),
+                                         (["--store-format", "blob", "--batch", "10"], "--store-format, --batch")])
+def test_store_read_options_without_a_store_are_exit_2_not_ignored(tmp_path, argv, named):
+    """A re-audit from the snapshot reads no store: --key-template, --direction, --store-format, --batch and
+    --no-scan changed nothing and it PASSed as before (a --key-template meant to fix a mismatch)."""
+    from test_bad_input_round3 import audited, files
+
+    run = tmp_path / "run"
+    audited(run)
+    kept = files(run, "audit", "store")
+    done = cli("oracle", "audit", run, *argv)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert_named(done.stderr, named, "none is read")
+    assert "pass --store-url" in done.stderr
+    assert files(run, "audit", "store") == kept
+    assert cli("oracle", "audit", run, "--role-field", "type").returncode == 0  # a shape option re-judges the snapshot
