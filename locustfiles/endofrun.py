@@ -79,6 +79,48 @@ def load_chaos(settings, run_dir: str | Path):
     return controller
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+
+def chaos_elsewhere(settings, host: str | None) -> str | None:
+    """A warning when the stack whose state file chaos acts on (--stack-state .../state.json) is not the one
+    the load goes to (--host) or the audit reads (--store-url): its faults then hit processes the run does not
+    test, and the run PASSed with every bot of another stack killed. A front the state does not know (a proxy
+    before the stack) is warned about too: it cannot be told apart."""
+    from urllib.parse import urlsplit
+
+    from targets import registry
+
+    if not settings.chaos or settings.chaos_backend != "local" or Path(settings.stack_state).suffix != ".json":
+        return None
+    try:
+        st = registry.load(Path(settings.stack_state).parent) or {}
+    except registry.StateError:
+        return None  # the plan's validation says what is wrong with it
+
+    def where(url: str | None) -> tuple | None:
+        """(host, port) of a URL, every loopback name one host; None without a host."""
+        try:
+            parts = urlsplit(url or "")
+            port = parts.port or {"https": 443, "http": 80}.get(parts.scheme, 6379)
+        except ValueError:
+            return None
+        return ("loopback" if parts.hostname in LOOPBACK else parts.hostname, port) if parts.hostname else None
+
+    ports = {("loopback", m.get("port")) for m in (st.get("members") or {}).values() if isinstance(m, dict)}
+    stack = (where(st.get("url")), where(st.get("store_url")))
+    tested = (where(host), where(settings.store.url if settings.store else None))
+    apart = [(what, theirs, ours) for what, theirs, ours in zip(("bots", "Redis"), stack, tested)
+             if theirs and ours and ours != theirs and ours not in ports]
+    if not apart:
+        return None
+    said = "; ".join(f"its {what} at {theirs[0]}:{theirs[1]}, but this run's "
+                     f"{'--host' if what == 'bots' else '--store-url'} is {ours[0]}:{ours[1]}"
+                     for what, theirs, ours in apart)
+    return (f"chaos acts on the stack of {settings.stack_state} ({said}): its faults may not reach what this run "
+            "tests, and a PASS says nothing of them (point --stack-state at the stack under test)")
+
+
 def check_chaos(settings) -> None:
     """Validate the plan against its backend without touching any run folder (a scratch one)."""
     import tempfile
@@ -224,6 +266,7 @@ class Run:
         self.interrupted: str | None = None  # the signal that stopped it after its load
         self.report: Path | None = None
         self.follower: subprocess.Popen | None = None  # the rolling audit (--audit-every)
+        self.warnings: list[str] = []  # said at its start, and again with its verdict
 
     @property
     def run_dir(self) -> str:
@@ -363,6 +406,9 @@ class EndOfRun:
                 bad = f"chaos plan {settings.chaos}: {exc}"
                 say(f"error: {bad}; this test is stopped at once, with no fault applied")
         run = Run(settings, controller, bad)
+        run.warnings += filter(None, [chaos_elsewhere(settings, target)])
+        for warning in run.warnings:
+            say(f"warning: {warning}")
         self.runs.append(run)
         self.idle.clear()
         if controller is not None:
@@ -564,6 +610,8 @@ class EndOfRun:
             log.exception("report failed")
             say(f"report FAILED: {type(exc).__name__}: {exc} (re-run `python -m oracle report {s.run_dir}`)")
             code = EXIT_AUDIT
+        for warning in run.warnings:
+            say(f"warning: {warning}")
         self._say_verdict(summary["verdict"], f"gates {summary['verdict']['gates']}")
         run.verdict = summary["verdict"]
         say(headline(summary["verdict"]))
