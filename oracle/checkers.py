@@ -622,9 +622,13 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
     --direction) or "blob reversed" (a JSON blob newest first); no such pair: "held". None of its own: "roles"
     and their names when its tokens are in entries of roles neither user nor assistant (the wrong --user-role);
     "untokened" when it has user entries but none carries any token (the bot rewrites messages); "undecodable"
-    when no entry decodes and none is a pickle (another format than JSON); else None."""
+    when no entry decodes and none is a pickle (another format than JSON); "swapped" when no user entry starts
+    with its own message's token but some assistant entry does (the role options the other way round); else None."""
+    own = f"[{session}t"
+    if decoded.users and not any(text.startswith(own) for _, text in decoded.users) and \
+            any(kind == ASSISTANT and text.startswith(own) for _, kind, text in decoded.messages):
+        return "swapped"
     if not turns:
-        own = f"[{session}t"
         if decoded.other_roles and any(kind == OTHER and own in text for _, kind, text in decoded.messages):
             return "roles", tuple(sorted(map(str, decoded.other_roles)))
         if decoded.users and not any(TOKEN_RE.search(text) for _, text in decoded.users):

@@ -64,6 +64,13 @@ def check_layout(order: Counter, options: StoreOptions, live: bool) -> None:
             f"{options.role_field!r}. {again[:1].upper() + again[1:]}pass the roles the bot stores (--user-role, "
             "--assistant-role) or where it keeps them (--role-field). Nothing was judged.")
     held = order["ordered"] + order["reversed"] + order["held"] + order["blob reversed"]  # own user entries found
+    if order["swapped"] >= 2 and not held:
+        raise TemplateMismatch(
+            f"in none of the {order['swapped']} sessions with user entries does one start with the message the "
+            f"client sent (its [gf...tN] token), but their assistant entries do: the roles read as the user's "
+            f"({', '.join(options.user_roles)}) and the assistant's ({', '.join(options.assistant_roles)}) are the "
+            f"other way round. {again[:1].upper() + again[1:]}swap --user-role and --assistant-role; if the options "
+            "are right, the bot stores every message under the other role, a bug of its own. Nothing was judged.")
     if order["untokened"] >= 2 and not held:
         raise TemplateMismatch(
             f"none of the {order['untokened']} sessions with user entries holds one that carries a token (the "

@@ -449,6 +449,27 @@ def test_user_messages_stored_under_a_role_the_options_do_not_name_are_no_verdic
     assert fixed["anomalies"] == {} and fixed["verdict"]["result"] == "pass", fixed["verdict"]["failed"]
 
 
+def test_role_options_the_other_way_round_are_exit_2_saying_so(tmp_path, redis_server):
+    """--user-role ai --assistant-role human on a LangChain store whose replies quote the message: every turn was
+    judged 'stored without its reply' or lost, a FAIL blaming the bot for the options."""
+    run, world = world_run(tmp_path, redis_server, ago=-2)
+    client = redis_server.client()
+    client.flushall()
+    said = [""]
+
+    def quoting(m: dict) -> str:  # refbot's reply: "You said: [gf...] ..."
+        if m["type"] == "human":
+            said[0] = m["data"]["content"]
+            return json.dumps(m)
+        return json.dumps({**m, "data": {**m["data"], "content": "You said: " + said[0]}})
+
+    _store(client, world, lambda s: f"message_store:{s}", quoting)
+    swapped = StoreOptions(url=redis_server.url, direction="rpush", user_roles=("ai",), assistant_roles=("human",))
+    with pytest.raises(TemplateMismatch, match="the roles read as the user's \\(ai\\) and the assistant's \\(human\\) "
+                       "are the other way round.*swap --user-role and --assistant-role"):
+        audit_run(run, swapped)
+
+
 def _tokenless(message: dict) -> str:
     text = message["data"]["content"]
     return json.dumps({**message, "data": {**message["data"], "content": text.split("] ", 1)[-1]}})
