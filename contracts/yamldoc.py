@@ -7,7 +7,8 @@ not UTF-8; a document over ``MAX_BYTES``; bad YAML syntax; a tag that is not pla
 (``? [a, b]``) or one given twice in a mapping; a lone surrogate (``"\\ud800"``); nesting deeper than ``MAX_DEPTH``; aliases that expand past ``MAX_NODES``
 nodes or refer to themselves ("billion laughs"). ``value`` turns a checked node into Python data
 (str, int, float, bool, None, list, dict) and fails the same way on a scalar YAML cannot build
-(an int of 5,000 digits). ``show`` is a value short enough for a one-line message.
+(an int of 5,000 digits) or one YAML 1.1 reads otherwise than it looks (``misread_number``: ``010`` is 8,
+``1:30`` is 90). ``show`` is a value short enough for a one-line message.
 """
 from __future__ import annotations
 
@@ -142,10 +143,34 @@ def value(node: yaml.Node | None, path: str = "<yaml>") -> Any:
     if node.tag in _AS_TEXT:
         return node.value
     try:
-        return SafeConstructor().construct_object(node)
+        built = SafeConstructor().construct_object(node)
     except (ValueError, yaml.YAMLError) as exc:  # e.g. an int beyond Python's digit limit
         raise YamlError(f"{path}:{line(node)}: {show(node.value)} is not a valid "
                         f"{_tag(node.tag).lstrip('!')}: {str(exc).split(chr(10))[0][:120]}") from None
+    if why := misread_number(node):
+        raise YamlError(f"{path}:{line(node)}: {why}")
+    return built
+
+
+def misread_number(node: yaml.Node | None) -> str | None:
+    """Why a number reads otherwise in YAML 1.1 than people read it (``010`` is 8, ``0x10`` 16, ``1:30`` 90),
+    or None. Plans get YAML 1.1's value and scripts read the text, so either way one side is wrong: refused."""
+    if not isinstance(node, yaml.ScalarNode) or node.tag not in (_STD + "int", _STD + "float"):
+        return None
+    text = node.value.strip()
+    shown, digits = show(text)[1:-1], text.lstrip("+-").replace("_", "")
+    if ":" not in digits and not (node.tag == _STD + "int" and len(digits) > 1 and digits[0] == "0"):
+        return None
+    try:
+        read = show(SafeConstructor().construct_object(node))
+    except ValueError:  # more digits than Python prints
+        read = "a number of thousands of digits"
+    if ":" in digits:
+        return f"{shown}: write {read} (YAML 1.1 reads {shown} in base 60)"
+    if digits[1] in "xb":
+        return f"{shown}: write {read} (YAML 1.1 reads 0{digits[1]} as {'hexadecimal' if digits[1] == 'x' else 'binary'})"
+    meant = show(("-" if text.startswith("-") else "") + (digits.lstrip("0") or "0"))[1:-1]
+    return f"{shown}: write {meant} (a leading 0 reads as octal in YAML 1.1: {shown} is {read})"
 
 
 def line(node: yaml.Node) -> int:

@@ -548,7 +548,8 @@ class EndOfRun:
             verdict = (run.result or ("interrupted" if run.interrupted else "no verdict")).upper()
             where = f"report {run.report}" if run.report else "no report.html (" + (
                 "see the error above" if run.bad else
-                "no audit: --store-url" if run.settings.store is None or run.settings.no_audit else
+                "no audit: --no-audit" if run.settings.no_audit else
+                "no audit: --store-url" if run.settings.store is None else
                 "the store was not judged: see above") + ")"
             lines.append(f"{run.run_dir}: {verdict}, exit code {run.final if run.final is not None else self.code}"
                          f" — {where}")
@@ -582,6 +583,8 @@ class EndOfRun:
         say(f"journal: {t['total']} turns (ok {t['ok']}, refused {t['fail']}, indeterminate {t['info']}), probes "
             f"answered {t['probes_answered']}, amnesia {t['probes_failed']}, cross-talk replies {t['crosstalk_replies']}"
             f" — run folder {s.run_dir}")
+        for warning in run.warnings:  # what the verdict below does not cover
+            say(f"warning: {warning}")
         if t["ok"] == 0:
             say("no turn was acknowledged by the target (refused, unreachable or always failing)")
             if s.store is None or s.no_audit:
@@ -610,8 +613,6 @@ class EndOfRun:
             log.exception("report failed")
             say(f"report FAILED: {type(exc).__name__}: {exc} (re-run `python -m oracle report {s.run_dir}`)")
             code = EXIT_AUDIT
-        for warning in run.warnings:
-            say(f"warning: {warning}")
         self._say_verdict(summary["verdict"], f"gates {summary['verdict']['gates']}")
         run.verdict = summary["verdict"]
         say(headline(summary["verdict"]))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import msgspec
 
+from chaos.backends import REGISTRY as CHAOS_BACKENDS
 from contracts import codec, durations, redact
 from locustfiles.contract import (BODY_FORMATS, METHODS, REPLY_FORMATS, SESSION, SESSION_SOURCES, PathError,
                                   check_fields, set_dotted)
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from oracle import Gates
 
 DEFAULT_SCRIPT = str(Path(__file__).parent / "scripts" / "support.yaml")
+DEFAULT_SESSION_FIELD = "session_id"
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 
 
@@ -97,7 +99,7 @@ def add_arguments(parser) -> None:
              "/chat?id={session})")
     add("contract", "--message-field", default="message",
         help="dotted JSON path of the user message in the request (a number indexes a list: messages.0.content)")
-    add("contract", "--session-field", default="session_id",
+    add("contract", "--session-field", default=DEFAULT_SESSION_FIELD,
         help="dotted JSON path of the session id in the request body (empty: not in the body)")
     add("contract", "--session-header", default="", help="send the session id in this header instead of the body")
     add("contract", "--session-from", default="",
@@ -165,12 +167,17 @@ def check_request(get) -> None:
     except ValueError as exc:
         raise OptionError(str(exc)) from None
     path = str(get("chat_path", "/chat"))
+    if path.startswith("//"):  # a client reads //x as a host (a protocol-relative URL): every turn failed
+        raise OptionError(f"--chat-path: {path!r} starts with '//', which names a host, not a path: give one '/'")
     if any(c.isspace() or not c.isprintable() for c in path):
         raise OptionError(f"--chat-path: {path!r} must not hold spaces or control characters (percent-encode them)")
     if "{" in path.replace(SESSION, "") or "}" in path.replace(SESSION, ""):
         raise OptionError(f"--chat-path: {path!r}: the only placeholder is {SESSION} (percent-encode other braces)")
     if get("session_header") and not _TOKEN.match(str(get("session_header"))):
         raise OptionError(f"--session-header: {get('session_header')!r} is not a header name (letters, digits and -)")
+    if get("session_header") and str(get("session_field") or "") not in ("", DEFAULT_SESSION_FIELD):
+        raise OptionError(f"--session-field {get('session_field')!r} and --session-header {get('session_header')!r}: "
+                          "the session id goes in one place (with --session-header it is not in the body): give one")
     reply_format = _one_of(str(get("reply_format") or "json"), REPLY_FORMATS, "--reply-format")
     check_session_from(str(get("session_from") or "").strip(), path, reply_format, str(get("start_path") or "").strip(),
                        str(get("start_body") or ""))
@@ -398,6 +405,18 @@ class Settings:
             raise OptionError("--step-users and --steps go together (both > 0 to enable the step shape)")
         _check_run_time(get, shaped=step_users > 0)
         label = str(get("label") or "dev")
+        headers = dict(parse_header(h) for h in (get("header") or []))
+        session_header = str(get("session_header") or "")
+        if clash := next((h for h in headers if session_header and h.lower() == session_header.lower()), None):
+            raise OptionError(f"--header {clash!r} and --session-header {session_header!r} name the same header: the "
+                              "session id would replace the --header value; drop one")
+        store, no_audit = _audit_option(store_options, o), bool(get("no_audit", False))
+        audit_every = _period(get("audit_every", "0"), "audit-every",
+                              "python -m oracle follow passes at most once a second")
+        if audit_every and (store is None or no_audit):  # the rolling audit would silently not run
+            why = "with --no-audit: there is no audit to roll" if no_audit else \
+                "needs a store to audit (--store-url, --http-url or --reader), and none is given"
+            raise OptionError(f"--audit-every {get('audit_every')!r} {why}; drop one or the other")
         return cls(
             run_dir=str(get("run_dir") or "") or default_run_dir(label),
             label=label,
@@ -406,8 +425,8 @@ class Settings:
             chat_path=str(get("chat_path", "/chat")),
             message_field=str(get("message_field")),
             session_field=str(get("session_field") or ""),
-            session_header=str(get("session_header") or ""),
-            headers=dict(parse_header(h) for h in (get("header") or [])),
+            session_header=session_header,
+            headers=headers,
             reply_field=str(get("reply_field") or ""),
             reply_format=str(get("reply_format") or "json"),
             reply_where=str(get("reply_where") or ""),
@@ -419,20 +438,19 @@ class Settings:
             chat_method=str(get("chat_method") or "POST").upper(),
             replica_header=str(get("replica_header") or "").strip(),
             timeout=timeout,
-            store=_audit_option(store_options, o),
-            no_audit=bool(get("no_audit", False)),
+            store=store,
+            no_audit=no_audit,
             settle=parse_duration(get("settle", "2s"), "settle"),
             gates=_audit_option(gates, o),
             chaos=str(get("chaos") or ""),
-            chaos_backend=str(get("chaos_backend") or "local"),
+            chaos_backend=_one_of(str(get("chaos_backend") or "local"), tuple(CHAOS_BACKENDS), "--chaos-backend"),
             stack_state=str(get("stack_state") or ".stack/state.json"),
             step_users=step_users,
             step_duration=_step_duration(get("step_duration", "30s"), steps),
             steps=steps,
             telemetry_interval=_period(get("telemetry_interval", "5s"), "telemetry-interval",
                                        "the store's INFO would be polled in a busy loop"),
-            audit_every=_period(get("audit_every", "0"), "audit-every",
-                                "python -m oracle follow passes at most once a second"),
+            audit_every=audit_every,
         )
 
     def public(self) -> dict:

@@ -29,7 +29,8 @@ from contracts.tokens import NONCE_RE, TOKEN_RE
 from contracts.yamldoc import show
 
 FACT_RE = re.compile(r"^[a-z]+( [a-z]+)*$")
-LOOKS_LIKE_GRAMMAR = re.compile(r"\bMy [a-z ]+ is |\bWhat is my\b")
+# any case: "what is my secret code" reads as a probe to a bot as much as "What is my ..." does
+LOOKS_LIKE_GRAMMAR = re.compile(r"\bMy [a-z ]+ is |\bWhat is my\b", re.IGNORECASE)
 KINDS = ("plant", "probe", "chatter", "burst", "think")
 MAX_BURST = 20
 MAX_TURNS = MAX_TURN + 1  # turn indices 0..MAX_TURN (contracts.journal)
@@ -135,8 +136,9 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Script:
                 bad(value, field_name, f"probes {show(fact)} before any step plants it")
             planted.add(fact)
             steps.append(Step(kind, fact=fact))
-        elif kind == "chatter":
-            line = _check_text(value, field_name, bad) if value is not None and _scalar(value) else None
+        elif kind == "chatter":  # `- chatter` alone picks a filler line; a value is the exact line
+            line = None if value is None else _check_text(value, field_name, bad,
+                                                          " (or `- chatter` alone for a filler line)")
             steps.append(Step("chatter", text=line))
         elif kind == "burst":
             turns_node = value
@@ -145,12 +147,18 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Script:
                 turns_node = inner.get("turns")
                 if turns_node is None:
                     bad(value, field_name, "needs `turns: N`")
+                if extra := next((k for k, _ in value.value if k.value != "turns"), None):
+                    bad(extra, field_name, f"unknown key {show(extra.value)} (a burst takes `turns: N` only)")
             steps.append(Step("burst", turns=_int(turns_node, field_name, bad, 2, MAX_BURST)))
         else:  # think
             from locustfiles.options import OptionError, parse_think
 
+            if not _plain(value):
+                bad(value, field_name, f"must be seconds or a range like 0.2-1.0, not {_kind_of(value)}")
+            if why := yamldoc.misread_number(value):
+                bad(value, field_name, why)
             try:
-                steps.append(Step("think", think=parse_think(_scalar(value) or "")))
+                steps.append(Step("think", think=parse_think(_scalar(value))))
             except OptionError:
                 bad(value, field_name, f"{show(_scalar(value))} is not seconds or a range like 0.2-1.0")
     turns = sum(s.turns for s in steps if s.kind != "think") * repeat
@@ -167,7 +175,18 @@ def _scalar(node) -> str | None:
     return node.value.strip() if isinstance(node, yaml.ScalarNode) and node.value is not None else None
 
 
+def _plain(node) -> bool:
+    """A scalar that is not null: `~`, `null` and nothing at all are no value (not the text "~")."""
+    return isinstance(node, yaml.ScalarNode) and node.tag != "tag:yaml.org,2002:null"
+
+
+def _kind_of(node) -> str:
+    return {yaml.SequenceNode: "a list", yaml.MappingNode: "a mapping"}.get(type(node), "null")
+
+
 def _int(node, field_name, bad, low: int, high: int) -> int:
+    if why := yamldoc.misread_number(node):
+        bad(node, field_name, why)
     raw = _scalar(node)
     try:
         value = int(raw)
@@ -178,10 +197,11 @@ def _int(node, field_name, bad, low: int, high: int) -> int:
     return value
 
 
-def _check_text(node, field_name, bad) -> str:
-    text = _scalar(node)
+def _check_text(node, field_name, bad, alone: str = "") -> str:
+    text = _scalar(node) if _plain(node) else None
     if not text:
-        bad(node, field_name, "must be a non-empty line of text")
+        what = "" if _plain(node) else f", not {_kind_of(node)}"
+        bad(node, field_name, f"must be a non-empty line of text{what}{alone}")
     if LOOKS_LIKE_GRAMMAR.search(text) or TOKEN_RE.search(text) or NONCE_RE.search(text):
         bad(node, field_name, f"{show(text)} looks like a plant, probe, token or nonce; filler must not")
     return text

@@ -277,10 +277,12 @@ def gates(values):
 
 
 def _number(value, name: str, high: float) -> float | None:
+    """A number in [0, high]; for a rate (high 1), a percentage too: 5% as --gate writes it."""
     if value is None or str(value).strip() == "":
         return None
+    text = str(value).strip()
     try:
-        number = float(value)
+        number = float(text[:-1]) / 100 if high == 1.0 and text.endswith("%") else float(text)
     except ValueError:
         raise OptionError(f"--{name}: {value!r} is not a number") from None
     if not math.isfinite(number) or not 0 <= number <= high:

@@ -71,8 +71,18 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def save_points(text: str) -> bool:
+    """redis.conf's ``save``: pairs of SECONDS (at least 1) and CHANGES, space-separated, or '' (none)."""
+    numbers = [n for n in text.split(" ") if n]
+    return (len(numbers) % 2 == 0 and all(n.isascii() and n.isdigit() for n in numbers)
+            and all(n.strip("0") for n in numbers[::2]))  # no int(): 5,000 digits would raise
+
+
 def options(args):
     from refbot.stack import StackOptions
+    if args.save is not None and not save_points(args.save):  # else redis-server's config error, exit 1
+        raise ConfigError(f"--save {args.save!r} is not Redis save points: pairs of SECONDS CHANGES (whole numbers, "
+                          "seconds at least 1), e.g. '3600 1 300 100', or '' for none")
     return StackOptions(replicas=args.replicas, mode=args.mode,
                         releases=[r.strip() for r in args.releases.split(",")], persistence=args.persistence,
                         think_ms=args.think_ms, jitter_ms=args.jitter_ms, flush_ms=args.flush_ms,

@@ -24,6 +24,7 @@ MODES: dict[str, bool] = {
 }
 DEFAULT_WINDOW = 3
 DEFAULT_TTL = 60
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 
 
 class ConfigError(ValueError):
@@ -62,6 +63,22 @@ def _number(env: dict, name: str, default: float) -> float:
     if value < 0:
         raise ConfigError(f"{name}={raw!r} must not be negative")
     return value
+
+
+def check_redis_url(url: str) -> str:
+    """The store URL, or ConfigError naming it: redis-py's own ValueError came as a traceback when the app was
+    built, exit 1. The URL is shown with its password masked."""
+    from contracts import redact
+    from contracts.redis_url import check_url
+
+    where = f"--redis-url (REFBOT_REDIS_URL) {redact.url(url)!r}"
+    if url.partition("://")[0].lower() not in REDIS_SCHEMES or "://" not in url:
+        raise ConfigError(f"{where} is not a Redis URL: give {', '.join(s + '://' for s in REDIS_SCHEMES)}")
+    try:
+        check_url(url)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return url
 
 
 @dataclass
@@ -107,7 +124,7 @@ class Config:
             mode=mode,
             release=env.get("REFBOT_RELEASE") or "v1",
             replica=env.get("REFBOT_REPLICA") or socket.gethostname(),
-            redis_url=env.get("REFBOT_REDIS_URL") or "redis://127.0.0.1:6379/0",
+            redis_url=check_redis_url(env.get("REFBOT_REDIS_URL") or "redis://127.0.0.1:6379/0"),
             key_prefix=env.get("REFBOT_KEY_PREFIX") or "message_store:",
             think_ms=_number(env, "REFBOT_THINK_MS", 30.0),
             jitter_ms=_number(env, "REFBOT_JITTER_MS", 20.0),

@@ -134,12 +134,12 @@ def test_any_record_shaped_line_is_a_turn_or_a_record_error(record):
     ["event", "time", "fault", "kind", "instance", "outcome", "detail", "planned", "step", "users", "start", "end"]),
     values, max_size=8).map(json_line)))
 def test_any_timeline_or_step_line_is_a_record_or_a_record_error(raw):
-    for decode in (chaos_event, load_step):
+    for decode, names in ((chaos_event, ("time", "planned")), (load_step, ("start", "end"))):
         try:
             record = decode(raw)
         except TimelineRecordError:
             continue
-        for name in ("time", "start", "end", "planned"):
+        for name in names:  # the times each kind of line is read for (a step line's "time" is read by nothing)
             if record.get(name) is not None:
                 float(record[name])  # what the audit and the report do with it
 

@@ -140,7 +140,7 @@ def test_the_values_next_to_the_bounds_are_accepted(parser, capsys):
     """0 turns the rolling audit and telemetry off; without --headless (the web UI) `-t 0` is Locust's own
     business, the step shape ends a run by itself, and no -t at all is a run stopped by hand. The refusals
     above must not catch these."""
-    for argv in (["--audit-every", "1s"], ["--audit-every", "0"], ["--telemetry-interval", "0"],
+    for argv in (["--audit-every", "1s", "--reader", "os:getcwd"], ["--audit-every", "0"], ["--telemetry-interval", "0"],
                  ["--telemetry-interval", "1"], ["-t", "0"], ["--headless"], ["--headless", "-t", "1"],
                  ["--worker", "--headless", "-t", "0"], ["--headless", "-t", "0", "--step-users", "1", "--steps", "2"],
                  ["--start-body", '{"a": 1}']):

@@ -25,11 +25,12 @@ def test_chaos_on_another_stack_than_the_one_tested_is_warned_at_the_start_and_w
     with bot("plain") as url:
         done = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "--chaos", plan,
                           "--stack-state", state, "--http-url", f"{url}/history/{{session}}", "--role-field", "role",
-                          "--content-field", "content", "--settle", "0", time_s="3s")
+                          "--content-field", "content", "--settle", "0", "--no-audit", time_s="3s")
     port = url.rsplit(":", 1)[1]
     warning = (f"warning: chaos acts on the stack of {state} (its bots at loopback:{chaos_stack.state()['url'].rsplit(':', 1)[1]}, "
                f"but this run's --host is loopback:{port})")
     assert done.output.count(warning) == 2, done.output[-3000:]
+    assert "no report.html (no audit: --no-audit)" in done.output  # it said --store-url, which was given
 
     class Settings:  # what the run's settings hold of it
         chaos, chaos_backend, stack_state = str(plan), "local", str(state)

@@ -182,6 +182,8 @@ def test_options_parse_and_reject_with_the_option_name():
 
     with pytest.raises(OptionError, match="--max-probe-amnesia"):
         Settings.from_options(O)
+    O.max_probe_amnesia = "1%"  # as --gate writes a rate: it was "not a number"
+    assert str(Settings.from_options(O).gates.limits["probe_amnesia"]) == "1%"
     O.max_probe_amnesia = "0.01"
     s = Settings.from_options(O)
     assert s.headers == {"Authorization": "Bearer x"} and s.public()["headers"] == {"Authorization": "***"}
