@@ -12,10 +12,15 @@ import sys
 import time
 from pathlib import Path
 
+import requests
+
 from chaos.backends import REGISTRY, make_backend
 from chaos.controller import Controller, heal_run, shown
-from chaos.plan import PlanError, load_plan
+from chaos.faults import TOXIC
+from chaos.plan import PlanError, load_plan, toxiproxy_url
+from chaos.toxiproxy import Toxiproxy, ToxiproxyError
 from contracts import codec, redact
+from contracts.durations import parse_duration
 from contracts.runfolder import RunFolder
 from targets import file as targets_file, registry
 
@@ -25,25 +30,38 @@ class Interrupted(Exception):
 
 
 def _backend_kwargs(args) -> dict:
+    """The backend's options from the flags and --backend-opt; ValueError when two of them give one thing (one
+    would be ignored without a word)."""
     kw = {}
     if args.backend == "local" and args.state_dir:
         kw["state_dir"] = args.state_dir
     if args.targets:
         kw["targets"] = args.targets
+    flags = {key: f"--{key.replace('_', '-')}" for key in kw}
     for item in args.backend_opt or []:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise ValueError(f"--backend-opt {redact.header_line(item)!r}: expected KEY=VALUE (e.g. namespace=chat)")
         try:
-            kw[key.strip()] = codec.loads(value) if value[:1] in "[{0123456789" or value in ("true", "false") else value
+            value = codec.loads(value) if value[:1] in "[{0123456789" or value in ("true", "false") else value
         except codec.DecodeError as exc:
-            raise ValueError(f"--backend-opt {key.strip()}: the value is not valid JSON ({exc})") from None
+            raise ValueError(f"--backend-opt {key}: the value is not valid JSON ({exc})") from None
+        if key in flags and isinstance(value, str):   # a value of the wrong type: make_backend names it
+            raise ValueError(f"--backend-opt {key} and {flags[key]} both give the {key}: give it once")
+        kw[key] = value
+    if "state_dir" in kw and "targets" in kw:
+        name = {key: flags.get(key, f"--backend-opt {key}") for key in ("state_dir", "targets")}
+        raise ValueError(f"{name['state_dir']} (a stack's state folder) and "
+                         f"{name['targets']} (your own processes, whose state goes to the targets file's state_dir) "
+                         f"both say which processes chaos acts on: give one")
     return kw
 
 
 def cmd_validate(args) -> int:
     if args.targets or args.state_dir:  # where the local backend's targets are (without --backend a state dir
         args.backend = args.backend or "local"  # was ignored: "ok")
+    options = _backend_kwargs(args) if args.backend else {}   # clashing options refused before anything is read
     if args.targets:
         rows = _target_rows(targets_file.open_registry(args.targets))
         print(f"{args.targets}: ok — {len(rows)} target(s): " + ", ".join(line for line, _ in rows))
@@ -52,8 +70,11 @@ def cmd_validate(args) -> int:
     plan = load_plan(args.plan)
     print(f"{args.plan}: ok — {len(plan.faults)} fault(s), {len(plan.schedule())} occurrence(s), "
           f"ends at {plan.horizon:g}s" if plan.horizon is not None else f"{args.plan}: ok (runs until stopped)")
+    if args.backend or args.toxiproxy:   # a Toxiproxy named on the command line is checked, with or without a backend
+        _check_toxiproxy(plan, args.toxiproxy)
     if args.backend:
-        controller = Controller(plan, make_backend(args.backend, **_backend_kwargs(args)), args.run_dir or "/tmp")
+        controller = Controller(plan, make_backend(args.backend, **options),
+                                _run_folder(args.run_dir or "/tmp"), toxiproxy=args.toxiproxy)
         skips = controller.predicted_skips(controller.validate())
         print(f"{args.plan}: ok against backend {args.backend}"
               + (f"; {len(skips)} occurrence(s) will be skipped:" if skips else ""))
@@ -63,11 +84,13 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
+    options = _backend_kwargs(args)
     plan = load_plan(args.plan)
     if plan.horizon is None:
         raise PlanError([f"{args.plan}: the plan repeats forever; give it a 'duration' to run it standalone"])
-    backend = make_backend(args.backend, **_backend_kwargs(args))
-    run_dir = Path(args.run_dir or f"results/chaos-{time.strftime('%Y%m%d-%H%M%S')}")
+    _check_toxiproxy(plan, args.toxiproxy)
+    backend = make_backend(args.backend, **options)
+    run_dir = _run_folder(args.run_dir or f"results/chaos-{time.strftime('%Y%m%d-%H%M%S')}")
     ctl = Controller(plan, backend, run_dir, toxiproxy=args.toxiproxy)
     if args.dry_run:
         print(f"dry run of {args.plan} on backend {backend.name} (nothing is touched):")
@@ -102,6 +125,51 @@ def cmd_run(args) -> int:
     for e in failed:
         print(f"  NOT healed: {e['key']} — run `python -m chaos heal {run_dir}`", flush=True)
     return 1 if failed else 0
+
+
+def _check_toxiproxy(plan, flag: str | None) -> None:
+    """The Toxiproxy the plan's toxic faults go through answers; else the error names its URL and where it was
+    given (the plan's line, or --toxiproxy), not the faults' targets that cannot be resolved without it."""
+    url = flag or plan.toxiproxy
+    if not url or not any(f.kind == TOXIC for f in plan.faults):
+        return
+    try:
+        Toxiproxy(url).proxies()
+    except (requests.RequestException, ToxiproxyError, ValueError) as exc:
+        why = "nothing answers there" if isinstance(exc, requests.ConnectionError) else str(exc)[:200]
+        if flag:
+            raise ValueError(f"--toxiproxy {url}: not a Toxiproxy API that answers: {why}") from None
+        raise PlanError([f"{plan.where(None, 'toxiproxy')}: toxiproxy: {url} is not a Toxiproxy API that answers: "
+                         f"{why}"]) from None
+
+
+def _run_folder(path: str) -> Path:
+    """The run folder, made now: a path that cannot be one is named as --run-dir's, not as an errno."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = "a file of that name is in the way" if isinstance(exc, FileExistsError) else exc.strerror
+        raise ValueError(f"--run-dir {path}: cannot make the run folder: {why}") from None
+    return Path(path)
+
+
+def _timeout(text: str) -> float:
+    """--timeout: a duration above 0 (60, 90s, 2m): NaN, infinity and -5 waited no time or for ever."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        seconds = 0
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite duration above 0 (e.g. 60, 90s, 2m), got {text!r}")
+    return seconds
+
+
+def _toxiproxy_option(text: str) -> str:
+    """--toxiproxy: an http(s) URL with a host."""
+    try:
+        return toxiproxy_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _target_rows(state_dir) -> list[tuple[str, bool]]:
@@ -160,7 +228,7 @@ def main(argv=None) -> int:
         s.add_argument("--backend-opt", action="append", metavar="KEY=VALUE",
                        help="backend constructor option (e.g. namespace=chat for kubernetes)")
         s.add_argument("--run-dir", help="where chaos.jsonl and chaos/outstanding.json go")
-        s.add_argument("--toxiproxy", help="Toxiproxy API URL for toxic faults")
+        s.add_argument("--toxiproxy", type=_toxiproxy_option, help="Toxiproxy API URL for toxic faults")
         if name == "run":
             s.add_argument("--dry-run", action="store_true", help="print what would be touched; touch nothing")
     h = sub.add_parser("heal", help="recover what a killed controller left outstanding")
@@ -168,7 +236,7 @@ def main(argv=None) -> int:
     t = sub.add_parser("targets", help="start, stop or show the processes a targets file names")
     t.add_argument("action", choices=("start", "stop", "status"))
     t.add_argument("file", help="the targets file (docs/chaos.md)")
-    t.add_argument("--timeout", type=float, default=60.0, help="start: seconds for each to become healthy")
+    t.add_argument("--timeout", type=_timeout, default=60.0, help="start: seconds for each to become healthy")
     args = p.parse_args(argv)
     if args.cmd == "validate" and not (args.plan or args.targets):
         p.error("validate needs a plan, a targets file (--targets FILE), or both")

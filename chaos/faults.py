@@ -37,13 +37,15 @@ class Param:
     help: str = ""
     low: float | None = None   # numbers: the range a value must lie in (NaN never does)
     high: float | None = None
+    only_with: tuple[str, tuple[str, ...]] | None = None  # taken only when this other parameter has one of these values
 
 
 @dataclass(frozen=True)
 class KindSpec:
     """What the plan language knows about a kind.
 
-    duration: "required" (the fault is a state that must be undone after a while: pause, stall),
+    duration: "required" (the fault is a state that must be undone after a while: pause, stall; 0 s would
+    do nothing, so it is refused),
     "optional" (kill: how long the instance stays down; 0 = start again at once), "none" (instant
     faults: client kill, lb-drop — recover is a no-op that is still logged).
     """
@@ -84,16 +86,17 @@ KINDS: dict[str, KindSpec] = {s.name: s for s in [
         "toxic": Param(str, required=True, choices=("latency", "reset_peer", "timeout"), help="toxic type"),
         "stream": Param(str, "downstream", choices=("upstream", "downstream")),
         "toxicity": Param(float, 1.0, help="probability the toxic applies to a connection", low=0, high=1),
-        "latency": Param(int, help="latency toxic: ms", low=0, high=HOUR * 1000),
-        "jitter": Param(int, help="latency toxic: ms", low=0, high=HOUR * 1000),
-        "timeout": Param(int, help="reset_peer/timeout toxic: ms (0 = forever for timeout)", low=0, high=HOUR * 1000)},
+        "latency": Param(int, help="latency toxic: ms", low=0, high=HOUR * 1000, only_with=("toxic", ("latency",))),
+        "jitter": Param(int, help="latency toxic: ms", low=0, high=HOUR * 1000, only_with=("toxic", ("latency",))),
+        "timeout": Param(int, help="reset_peer/timeout toxic: ms (0 = forever for timeout)", low=0, high=HOUR * 1000,
+                         only_with=("toxic", ("reset_peer", "timeout")))},
         "Toxiproxy toxic on the proxy named by target, for duration"),
     KindSpec(REDIS_FAILOVER, "optional", {
         "mode": Param(str, "sentinel", choices=("sentinel", "lossy"),
                       help="sentinel = SENTINEL FAILOVER (the old primary is demoted); lossy = the replica is "
                            "stopped and held behind, then the primary is SIGKILLed and Sentinel promotes the replica"),
         "lag": Param(float, 2.0, help="lossy: seconds the replica is held behind before the primary is killed",
-                     low=0, high=HOUR)},
+                     low=0, high=HOUR, only_with=("mode", ("lossy",)))},
         "fail the replicated Redis over to its replica; duration: how long the old primary stays down"),
     KindSpec(REDIS_BGSAVE, "none", {},
              "BGSAVE and wait until the snapshot is on disk (an RDB restart falls back to it)"),

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -22,6 +23,8 @@ from contracts.yamldoc import show
 COMMON_KEYS = {"id", "kind", "target", "at", "every", "start", "until", "duration", "count"}
 PLAN_KEYS = {"name", "description", "faults", "max_concurrent", "max_blast", "seed", "duration", "toxiproxy"}
 MAX_OCCURRENCES = 100_000  # a day-long soak with a fault every second is 86,400
+SECONDS_PARAMS = ("grace", "pause", "lag")            # a number of seconds, or a time such as 5s
+MS_PARAMS = ("latency", "jitter", "timeout")          # a number of ms, or a time such as 250ms
 _PCT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 
 
@@ -204,7 +207,7 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Plan:
             try:
                 return conv(raw)
             except (ValueError, TypeError) as exc:
-                problems.append(f"{path}:{_line(top[key])}: {key}: {exc}")
+                problems.append(f"{path}:{_line(top[key])}: {key}: {exc}{_as_written(top[key])}")
         return None
 
     plan.name = str(top_value("name", str) or Path(path).stem)
@@ -212,7 +215,7 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Plan:
     plan.max_blast = top_value("max_blast", Count.parse)
     plan.seed = top_value("seed", _seed) or 0
     plan.duration = top_value("duration", parse_time)
-    plan.toxiproxy = top_value("toxiproxy", _url)
+    plan.toxiproxy = top_value("toxiproxy", toxiproxy_url)
 
     if not fault_nodes.value:
         problems.append(f"{path}:{_line(fault_nodes)}: faults: the list is empty")
@@ -232,6 +235,8 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Plan:
             f.until = float("inf")
         if f.until is not None and plan.duration is not None and f.until > plan.duration and f.until != float("inf"):
             problems.append(f"{plan.where(f, 'until')}: until: {f.until:g}s is after the plan duration {plan.duration:g}s")
+        elif f.every is not None and f.until != float("inf") and f.count_times(plan.duration) == 0:
+            problems.append(_never(plan, f))
     _check_occurrences(plan, problems)
     if problems:
         raise PlanError(problems)
@@ -258,9 +263,10 @@ def _seed(v):
     return v
 
 
-def _url(v):
-    if not isinstance(v, str) or not re.match(r"^https?://", v):
-        raise ValueError(f"must be an http(s) URL, got {show(v)}")
+def toxiproxy_url(v):
+    """A Toxiproxy API URL (the plan's ``toxiproxy``, ``--toxiproxy``); ValueError unless http(s) with a host."""
+    if not isinstance(v, str) or not re.match(r"^https?://", v) or not urlsplit(v).hostname:
+        raise ValueError(f"must be an http(s) URL with a host, e.g. http://127.0.0.1:8474, got {show(v)}")
     return v.rstrip("/")
 
 
@@ -269,7 +275,7 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
     if not isinstance(node, yaml.MappingNode):
         problems.append(f"{where}: faults[{index}]: each fault must be a mapping (kind, target, at/every, ...)")
         return None
-    fields, lines = {}, {}
+    fields, lines, nodes = {}, {}, {}
     for k, v in node.value:
         key = k.value  # keys are scalars, each given once (contracts.yamldoc): their text
         try:
@@ -277,7 +283,7 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
         except yamldoc.YamlError as exc:
             problems.append(str(exc))
             continue
-        lines[key] = _line(k)
+        lines[key], nodes[key] = _line(k), v
     raw_id = fields.get("id", f"f{index + 1}")
     typed_id = isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool)  # not null, true or .nan
     fid = str(raw_id) if typed_id else f"f{index + 1}"
@@ -286,6 +292,9 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
 
     def bad(key, msg):
         problems.append(f"{path}:{lines.get(key, _line(node))}: {_name(key)}: {msg} ({label})")
+
+    def bad_value(key, msg):   # a message that shows the value: say what YAML made of it
+        bad(key, msg + _as_written(nodes.get(key)))
 
     kind = fields.get("kind")
     spec = KINDS.get(kind) if isinstance(kind, str) else None
@@ -299,7 +308,7 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
     elif not isinstance(target, str) or not target.strip():
         bad("target", f"must be a non-empty name, got {show(target)}")
     if not typed_id or not re.fullmatch(r"[A-Za-z0-9_.-]+", fid):
-        bad("id", f"must be letters, digits, '_', '.', '-' only, got {show(raw_id)}")
+        bad_value("id", f"must be letters, digits, '_', '.', '-' only, got {show(raw_id)}")
 
     times = {}
     for key in ("at", "every", "start", "until", "duration"):
@@ -307,7 +316,7 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
             try:
                 times[key] = parse_time(fields[key])
             except ValueError as exc:
-                bad(key, str(exc))
+                bad_value(key, str(exc))
     if "at" in fields and "every" in fields:
         bad("every", "give either 'at' (once) or 'every' (repeating), not both")
     elif "at" not in fields and "every" not in fields:
@@ -325,6 +334,8 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
             bad("duration", f"missing: a {kind} fault must say how long it lasts")
         if spec.duration == "none" and "duration" in fields:
             bad("duration", f"a {kind} fault is instant; remove 'duration'")
+        if spec.duration == "required" and times.get("duration") == 0:
+            bad("duration", f"must be > 0: a {kind} of 0s does nothing")
         if spec.max_duration is not None and times.get("duration", 0) > spec.max_duration:
             bad("duration", f"{times['duration']:g}s is longer than a {kind} may last ({spec.max_duration:g}s: "
                             "nothing can end it early)")
@@ -337,7 +348,7 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
         try:
             count = Count.parse(fields["count"])
         except ValueError as exc:
-            bad("count", str(exc))
+            bad_value("count", str(exc))
         if spec is not None and kind in WHOLE_TARGET_KINDS:
             bad("count", f"a {kind} goes through every instance of the target; remove 'count'")
 
@@ -354,13 +365,16 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
             try:
                 params[key] = _param(p, key, value)
             except ValueError as exc:
-                bad(key, str(exc))
+                bad_value(key, str(exc))
         for key, p in spec.params.items():
             if key not in params:
                 if p.required and key not in fields:
                     bad(key, f"missing: required for kind {kind}")
                 elif p.default is not None:
                     params[key] = p.default
+        for key in sorted(params.keys() & fields.keys()):
+            if why := _not_taken(spec, key, params):
+                bad(key, why)
     if len(problems) > before:
         return None
     return PlanFault(id=fid, kind=kind, target=target, at=times.get("at"), every=times.get("every"),
@@ -370,12 +384,17 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
 
 def _param(p, key: str, value):
     """A kind-specific parameter checked against its type, choices and range; ValueError saying why."""
-    if p.type in (int, float) and isinstance(value, str) and key in ("latency", "jitter", "timeout", "lag"):
-        value = int(round(parse_time(value) * 1000)) if p.type is int else parse_time(value)
+    if p.type in (int, float) and isinstance(value, str):
+        value = _number(key, value)
+        if p.type is int and isinstance(value, float) and math.isfinite(value):
+            value = int(round(value))
     if p.type is float and isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2 ** 53:
         value = float(value)
     if not isinstance(value, p.type) or isinstance(value, bool):
-        raise ValueError(f"must be {p.type.__name__}, got {show(value)}")
+        unit = " (seconds, or a time such as 5s)" if key in SECONDS_PARAMS else ""
+        raise ValueError(f"must be {p.type.__name__}{unit}, got {show(value)}")
+    if p.type is str and not value.strip():
+        raise ValueError(f"must not be blank, got {show(value)}")
     if p.choices and value not in p.choices:
         raise ValueError(f"must be one of {', '.join(p.choices)}, got {show(value)}")
     if p.low is not None and not p.low <= value <= p.high:  # NaN is in no range
@@ -388,6 +407,43 @@ def _param(p, key: str, value):
     if any("\0" in t for t in texts):  # no process can be given it: the fault would fail mid-run
         raise ValueError(f"holds a NUL character, got {show(value)}")
     return value
+
+
+def _number(key: str, text: str):
+    """A number parameter written as text: YAML 1.1 reads 1e3 (no dot) as text, and a time may carry its unit
+    (grace: 5s, latency: 250ms). Other text is returned as it is, for the type check to refuse, but for a time
+    in ms, which says why it is no time ('slow' is not a duration)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if key in MS_PARAMS:
+        return parse_time(text) * 1000
+    if key in SECONDS_PARAMS:
+        try:
+            return parse_time(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _not_taken(spec, key: str, params: dict) -> str | None:
+    """Why a parameter the fault gives is one its other parameters leave unused (latency on a reset_peer toxic,
+    lag on a sentinel failover: it would be dropped without a word), or None."""
+    if spec.params[key].only_with is None:
+        return None
+    other, allowed = spec.params[key].only_with
+    if other not in params or params[other] in allowed:
+        return None
+    takes = sorted(k for k, q in spec.params.items() if q.only_with is None or params[other] in q.only_with[1])
+    return f"a {spec.name} with {other}: {params[other]} does not take it (it takes: {', '.join(takes)})"
+
+
+def _as_written(node) -> str:
+    """A note for a value YAML 1.1 read as a boolean (yes, no, on, off): the message shows True, the file yes."""
+    if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:bool":
+        return f" (YAML reads the file's {node.value} as a boolean)"
+    return ""
 
 
 def _check_occurrences(plan: Plan, problems: list[str]) -> None:
@@ -403,6 +459,15 @@ def _check_occurrences(plan: Plan, problems: list[str]) -> None:
     if total > MAX_OCCURRENCES:
         problems.append(f"{plan.path}: the faults make {total} occurrences together; a plan may have at most "
                         f"{MAX_OCCURRENCES}")
+
+
+def _never(plan: Plan, f: PlanFault) -> str:
+    """The problem of an 'every' fault whose first occurrence is not before its end: it would never happen."""
+    key = "start" if f.start is not None else "every"
+    first = f.every if f.start is None else f.start
+    end = f"its until {f.until:g}s" if f.until is not None else f"the plan duration {plan.duration:g}s"
+    return (f"{plan.where(f, key)}: {key}: the first occurrence, at {first:g}s, is not before {end}: "
+            f"the fault would never happen (fault {f.id})")
 
 
 def _check_concurrency(plan: Plan, problems: list[str]) -> None:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from contracts import yamldoc
+from contracts.redis_url import check_url
 from contracts.runfolder import open_regular
 from targets import registry
 
@@ -42,6 +43,7 @@ class Targets:
     state_dir: Path            # where the registry state file lives
     haproxy_socket: str | list | None
     members: dict[str, dict]   # name -> registry member record, without pid
+    lines: dict[str, int]      # name -> the line of its pid_file (else of its name), for messages
 
 
 def load(path: str | Path) -> Targets:
@@ -73,6 +75,7 @@ def parse(root: yaml.Node | None, path: Path) -> Targets:
     sock = _haproxy_address(top["haproxy_socket"], path, base, problems) if "haproxy_socket" in top else None
 
     members: dict[str, dict] = {}
+    lines: dict[str, int] = {}
     node = top.get("targets")
     if node is None:
         problems.append(f"{path}:{_line(root)}: targets: missing (a mapping: name -> command or pid_file, ...)")
@@ -87,29 +90,37 @@ def parse(root: yaml.Node | None, path: Path) -> Targets:
             elif not isinstance(spec, yaml.MappingNode):
                 problems.append(f"{where}: {name}: must be a mapping (command or pid_file, health, ...)")
             else:
-                member = _member(name, name_lines[name], spec, path, base, state_dir, sock, problems)
+                member = _member(name, name_lines[name], spec, path, base, state_dir, "haproxy_socket" in top, problems)
                 if member:
                     members[name] = member
+                    lines[name] = next((_line(v) for k, v in spec.value if k.value == "pid_file"), name_lines[name])
     if problems:
         raise TargetsError(problems)
-    return Targets(path, state_dir.resolve(), sock, members)
+    return Targets(path, state_dir.resolve(), sock, members, lines)
 
 
 def sync(targets: Targets) -> Path:
     """Write the targets into their registry, keeping the pid and start time recorded for each
-    (a member's process survives edits to its file), and adopt what the pid files name."""
+    (a member's process survives edits to its file), and adopt what the pid files name; TargetsError
+    (nothing written) when a pid file names a process that is not its target's command."""
     try:
         targets.state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # the file's state_dir (or the default beside it) cannot be made here
         raise TargetsError([f"{targets.path}: state_dir: cannot create {targets.state_dir}: {exc.strerror}"]) from None
     with registry.locked_state(targets.state_dir, missing_ok=True) as st:
         old = st.get("members", {})
-        members = {}
+        members, problems = {}, []
         for name, spec in targets.members.items():
             member = dict(spec, pid=old.get(name, {}).get("pid"), pid_start=old.get(name, {}).get("pid_start"))
             if member.get("pid_file") and not registry.member_alive(member):
-                registry.adopt_pid_file(member)
+                pid, _not_running = registry.pid_file_process(member)
+                if pid and (stranger := registry.not_its_command(member, pid)):
+                    problems.append(f"{targets.path}:{targets.lines[name]}: pid_file: {stranger} (target {name})")
+                elif pid:
+                    registry.adopt(member, pid)
             members[name] = member
+        if problems:
+            raise TargetsError(problems)
         st.update(version=registry.VERSION, dir=str(targets.state_dir), targets=str(targets.path),
                   haproxy_socket=targets.haproxy_socket, members=members)
     return targets.state_dir
@@ -117,7 +128,7 @@ def sync(targets: Targets) -> Path:
 
 # ---- one target -------------------------------------------------------------------------------
 
-def _member(name, line, node, path, base, state_dir, sock, problems) -> dict | None:
+def _member(name, line, node, path, base, state_dir, has_sock, problems) -> dict | None:
     before = len(problems)
     f = _fields(node, path, name, TARGET_KEYS, problems)
 
@@ -142,6 +153,8 @@ def _member(name, line, node, path, base, state_dir, sock, problems) -> dict | N
             bad("pid_file", f"{member['pid_file']}: {exc.strerror or exc}")
     if "cwd" in f and not Path(member["cwd"]).is_dir():
         bad("cwd", f"{member['cwd']} is not a directory")
+    if "log" in f and Path(member["log"]).is_dir():   # the command's output is appended to it: a file
+        bad("log", f"{member['log']} is a directory, not a file")
     if "env" in f:
         member["env"] = _env(f["env"], lambda m: bad("env", m)) or {}
     if "health" in f:
@@ -151,7 +164,7 @@ def _member(name, line, node, path, base, state_dir, sock, problems) -> dict | N
             member[key] = _string(f[key], path, f"{key} (target {name})", problems)
     if member.get("lb_server") and not re.match(r"^[^/\s]+/[^/\s]+$", member["lb_server"]):
         bad("lb_server", f"must be HAProxy's backend/server, e.g. api/app-1, got {member['lb_server']!r}")
-    elif member.get("lb_server") and sock is None:
+    elif member.get("lb_server") and not has_sock:
         bad("lb_server", "needs the HAProxy runtime API: add 'haproxy_socket' at the top of the file")
     member["port"] = _port_of(member["health"])
     return member if len(problems) == before else None
@@ -207,6 +220,15 @@ def _health(node, bad) -> dict | None:
         return bad(f"{kind}: {value!r} is not a URL: {exc}")
     if url.scheme not in HEALTH_SCHEMES[kind]:
         return bad(f"{kind}: expected a {' or '.join(s + '://' for s in HEALTH_SCHEMES[kind])} URL, got {value!r}")
+    if url.scheme != "unix" and not url.hostname:
+        return bad(f"{kind}: {value!r} names no host (e.g. {kind}://127.0.0.1:8000/)")
+    if url.port == 0:
+        return bad(f"{kind}: {value!r}: port 0 is no port (1-65535)")
+    if kind == "redis":
+        try:
+            check_url(value)   # a path that is not a database number (/abc) would PING database 0
+        except ValueError as exc:
+            return bad(f"redis: {value!r}: {exc}")
     return {kind: value}
 
 
@@ -226,6 +248,10 @@ def _haproxy_address(node, path, base, problems):
     if value is None:
         return None
     if m := _HOST_PORT_RE.match(value):
+        if not 0 < int(m.group(2)) < 65536:
+            problems.append(f"{path}:{_line(node)}: haproxy_socket: port {m.group(2)} is not in 1-65535, "
+                            f"got {value!r}")
+            return None
         return [m.group(1), int(m.group(2))]
     return str(base / value)
 

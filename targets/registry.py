@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -235,28 +236,104 @@ def adopt(member: dict, pid: int) -> None:
 
 def adopt_pid_file(member: dict) -> str | None:
     """Adopt the process the member's ``pid_file`` names (someone else started it); None when
-    adopted, else why not. A pid file older than its process is stale: its pid was reused."""
+    adopted, else why not."""
+    pid, why = pid_file_process(member)
+    why = why or not_its_command(member, pid)
+    if why is None:
+        adopt(member, pid)
+    return why
+
+
+def pid_file_process(member: dict) -> tuple[int | None, str | None]:
+    """The live process the member's ``pid_file`` names, or (None, why not). A pid file older than
+    its process is stale: its pid was reused."""
     path = member["pid_file"]
     try:
         data = read_regular(path, 4096).strip()   # never more: a pid file is a line
         written = os.stat(path).st_mtime
     except (OSError, ValueError) as exc:  # ValueError: a path with a NUL byte
-        return f"pid file {path}: {getattr(exc, 'strerror', None) or exc}"
+        return None, f"pid file {path}: {getattr(exc, 'strerror', None) or exc}"
     if not (data.isdigit() and len(data) <= 10):  # bytes: ASCII digits only (str.isdigit takes '١' and '²')
-        return f"pid file {path}: expected a pid, found {data[:40].decode('utf-8', 'replace')!r}"
+        return None, f"pid file {path}: expected a pid, found {data[:40].decode('utf-8', 'replace')!r}"
     pid = int(data)
     if pid <= 1:
-        return f"pid file {path}: pid {pid} is init, or no process at all; refusing to adopt it"
+        return None, f"pid file {path}: pid {pid} is init, or no process at all; refusing to adopt it"
     started = start_ticks(pid)
     if started is None or not pid_alive(pid):
-        return f"pid file {path}: pid {pid} is not running"
+        return None, f"pid file {path}: pid {pid} is not running"
     with open("/proc/uptime") as uptime:
         started_at = time.time() - float(uptime.read().split()[0]) + started / os.sysconf("SC_CLK_TCK")
     if started_at > written + 1.0:
-        return (f"pid file {path} is stale: pid {pid} started {started_at - written:.1f}s after the file was "
-                f"written, so it is another process; refusing to adopt it")
-    adopt(member, pid)
+        return None, (f"pid file {path} is stale: pid {pid} started {started_at - written:.1f}s after the file "
+                      f"was written, so it is another process; refusing to adopt it")
+    return pid, None
+
+
+def not_its_command(member: dict, pid: int) -> str | None:
+    """Why the process ``pid`` is not one the member's ``cmd`` starts (another program: a pid file that
+    names a stranger, which chaos would signal), or None. Without a ``cmd`` there is nothing to compare."""
+    cmd = member.get("cmd")
+    if not cmd:
+        return None
+    argv = _argv(pid)
+    wanted, runs = _program(cmd), _program(argv)
+    if runs[0] == wanted[0] and wanted[1] in (None, runs[1]):   # the program (and the script or module it runs)
+        return None
+    if wanted == (runs[1], None):   # the command is the script an interpreter runs: a console script, #!/bin/sh
+        return None
+    shown = " ".join(argv) or "nothing chaos can read"
+    return (f"pid {pid} in {member.get('pid_file') or 'the pid file'} runs {shown[:120]!r}, not the command "
+            f"{' '.join(cmd)[:120]!r}; refusing to adopt it (correct the pid file or the command)")
+
+
+_INTERPRETER = re.compile(r"(python|pypy|node|ruby|perl|php|sh|bash|dash|zsh)[\d.]*")
+_SHELLS = {"sh", "bash", "dash", "zsh"}
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _program(argv: list[str]) -> tuple[str, str | None]:
+    """What a command line runs: its program's name, and for an interpreter the script or module it runs.
+
+    Equal for the ways one program is started: ``/usr/bin/python3.11 -m uvicorn`` and ``python3 -m
+    uvicorn`` are (python, uvicorn); a console script's ``python /venv/bin/uvicorn`` is (python, uvicorn)
+    too; ``sh -c 'exec CMD'`` is CMD's (a shell execs into it); a retitled process (``redis-server
+    *:6379`` in one argument) is named by its first word."""
+    words = list(argv)
+    while words and (words[0] in ("exec", "env") or _ASSIGNMENT.match(words[0])):
+        words = words[1:]
+    if len(words) >= 3 and os.path.basename(words[0]) in _SHELLS and words[1] == "-c":
+        try:
+            return _program(shlex.split(words[2]))
+        except ValueError:   # not shell words: compared as the shell itself
+            pass
+    first = words[0].split() if words else []
+    name = os.path.basename(first[0]).rstrip(":") if first else ""
+    if m := _INTERPRETER.fullmatch(name):
+        return m.group(1), _script(words[1:])
+    return name, None
+
+
+def _script(args: list[str]) -> str | None:
+    """The module (``-m mod``), code (``-c code``) or script an interpreter runs, the script without folder
+    or ``.py``."""
+    args = iter(args)
+    for arg in args:
+        if arg in ("-m", "-c"):
+            return next(args, None)
+        if arg in ("-X", "-W"):   # options that take a value
+            next(args, None)
+        elif not arg.startswith("-"):
+            return os.path.basename(arg).removesuffix(".py")
     return None
+
+
+def _argv(pid: int) -> list[str]:
+    """The process's command line, one argument each ([] when it is gone or unreadable)."""
+    try:
+        data = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in data.split(b"\0") if a]
 
 
 def member_alive(member: dict) -> bool:
@@ -284,10 +361,7 @@ def pid_reused(member: dict) -> str | None:
 
 
 def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
+    return " ".join(_argv(pid))
 
 
 def start_member(member: dict) -> subprocess.Popen:

@@ -63,6 +63,27 @@ def test_defaults_ids_and_kind_params():
     assert plan.faults[0].occurrence(3).id == "f1#3"
 
 
+def test_numbers_yaml_reads_as_text_and_times_with_units_are_taken():
+    """YAML 1.1 reads 1e3 and 1e-1 (no dot) as text: `grace: 1e3` was "must be float, got '1e3'"; `grace: 5s` was
+    refused while `lag: 5s` was taken. A kill's `duration: 0` keeps its meaning: started again at once."""
+    plan = parse_plan("""
+faults:
+  - {kind: restart, target: bot, at: 1s, grace: 1e3}
+  - {kind: restart, target: bot, at: 2s, grace: 5s}
+  - {kind: rolling-restart, target: bot, at: 3s, release: v2, pause: 2m}
+  - {kind: toxic, target: p, at: 4s, duration: 1s, toxic: latency, latency: 1e3, jitter: 250ms, toxicity: 1e-1}
+  - {kind: toxic, target: p, at: 5s, duration: 1s, toxic: reset_peer, timeout: 1s}
+  - {kind: redis-failover, target: redis, at: 6s, mode: lossy, lag: 1.5s}
+  - {kind: kill, target: bot, at: 7s, duration: 0}
+""")
+    assert [f.params for f in plan.faults] == [
+        {"grace": 1000.0}, {"grace": 5.0}, {"release": "v2", "pause": 120.0},
+        {"toxic": "latency", "latency": 1000, "jitter": 250, "toxicity": 0.1, "stream": "downstream"},
+        {"toxic": "reset_peer", "timeout": 1000, "stream": "downstream", "toxicity": 1.0},
+        {"mode": "lossy", "lag": 1.5}, {}]
+    assert plan.faults[-1].duration == 0
+
+
 def test_bare_list_and_plan_duration_bound_every():
     plan = parse_plan("duration: 10s\nfaults:\n  - {kind: lb-drop, target: bot, every: 3s}\n")
     assert [t for t, _, _ in plan.schedule()] == [3, 6, 9]
@@ -100,7 +121,8 @@ MALFORMED = [
      "p.yaml:6: count: a rolling-restart goes through every instance"),
     ("faults:\n  - kind: rolling-restart\n    target: bot\n    at: 1s\n", "p.yaml:2: release: missing: required"),
     ("faults:\n  - kind: kill\n    target: bot\n    at: 1s\n    signal: 9\n", "p.yaml:5: signal: unknown field for kind kill"),
-    ("faults:\n  - kind: restart\n    target: bot\n    at: 1s\n    grace: soon\n", "p.yaml:5: grace: must be float"),
+    ("faults:\n  - kind: restart\n    target: bot\n    at: 1s\n    grace: soon\n",
+     "p.yaml:5: grace: must be float (seconds, or a time such as 5s), got 'soon'"),
     ("faults:\n  - kind: redis-restart\n    target: redis\n    at: 1s\n    mode: gentle\n",
      "p.yaml:5: mode: must be one of crash, shutdown"),
     ("faults:\n  - kind: toxic\n    target: redis\n    at: 1s\n    duration: 1s\n    toxic: bandwidth\n",
@@ -114,6 +136,30 @@ MALFORMED = [
     ("max_blast: lots\nfaults:\n  - {kind: kill, target: bot, at: 1s}\n", "p.yaml:1: max_blast:"),
     ("duration: forever\nfaults:\n  - {kind: kill, target: bot, at: 1s}\n", "p.yaml:1: duration: 'forever' is not a duration"),
     ("toxiproxy: localhost:8474\nfaults:\n  - {kind: kill, target: bot, at: 1s}\n", "p.yaml:1: toxiproxy: must be an http"),
+    # round 4: what was silently dropped, never happened, did nothing, or was shown otherwise than written
+    ('toxiproxy: "http://"\nfaults:\n  - {kind: kill, target: bot, at: 1s}\n',
+     "p.yaml:1: toxiproxy: must be an http(s) URL with a host"),
+    ("faults:\n  - {kind: toxic, target: p, at: 1s, duration: 1s, toxic: reset_peer, latency: 100}\n",
+     "p.yaml:2: latency: a toxic with toxic: reset_peer does not take it (it takes: stream, timeout, toxic, toxicity)"),
+    ("faults:\n  - kind: toxic\n    target: p\n    at: 1s\n    duration: 1s\n    toxic: latency\n    latency: 100\n"
+     "    timeout: 5000\n", "p.yaml:8: timeout: a toxic with toxic: latency does not take it (it takes: jitter, latency,"),
+    ("faults:\n  - {kind: redis-failover, target: redis, at: 1s, lag: 30}\n",
+     "p.yaml:2: lag: a redis-failover with mode: sentinel does not take it (it takes: mode)"),
+    ("duration: 60s\nfaults:\n  - kind: kill\n    target: bot\n    every: 10s\n    start: 100s\n",
+     "p.yaml:6: start: the first occurrence, at 100s, is not before the plan duration 60s: the fault would never happen"),
+    ("duration: 0\nfaults:\n  - {kind: kill, target: bot, every: 10s}\n",
+     "p.yaml:3: every: the first occurrence, at 10s, is not before the plan duration 0s"),
+    ('faults:\n  - {kind: rolling-restart, target: bot, at: 1s, release: "  "}\n', "p.yaml:2: release: must not be blank"),
+    ("faults:\n  - {kind: pause, target: bot, at: 1s, duration: 0}\n", "p.yaml:2: duration: must be > 0: a pause of 0s"),
+    ("faults:\n  - {kind: redis-stall, target: redis, at: 1s, duration: 0s}\n", "duration: must be > 0: a redis-stall"),
+    ("faults:\n  - {kind: lb-disable, target: bot, at: 1s, duration: 0ms}\n", "duration: must be > 0: a lb-disable"),
+    ("faults:\n  - {kind: toxic, target: p, at: 1s, duration: 0, toxic: latency, latency: 5}\n", "a toxic of 0s"),
+    ("faults:\n  - {kind: rolling-restart, target: bot, at: 1s, release: yes}\n",
+     "p.yaml:2: release: must be str, got True (YAML reads the file's yes as a boolean)"),
+    ("max_concurrent: on\nfaults:\n  - {kind: kill, target: bot, at: 1s}\n",
+     "p.yaml:1: max_concurrent: must be a whole number >= 1, got True (YAML reads the file's on as a boolean)"),
+    ("faults:\n  - {kind: toxic, target: p, at: 1s, duration: 1s, toxic: latency, toxicity: lots}\n",
+     "p.yaml:2: toxicity: must be float, got 'lots'"),
     ("duration: 10s\nfaults:\n  - {kind: kill, target: bot, every: 2s, until: 20s}\n", "p.yaml:3: until: 20s is after the plan duration"),
     ("max_concurrent: 1\nfaults:\n  - {kind: pause, target: bot-1, at: 1s, duration: 5s}\n"
      "  - {kind: pause, target: bot-2, at: 2s, duration: 5s}\n", "p.yaml:4: max_concurrent: 2 faults would be active at 2s"),
