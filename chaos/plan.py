@@ -275,13 +275,14 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
     if not isinstance(node, yaml.MappingNode):
         problems.append(f"{where}: faults[{index}]: each fault must be a mapping (kind, target, at/every, ...)")
         return None
-    fields, lines, nodes = {}, {}, {}
+    fields, lines, nodes, refused = {}, {}, {}, set()
     for k, v in node.value:
         key = k.value  # keys are scalars, each given once (contracts.yamldoc): their text
         try:
             fields[key] = _value(v, path)
         except yamldoc.YamlError as exc:
             problems.append(str(exc))
+            refused.add(key)  # said once: not "missing" as well
             continue
         lines[key], nodes[key] = _line(k), v
     raw_id = fields.get("id", f"f{index + 1}")
@@ -291,7 +292,8 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
     before = len(problems)
 
     def bad(key, msg):
-        problems.append(f"{path}:{lines.get(key, _line(node))}: {_name(key)}: {msg} ({label})")
+        if key not in refused:
+            problems.append(f"{path}:{lines.get(key, _line(node))}: {_name(key)}: {msg} ({label})")
 
     def bad_value(key, msg):   # a message that shows the value: say what YAML made of it
         bad(key, msg + _as_written(nodes.get(key)))
@@ -319,7 +321,7 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
                 bad_value(key, str(exc))
     if "at" in fields and "every" in fields:
         bad("every", "give either 'at' (once) or 'every' (repeating), not both")
-    elif "at" not in fields and "every" not in fields:
+    elif "at" not in fields and "every" not in fields and not refused & {"at", "every"}:
         bad("at", "missing: give 'at: 20s' (once) or 'every: 30s' (repeating)")
     if "at" in fields:
         for key in ("start", "until"):
