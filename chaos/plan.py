@@ -377,7 +377,7 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
         for key in sorted(params.keys() & fields.keys()):
             if why := _not_taken(spec, key, params):
                 bad(key, why)
-    if len(problems) > before:
+    if len(problems) > before or refused:
         return None
     return PlanFault(id=fid, kind=kind, target=target, at=times.get("at"), every=times.get("every"),
                      start=times.get("start"), until=times.get("until"), duration=times.get("duration"),
