@@ -160,9 +160,10 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         if isinstance(exc, STORE_ERRORS) and not isinstance(exc, (StoreError, SnapshotError)):
             kept = f"the earlier complete snapshot in {folder.store} is kept" if writer and writer.kept_earlier else \
                 f"the partial snapshot is kept in {folder.store} (marked incomplete)"
+            again = refused_command(exc) or "run the audit again once the store is back"
             raise StoreError(f"the store at {options.where()} ({options.name()}) failed after "
                              f"{writer.meta['sessions_read'] if writer else 0} sessions: {exc}. {kept[0].upper()}"
-                             f"{kept[1:]}; run the audit again once the store is back") from exc
+                             f"{kept[1:]}; {again}") from exc
         raise
     check_faults(folder.path, faults, tally.first_sent, tally.last_done, problems)
     read_s = time.perf_counter() - clock
@@ -215,6 +216,19 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                              ("windows.csv", folder.windows_csv), ("summary.json", folder.summary)):
             (folder.audit / f"{name}.tmp").replace(target)  # the tables as a set: never new ones beside an old verdict
     return result
+
+
+def refused_command(exc: BaseException) -> str | None:
+    """What to change when the store refused a command (an ACL, a renamed command, a Sentinel's port given
+    as the store): waiting for the store to come back changes nothing. None for any other failure."""
+    if not isinstance(exc, redis.ResponseError) or not any(
+            why in str(exc) for why in ("unknown command", "no permissions", "NOPERM")):
+        return None
+    scan = "SCAN (or pass --no-scan), " if "scan" in str(exc).lower() else ""
+    return (f"it refuses a command the audit needs: it reads each session with TTL and LRANGE or GET (and TYPE "
+            f"with the command of its type), {scan}and INFO; grant them to the URL's user (ACL: +@read on the "
+            "keys), or point --store-url at the Redis that holds the keys (a Sentinel's port is not one: "
+            "redis+sentinel://host:port/service/db)")
 
 
 def unspanned(tally: Tally, faults: list[Fault]) -> list[str]:

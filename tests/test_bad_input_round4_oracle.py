@@ -61,3 +61,21 @@ def test_store_read_options_without_a_store_are_exit_2_not_ignored(tmp_path, arg
     assert "pass --store-url" in done.stderr
     assert files(run, "audit", "store") == kept
     assert cli("oracle", "audit", run, "--role-field", "type").returncode == 0  # a shape option re-judges the snapshot
+
+
+@pytest.mark.parametrize("acl, said", [("+@all -scan", "SCAN (or pass --no-scan)"), ("+@all -lrange", "TTL and LRANGE")])
+def test_a_store_that_refuses_a_command_says_what_to_grant_not_to_wait(tmp_path, redis_server, acl, said):
+    """An ACL without SCAN or LRANGE (or a renamed command, or a Sentinel's port as the store) ended in 'run the
+    audit again once the store is back', which never helps."""
+    from support_oracle import fill_redis
+
+    run = tmp_path / "run"
+    world = journaled(run)
+    client = redis_server.client()
+    fill_redis(client, world)
+    client.acl_setuser("auditor", enabled=True, passwords=["+pw"], keys=["*"], commands=acl.split())
+    url = redis_server.url.replace("redis://", "redis://auditor:pw@")
+    done = cli("oracle", "audit", run, "--store-url", url)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert_named(done.stderr, "no permissions", said)
+    assert "grant them to the URL's user" in done.stderr and "once the store is back" not in done.stderr
