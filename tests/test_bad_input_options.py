@@ -149,14 +149,17 @@ def test_the_values_next_to_the_bounds_are_accepted(parser, capsys):
     assert code == 2 and "--telemetry-interval" in out
 
 
-def test_a_start_body_that_is_not_json_stops_a_real_run_before_any_load(tmp_path):
-    """Without --start-path the value was not checked: a traceback in test_start, then the load ran anyway
-    (93 requests, no run.json, an empty journal)."""
+@pytest.mark.parametrize("argv, said", [(["--start-body", "not json"], "--start-body: not JSON"),
+                                        (["--chat-path", "//chat"], "--chat-path: '//chat' starts with '//'")])
+def test_an_option_that_cannot_work_stops_a_real_run_before_any_load(tmp_path, argv, said):
+    """Without --start-path a --start-body was not checked: a traceback in test_start, then the load ran anyway
+    (93 requests, no run.json, an empty journal); a --chat-path of two slashes passed the checks, then every turn
+    failed ("invalid request URI '//chat'"): NO VERDICT after the load."""
     bot_log = tmp_path / "bot.log"
     with chat_bot("memory", log=bot_log) as url:
-        run = run_locust(url, tmp_path / "run", "--start-body", "not json", time_s="3s", timeout=60)
+        run = run_locust(url, tmp_path / "run", *argv, time_s="3s", timeout=60)
     assert run.returncode == 2, run.output[-2000:]
-    assert "--start-body: not JSON" in run.output and "Traceback" not in run.output
+    assert said in run.output and "Traceback" not in run.output
     assert not bot_log.exists() or bot_log.read_text() == ""  # no turn was sent
     assert not list((tmp_path / "run").glob("journal/*.jsonl"))
 

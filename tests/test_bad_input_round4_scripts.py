@@ -15,7 +15,6 @@ from __future__ import annotations
 import pytest
 
 from locustfiles.script import ScriptError, load_script, parse_script
-from support_locust import chat_bot, run_locust
 from support_refbot import REPO, processes_mentioning, refbot_cli
 from test_bad_input import LocustLikeParser, assert_named, init_exit, marked_line
 from test_bad_input_options import refbot_up
@@ -160,17 +159,6 @@ def test_the_neighbours_of_those_refusals_are_accepted(parser, capsys):
                  ["--chaos-backend", "docker"], ["--header", "X-Tenant: t", "--session-header", "X-Session"],
                  ["--chat-path", "/v1//chat"], ["--audit-every", "0"]):
         assert init_exit(parser, argv, capsys) == (0, ""), argv
-
-
-def test_a_chat_path_of_two_slashes_stops_a_real_run_before_any_turn(tmp_path):
-    """It passed the checks, then every turn failed ("invalid request URI '//chat'"): NO VERDICT after the load."""
-    bot_log = tmp_path / "bot.log"
-    with chat_bot("memory", log=bot_log) as url:
-        run = run_locust(url, tmp_path / "run", "--chat-path", "//chat", time_s="3s", timeout=60)
-    assert run.returncode == 2, run.output[-2000:]
-    assert "--chat-path: '//chat' starts with '//'" in run.output and "Traceback" not in run.output
-    assert not bot_log.exists() or bot_log.read_text() == ""  # no turn was sent
-    assert not list((tmp_path / "run").glob("journal/*.jsonl"))
 
 
 # ---- refbot --------------------------------------------------------------------------------------------
