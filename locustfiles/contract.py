@@ -145,8 +145,8 @@ class ChatContract:
 
     def reply(self, content: bytes) -> str:
         """The reply text of a 2xx response body; NoReply when it holds none where the contract says."""
-        if self.reply_format == "text":
-            text = content.decode("utf-8", "replace")
+        if self.reply_format == "text":  # the whole body: a line end or blank lines around it are no part of it
+            text = content.decode("utf-8", "replace").strip()
         elif self.reply_format == "json":
             try:
                 payload = codec.loads(content)

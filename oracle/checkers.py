@@ -398,6 +398,7 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
     first_index: dict[int, list[int]] = {}
     for t in list(v.first_position) + sorted(v.merged):
         first_index.setdefault(v.entry_of(t), []).append(t)
+    others = [text for text in {_plain(r or "") for r in replies} if len(text) >= OTHER_REPLY_CHARS]
     seen: Counter = Counter()  # verbatim replies of ok turns after the walk's position, unclaimed
     spare: list[str] = []      # other assistant entries' texts after it, unclaimed, read alike (_plain)
     out = []
@@ -413,7 +414,8 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
                 continue
             t = by_turn[turn]
             reply = None if seen[t.reply] > 0 else _plain(t.reply or "")
-            like = None if reply is None else next((i for i, s in enumerate(spare) if _holds(s, reply)), None)
+            like = None if reply is None else next((i for i, s in enumerate(spare) if _answers(s, reply, t, others)),
+                                                   None)
             if seen[t.reply] > 0:
                 seen[t.reply] -= 1
             elif like is not None:  # stored otherwise than it was sent (a footer the API adds, cut short)
@@ -443,6 +445,20 @@ def like_reply(stored: str, reply: str) -> bool:
 
 
 LIKE_MIN_CHARS = 40
+OTHER_REPLY_CHARS = 8  # a shorter reply ("Noted.") may be part of any text
+
+
+def _answers(stored: str, reply: str, t: Turn, others: list[str]) -> bool:
+    """``_holds``, and the stored text keeps what the answer said: the value the turn's reply carried (a reply
+    of several bubbles stored as its first, an acknowledgement without the recalled value, is not its answer),
+    and no other reply of the session (a buffer of every reply so far, stored again each turn, is not)."""
+    if not _holds(stored, reply):
+        return False
+    value = (t.nonce or "").casefold()
+    if value and value in reply and value not in stored:
+        return False
+    return not any(other in stored and other not in reply for other in others)
+
 
 
 def _holds(stored: str, reply: str) -> bool:

@@ -304,6 +304,49 @@ def test_a_reply_stored_as_a_piece_of_it_or_inside_the_prompt_is_unanswered(tmp_
     assert summary["anomalies"] == {"unanswered": 6} and summary["verdict"]["result"] == FAIL
 
 
+def test_a_buffer_of_every_reply_so_far_is_no_turn_s_answer(tmp_path):
+    """A bot that appends each reply to one growing text and stores that text each turn PASSed: the text held the
+    whole reply and no token besides. A stored text that also holds another reply of the session is not this one."""
+    world = _world(sessions=2, turns=3)
+    for r in world.records:
+        r["reply"] = f"Answer number {r['turn']} of this chat."
+    for s in world.order:
+        so_far = []
+        for turn, message in world.stored[s]:
+            if message["type"] == "ai":
+                so_far.append(f"Answer number {turn} of this chat.")
+                message["data"]["content"] = "\n".join(so_far)
+    summary = _audit(tmp_path, world)
+    assert summary["anomalies"] == {"unanswered": 4} and summary["verdict"]["result"] == FAIL  # turns 1 and 2
+
+
+def test_a_reply_of_two_bubbles_stored_as_the_first_without_the_recalled_value_is_unanswered(tmp_path):
+    """An API answering in bubbles (an acknowledgement, then "Your postcode is X.") whose bot stores the first
+    only PASSed: the first bubble was over 40 characters, so it counted as the reply cut short. A stored text
+    without the value the reply carried is not its answer."""
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("probe", "ok")] for _ in range(2)], seed=5)
+    ack = "Thanks for waiting, I have looked through our conversation so far."
+    for r in world.records:
+        if r["kind"] == "probe":
+            r["reply"] = f"{ack}\nYour {r['fact']} is {r['nonce']}."
+    probes = {(r["session"], r["turn"]) for r in world.records if r["kind"] == "probe"}
+    for s in world.order:
+        for turn, message in world.stored[s]:
+            if message["type"] == "ai" and (s, turn) in probes:
+                message["data"]["content"] = ack
+    summary = _audit(tmp_path, world)
+    assert summary["anomalies"] == {"unanswered": 2} and summary["verdict"]["result"] == FAIL
+    kept = build_world([[TurnSpec("plant", "ok"), TurnSpec("probe", "ok")]], seed=5)  # the value kept: an answer
+    for r in kept.records:
+        if r["kind"] == "probe":
+            stored = f"Your {r['fact']} is {r['nonce']}."
+            r["reply"] = f"{stored} (recalled)"
+            (s,) = kept.order
+            kept.stored[s] = [(t, {**m, "data": {**m["data"], "content": stored}} if m["type"] == "ai" and
+                               t == r["turn"] else m) for t, m in kept.stored[s]]
+    assert _audit(tmp_path / "kept", kept)["anomalies"] == {}
+
+
 def test_replies_stored_without_the_footer_the_api_adds_are_answers(tmp_path):
     """A bot whose API adds a footer to some replies (its probes' sources) stores them without it. One verbatim
     reply switched the whole session to matching by text, so each footed turn was 'unanswered': a correct bot
