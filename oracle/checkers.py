@@ -473,15 +473,17 @@ def _holds(stored: str, reply: str) -> bool:
 _BLOCK_TAG = re.compile(r"<\s*/?\s*(?:p|div|br|li|ul|ol|h[1-6]|tr|td|th|table|blockquote|pre|hr)\b[^<>]*>", re.I)
 _TAG = re.compile(r"<[^<>]*>")  # inline (<strong>): the text goes on; a block's tag parts words as a line end does
 _MARKUP = str.maketrans("", "", "*_`#")
+_SPACE_BEFORE_MARK = re.compile(r" ([.,;:!?])")  # text blocks joined by a line end (`*` of --reply-field) or none
 
 
 def _plain(text: str) -> str:
     """Read alike: HTML entities and tags, Markdown's emphasis, code and heading marks (a page renders the stored
-    Markdown), Unicode forms, case, runs of white space, and lone surrogates (a reply cut inside an emoji, which
-    the client journals as "?")."""
+    Markdown), Unicode forms, case, runs of white space and white space before a punctuation mark (an answer's
+    text blocks, "1237-JPWT" then ".", joined by the client with a line end and by the store with nothing), and
+    lone surrogates (a reply cut inside an emoji, which the client journals as "?")."""
     text = _TAG.sub("", _BLOCK_TAG.sub(" ", html.unescape(text))).translate(_MARKUP)
     text = unicodedata.normalize("NFKC", text.encode("utf-8", "replace").decode("utf-8")).casefold()
-    return " ".join(text.split())
+    return _SPACE_BEFORE_MARK.sub(r"\1", " ".join(text.split()))
 
 
 def _each_reply_follows(ok_stored, by_turn, decoded: Decoded, v: StoredView) -> bool:

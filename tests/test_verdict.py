@@ -304,6 +304,22 @@ def test_a_reply_stored_as_a_piece_of_it_or_inside_the_prompt_is_unanswered(tmp_
     assert summary["anomalies"] == {"unanswered": 6} and summary["verdict"]["result"] == FAIL
 
 
+def test_an_answer_in_text_blocks_joined_otherwise_by_the_client_is_its_answer(tmp_path):
+    """Anthropic's citations split an answer into text blocks ("Your order number is ", "1237-JPWT", "."): read
+    with --reply-field content.*.text the client joins them with line ends, the store keeps them joined with
+    nothing, and a correct bot FAILed with every probe unanswered."""
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("probe", "ok")] for _ in range(2)], seed=5)
+    for r in world.records:
+        if r["kind"] == "probe":
+            r["reply"] = f"Your {r['fact']} is \n{r['nonce']}\n."
+    for s in world.order:
+        for turn, message in world.stored[s]:
+            r = next(r for r in world.records if r["session"] == s and r["turn"] == turn)
+            if message["type"] == "ai" and r["kind"] == "probe":
+                message["data"]["content"] = r["reply"].replace("\n", "")
+    assert _audit(tmp_path, world)["anomalies"] == {}
+
+
 def test_a_buffer_of_every_reply_so_far_is_no_turn_s_answer(tmp_path):
     """A bot that appends each reply to one growing text and stores that text each turn PASSed: the text held the
     whole reply and no token besides. A stored text that also holds another reply of the session is not this one."""
