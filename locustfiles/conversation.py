@@ -323,6 +323,8 @@ class ChatUser(FastHttpUser):
                 error_text = f"no session id issued (--session-from {rt.contract.session_from})"
         elif issued and outcome == "ok" and rt.contract.session_source[0] == "cookie":
             self.check_cookie(session, turn)
+        elif issued and outcome == "ok" and "reissued" not in WARNED:
+            self.check_reissued(rt.contract.issued_session(content, resp.headers.get, self.cookie), session, turn)
         self.environment.events.request.fire(
             request_type=wire.method, name=REQUEST_NAMES[kind], response_time=response_ms,
             response_length=len(content) if content else 0,
@@ -355,6 +357,16 @@ class ChatUser(FastHttpUser):
                       "first turn got: the bot started a new conversation (the audit reads the first one's history)."
                       " The cookie is set with Path=%s Domain=%s%s", name, session, turn, name, value,
                       self.bot_session, c.path, c.domain, " Secure" if c.secure else "")
+
+    def check_reissued(self, issued: str | None, session: str, turn: int) -> None:
+        """A later turn's reply or header naming another id than the first turn's: the bot issues one per turn
+        (a chain such as the Responses API's previous_response_id) or started over; said once, since every turn
+        goes on under the first id and the audit reads its history (probes then fail as forgotten)."""
+        if issued is not None and issued != self.bot_session:
+            warn_once("reissued", "--session-from %s: session %s turn %s was issued the id %r, not the %r its first "
+                      "turn was: goldfish sends every turn with the first id and the audit reads its history; a bot "
+                      "that issues an id per turn (a chain of response ids) is not supported: send a conversation id "
+                      "it keeps", self.rt.contract.session_from, session, turn, issued, self.bot_session)
 
     def send(self, wire: Wire, url: str, uri: str, payload: bytes, headers: dict) -> tuple:
         """POST one turn: (response, status (0: no HTTP response), body, error).

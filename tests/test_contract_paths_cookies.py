@@ -14,6 +14,8 @@ Run one bot: ``python tests/test_contract_paths_cookies.py --port P --mode MODE`
                 sid="ab/cd+N3=="
     ai-sdk      POST /chat {"session_id", "message"} answers the Vercel AI SDK data stream: f:{...}, 0:"piece" per
                 three characters, e:{...}, d:{...}
+    reissue     POST /chat {"conversation_id", "message"} answers {"conversation_id", "reply"} with a new id every
+                turn, its history moved to it (a chain of response ids, as the Responses API's previous_response_id)
     stream-events  POST /chat {"session_id", "message"} answers as LangServe's /stream_events: server-sent
                 events, each piece of three characters sent three times, once per level of the chain
                 (on_chat_model_stream, then on_chain_stream of the sequence and of the history wrapper)
@@ -60,6 +62,9 @@ def make_app(mode: str):
             session = session or (f"ab/cd+{next(counter)}==" if mode == "pad" else f"s{next(counter)}")
             value = f'"{session}"' if mode == "pad" else session
             headers.append(("Set-Cookie", f"sid={value}; Path=/; HttpOnly" + ("; Secure" if mode == "secure" else "")))
+        elif mode == "reissue":
+            session = f"c{next(counter)}"
+            histories[session] = histories.pop(body.get("conversation_id") or "", [])
         else:
             session = body["session_id"]
         history = histories.setdefault(session, [])
@@ -74,7 +79,8 @@ def make_app(mode: str):
             start("200 OK", [("Content-Type", "text/event-stream")])
             return [stream_events(text)]
         start("200 OK", headers)
-        return [json.dumps({"history": history} if mode.startswith("history") else {"reply": text}).encode()]
+        body = {"history": history} if mode.startswith("history") else {"reply": text}
+        return [json.dumps({**body, "conversation_id": session} if mode == "reissue" else body).encode()]
 
     return app
 
@@ -186,3 +192,12 @@ if __name__ == "__main__":
     p.add_argument("--mode", required=True)
     a = p.parse_args()
     WSGIServer(("127.0.0.1", a.port), make_app(a.mode), log=None).serve_forever()
+
+
+def test_a_bot_that_issues_a_new_id_every_turn_is_said_once(tmp_path):
+    """A bot that issues a new conversation id with every reply (a chain of response ids) FAILed every probe as
+    forgotten, with no word of why: goldfish sends every turn with the first id. It now says so, once."""
+    done = run(tmp_path, "reissue", "--session-from", "reply:conversation_id", "--session-field", "conversation_id")
+    said = re.findall(r"--session-from reply:conversation_id: session \S+ turn \d+ was issued the id 'c\d+', not the "
+                      r"'c\d+' its first turn was.*", done.output)
+    assert len(said) == 1 and "not supported" in said[0], done.output[-3000:]
