@@ -196,6 +196,15 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
                 "found_in_shared": shared, "looked_for": len(gone[:SAMPLE]),
                 "restarted_at": restarted_at if restarted else None,
                 "expired_keys": expired, "evicted_keys": evicted, "bot_forgot": forgot, "keys_seen": keys_seen}
+    split = _split_over_databases(client, options, gone[:SAMPLE], found)
+    if split and not all_gone and not keys_seen and not shared:  # all of them there: --store-url (below)
+        raise TemplateMismatch(
+            f"{gone_count:,} acknowledged session(s) have no key under {options.key_template!r} in database "
+            f"{_own_db(client)}, and every one of the {len(found)} looked for is under that same template in "
+            f"database {', '.join(map(str, split))}: the bot splits its sessions over databases (a client-side "
+            "shard), and the audit reads the one --store-url names. Read them with --reader (a function from session "
+            "ids to histories: docs/oracle.md \"Readers\"); if the bot should write to one database, writing to "
+            "another is its bug. Nothing was judged.")
     if not all_gone or keys_seen or shared:  # in a key of many sessions: the bot's bug, judged, never a mismatch
         return evidence
     template = options.key_template
@@ -324,6 +333,22 @@ def _since(now: int, start) -> int:
     """A counter's growth since the run began; all of it when the start is unknown or the counter went back
     (the server restarted, which counts as evidence of its own)."""
     return now - int(start) if isinstance(start, int) and 0 <= start <= now else now
+
+
+def _split_over_databases(client: redis.Redis, options: StoreOptions, looked_for: list[str], found: dict) -> list:
+    """The other databases holding, under the template itself, every one (at least 2) of the gone sessions looked
+    for; [] otherwise. A sharded bot's sessions were each 'vanished' from the database read, a FAIL of a correct
+    bot blamed on the store."""
+    if len(looked_for) < 2 or set(found) != set(looked_for):
+        return []
+    own, dbs = _own_db(client), set()
+    for session, places in found.items():
+        key = options.key(session)
+        db = next((db for db, name in places if name == key and db != own), None)
+        if db is None:
+            return []
+        dbs.add(db)
+    return sorted(dbs)
 
 
 def find_session_keys(client: redis.Redis, sessions: list[str]) -> tuple[dict[str, list[tuple[int, str]]], int]:

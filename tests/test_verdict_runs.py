@@ -449,6 +449,19 @@ def test_user_messages_stored_under_a_role_the_options_do_not_name_are_no_verdic
     assert fixed["anomalies"] == {} and fixed["verdict"]["result"] == "pass", fixed["verdict"]["failed"]
 
 
+def test_sessions_sharded_over_databases_are_exit_2_not_vanished(tmp_path, redis_server):
+    """A bot sharding its sessions over databases 0 and 1 (crc32 of the id), each under the same template: the
+    audit of database 0 FAILed every session of database 1 as vanished, a correct bot blamed on the store."""
+    run, world = world_run(tmp_path, redis_server, sessions=6)
+    client = redis_server.client()
+    for s in world.order[::2]:
+        assert client.move(f"message_store:{s}", 1)
+    with pytest.raises(TemplateMismatch, match="3 acknowledged session\\(s\\) have no key .* every one of the 3 "
+                       "looked for is under that same template in database 1: the bot splits its sessions over "
+                       "databases"):
+        audit_run(run, StoreOptions(url=redis_server.url), gates=REFUSALS_ALLOWED)
+
+
 def test_role_options_the_other_way_round_are_exit_2_saying_so(tmp_path, redis_server):
     """--user-role ai --assistant-role human on a LangChain store whose replies quote the message: every turn was
     judged 'stored without its reply' or lost, a FAIL blaming the bot for the options."""
