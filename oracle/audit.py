@@ -220,7 +220,12 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
 
 def refused_command(exc: BaseException) -> str | None:
     """What to change when the store refused a command (an ACL, a renamed command, a Sentinel's port given
-    as the store): waiting for the store to come back changes nothing. None for any other failure."""
+    as the store, a Redis Cluster's node): waiting for the store to come back changes nothing. None for any other
+    failure."""
+    if isinstance(exc, (redis.exceptions.AskError, redis.exceptions.ClusterError)):  # MovedError is an AskError
+        return ("it is a node of a Redis Cluster, which sent a key to another node: the audit reads one Redis "
+                "server; read the cluster with --reader (a function from session ids to histories, using "
+                "redis.cluster.RedisCluster: docs/oracle.md \"Readers\")")
     if not isinstance(exc, redis.ResponseError) or not any(
             why in str(exc) for why in ("unknown command", "no permissions", "NOPERM")):
         return None

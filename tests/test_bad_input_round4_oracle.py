@@ -1,6 +1,8 @@
 """Bad input to the oracle found by the fourth hunt: each was a wrong exit code, a hang or a traceback."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from test_bad_input import assert_named
@@ -79,3 +81,46 @@ def test_a_store_that_refuses_a_command_says_what_to_grant_not_to_wait(tmp_path,
     assert done.returncode == 2, done.stdout + done.stderr
     assert_named(done.stderr, "no permissions", said)
     assert "grant them to the URL's user" in done.stderr and "once the store is back" not in done.stderr
+
+
+def test_a_redis_cluster_node_as_the_store_says_to_read_the_cluster_with_a_reader(tmp_path):
+    """A Redis Cluster node redirects a key it does not hold (MOVED): the audit said 'failed after 0 sessions:
+    8372 127.0.0.1:6631 ... run the audit again once the store is back', and the store was up."""
+    import signal
+    import subprocess
+
+    import redis
+
+    from conftest import free_port, wait_until
+
+    nodes, procs = [], []
+    try:
+        for name in ("a", "b"):
+            port = free_port()
+            (tmp_path / name).mkdir()
+            procs.append(subprocess.Popen(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes", "--save", "",
+                 "--appendonly", "no", "--dir", str(tmp_path / name)], stdout=subprocess.DEVNULL,
+                start_new_session=True))
+            nodes.append((port, redis.Redis(port=port)))
+            wait_until(nodes[-1][1].ping, what=f"cluster node {name}")
+        (a_port, a), (b_port, b) = nodes
+        a.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)  # a holds every key; b only knows of a
+        b.execute_command("CLUSTER", "MEET", "127.0.0.1", a_port)
+
+        def moved():
+            try:
+                b.get("message_store:x")
+            except redis.exceptions.MovedError:
+                return True
+        wait_until(moved, what="node b redirecting keys to node a")
+        run = tmp_path / "run"
+        journaled(run)
+        done = cli("oracle", "audit", run, "--store-url", f"redis://127.0.0.1:{b_port}/0")
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert_named(done.stderr, f"127.0.0.1:{b_port}", "a node of a Redis Cluster")
+        assert "--reader" in done.stderr and "once the store is back" not in done.stderr
+    finally:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
