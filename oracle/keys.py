@@ -243,7 +243,9 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             f"before the first acknowledged turn ({_ago(restarted_at)}), and the keys it expired ({expired}) and "
             f"evicted ({evicted}){' since the run began' if at_start else ''} are fewer than the missing sessions; and the bot remembered ({failed} of "
             f"{answered} recall probes failed), so its memory is somewhere. The template or --store-url does not "
-            "point where the bot writes (or someone flushed the store). Nothing was judged.")
+            "point where the bot writes (or someone flushed the store); a bot that keeps histories where no template "
+            "names them (under an id of its own, in one hash per user, in one stream of events) is read with "
+            "--reader (a function from session ids to histories). Nothing was judged.")
     return evidence
 
 
@@ -359,13 +361,16 @@ def find_session_keys(client: redis.Redis, sessions: list[str]) -> tuple[dict[st
     if not wanted:
         return found, 0
     own = _own_db(client)
+    ours = all(SESSION_ID.fullmatch(s) for s in wanted)  # else ids the bot issued (--session-from): any key name
+    ids = SESSION_ID if ours else re.compile(  # a bot's own id as a whole word of the key name ("c1" is not in "c12")
+        r"(?<![A-Za-z0-9])(" + "|".join(map(re.escape, sorted(wanted, key=len, reverse=True))) + r")(?![A-Za-z0-9])")
     for db in _databases(client, own):
         conn = client if db == own else _on_db(client, db)
         seen = 0
-        for key in conn.scan_iter(match="*gf*", count=1000):
+        for key in conn.scan_iter(match="*gf*" if ours else "*", count=1000):
             seen += 1
             text = key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else key
-            for session in SESSION_ID.findall(text):
+            for session in ids.findall(text):
                 if session in wanted and len(found.setdefault(session, [])) < 3:
                     found[session].append((db, text))
             if seen >= SCAN_LIMIT or len(found) == len(wanted):

@@ -449,6 +449,27 @@ def test_user_messages_stored_under_a_role_the_options_do_not_name_are_no_verdic
     assert fixed["anomalies"] == {} and fixed["verdict"]["result"] == "pass", fixed["verdict"]["failed"]
 
 
+def test_ids_the_bot_issued_are_found_under_another_key_name(tmp_path, redis_server):
+    """With --session-from the store keys hold the bot's own ids ("c3"), which the search for misplaced keys never
+    looked for (it matched goldfish ids only): 'looked at 0 keys', and no --key-template to try."""
+    import shutil
+
+    run, world = world_run(tmp_path, redis_server)
+    issued = {s: f"c{i}" for i, s in enumerate(world.order, 1)}
+    for r in world.records:
+        r["bot_session"] = issued[r["session"]]
+    shutil.rmtree(run / "journal")
+    write_journal(run, world.records)
+    client = redis_server.client()
+    client.flushall()
+    fill_redis(client, world, "alias:{session}")
+    for s, c in issued.items():
+        client.rename(f"alias:{s}", f"alias:{c}")
+    client.set("alias:c12", "another conversation, not this run's c1")
+    with pytest.raises(TemplateMismatch, match="try --key-template 'alias:\\{session\\}'"):
+        audit_run(run, StoreOptions(url=redis_server.url), gates=REFUSALS_ALLOWED)
+
+
 def test_sessions_sharded_over_databases_are_exit_2_not_vanished(tmp_path, redis_server):
     """A bot sharding its sessions over databases 0 and 1 (crc32 of the id), each under the same template: the
     audit of database 0 FAILed every session of database 1 as vanished, a correct bot blamed on the store."""
