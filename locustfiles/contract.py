@@ -173,22 +173,24 @@ class ChatContract:
         return "*" in self.reply_path or self.reply_format == "text"
 
     @cached_property
-    def where(self) -> tuple[tuple[str, ...], str] | None:
-        """(path, value) of --reply-where, None without it."""
+    def where(self) -> tuple[tuple[str, ...], str, bool] | None:
+        """(path, value, equal) of --reply-where (PATH=VALUE, or PATH!=VALUE: equal False), None without it."""
         if not self.reply_where:
             return None
         path, _, value = self.reply_where.partition("=")
-        return tuple(path.split(".")), value
+        return tuple(path.removesuffix("!").split(".")), value, not path.endswith("!")
 
     def kept(self, piece) -> bool:
         """Whether a stream's piece (or an item at a ``*``) is kept by --reply-where: the value at its path is
-        the text given, or a JSON value written so (``final=true``)."""
+        the text given, or a JSON value written so (``final=true``); with ``!=``, it is not, or is not there
+        (Gemini's thought parts carry ``thought: true``, its answer's none: ``thought!=true``)."""
         if self.where is None:
             return True
-        path, wanted = self.where
+        path, wanted, equal = self.where
         value = _at(piece, path)
-        return value is not _MISSING and (value == wanted if isinstance(value, str) else
+        same = value is not _MISSING and (value == wanted if isinstance(value, str) else
                                           codec.dumps(value).decode() == wanted)
+        return same == equal
 
     def field_of(self, payload, pick_items: bool = True) -> str:
         """The text at --reply-field in a decoded JSON value. A ``*`` part takes every item of a list: a bot

@@ -130,7 +130,8 @@ def add_arguments(parser) -> None:
     add("contract", "--reply-where", default="",
         help="PATH=VALUE: of a stream's pieces (or of the items at a * of --reply-field), only those whose value at "
              "the dotted PATH is VALUE: LangServe's /stream_events sends each token once per level of the chain, "
-             "event=on_chat_model_stream keeps the model's; type=response.output_text.delta (OpenAI's Responses)")
+             "event=on_chat_model_stream keeps the model's; type=response.output_text.delta (OpenAI's Responses); "
+             "PATH!=VALUE: those whose value is not VALUE or is absent (Gemini's parts: thought!=true)")
     add("contract", "--replica-header", default="",
         help="response header naming the replica that answered (e.g. X-Refbot-Replica): journaled per turn, "
              "and failed probes are broken down by it")
@@ -205,9 +206,10 @@ def check_reply_where(text: str, reply_format: str, reply_field: str) -> None:
     if not text:
         return
     path, equals, _ = text.partition("=")
+    path = path.removesuffix("!")
     if not equals or not path or any(not part or part == "*" for part in path.split(".")):
-        raise OptionError(f"--reply-where: {text!r} is not PATH=VALUE (a dotted path of the piece, no '*': "
-                          "event=on_chat_model_stream)")
+        raise OptionError(f"--reply-where: {text!r} is not PATH=VALUE or PATH!=VALUE (a dotted path of the piece, "
+                          "no '*': event=on_chat_model_stream)")
     if reply_format not in ("sse", "ndjson") and not (reply_format == "json" and "*" in reply_field.split(".")):
         raise OptionError(f"--reply-where {text!r} picks among a stream's pieces (--reply-format sse or ndjson) or "
                           f"the items at a * of --reply-field; --reply-format {reply_format} with --reply-field "

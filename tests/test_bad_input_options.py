@@ -121,6 +121,7 @@ LOCUST_OPTIONS = [
     (["--telemetry-interval", "1ms"], "--telemetry-interval: '1ms' is shorter than a second"),
     (["--reply-where", "event"], "--reply-where: 'event' is not PATH=VALUE"),
     (["--reply-where", "=x"], "--reply-where: '=x' is not PATH=VALUE"),
+    (["--reply-where", "!=x", "--reply-format", "sse"], "--reply-where: '!=x' is not PATH=VALUE"),
     (["--reply-where", "items.*.role=bot", "--reply-format", "sse"], "--reply-where: 'items.*.role=bot' is not"),
     (["--reply-where", "role=assistant"], "--reply-where 'role=assistant' picks among a stream's pieces"),
     (["--reply-where", "role=assistant", "--reply-format", "text"], "--reply-where 'role=assistant' picks among"),

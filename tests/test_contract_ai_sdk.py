@@ -60,6 +60,9 @@ def test_reply_where_picks_pieces_or_items_and_says_when_none_is_kept():
     items = ChatContract(reply_field="messages.*.content", reply_where="role=assistant")
     assert items.reply(b'{"messages": [{"role": "tool", "content": "42"}, {"role": "assistant", "content": "Hi"}]}') \
         == "Hi"
+    gemini = ChatContract(reply_field="candidates.0.content.parts.*.text", reply_where="thought!=true")
+    assert gemini.reply(b'{"candidates": [{"content": {"parts": [{"text": "Let me think.", "thought": true}, '
+                        b'{"text": "Your pin is 12."}]}}]}') == "Your pin is 12."  # its answer has no "thought"
     final = ChatContract(reply_format="ndjson", reply_field="text", reply_where="final=true")
     assert final.reply(b'{"text": "Hel", "final": false}\n{"text": "Hello", "final": true}\n') == "Hello"
     with pytest.raises(NoReply, match="no piece that --reply-where 'type=x' keeps of the stream's 4 has reply field"):
