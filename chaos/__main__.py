@@ -70,6 +70,8 @@ def cmd_validate(args) -> int:
     plan = load_plan(args.plan)
     print(f"{args.plan}: ok — {len(plan.faults)} fault(s), {len(plan.schedule())} occurrence(s), "
           f"ends at {plan.horizon:g}s" if plan.horizon is not None else f"{args.plan}: ok (runs until stopped)")
+    for warning in plan.warnings:
+        print(f"warning: {warning}")
     if args.backend or args.toxiproxy:   # a Toxiproxy named on the command line is checked, with or without a backend
         _check_toxiproxy(plan, args.toxiproxy)
     if args.backend:

@@ -158,7 +158,7 @@ class Controller:
     def start(self) -> "Controller":
         """Validate, then schedule in a background thread (a greenlet under Locust)."""
         schedule = self.validate()
-        for skip in shown(self.predicted_skips(schedule)):
+        for skip in self.plan.warnings + shown(self.predicted_skips(schedule)):
             log.warning("chaos plan: %s", skip)
         self.t0_mono, self.t0_wall = time.monotonic(), time.time()
         self._scheduler = threading.Thread(target=self._run, args=(schedule,), name="chaos-scheduler", daemon=True)

@@ -131,6 +131,7 @@ class Plan:
     toxiproxy: str | None = None
     text: str = ""
     lines: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # faults that will never happen (chaos validate says them)
 
     @property
     def horizon(self) -> float | None:
@@ -236,7 +237,7 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Plan:
         if f.until is not None and plan.duration is not None and f.until > plan.duration and f.until != float("inf"):
             problems.append(f"{plan.where(f, 'until')}: until: {f.until:g}s is after the plan duration {plan.duration:g}s")
         elif f.every is not None and f.until != float("inf") and f.count_times(plan.duration) == 0:
-            problems.append(_never(plan, f))
+            plan.warnings.append(_never(plan, f))  # a warning: the soak recipe runs its plan cut short on purpose
     _check_occurrences(plan, problems)
     if problems:
         raise PlanError(problems)
