@@ -168,7 +168,8 @@ def misread_number(node: yaml.Node | None) -> str | None:
     if ":" in digits:
         return f"{shown}: write {read} (YAML 1.1 reads {shown} in base 60)"
     if digits[1] in "xb":
-        return f"{shown}: write {read} (YAML 1.1 reads 0{digits[1]} as {'hexadecimal' if digits[1] == 'x' else 'binary'})"
+        base = "hexadecimal" if digits[1] == "x" else "binary"
+        return f"{shown}: write {read} (YAML 1.1 reads 0{digits[1]} as {base})"
     meant = show(("-" if text.startswith("-") else "") + (digits.lstrip("0") or "0"))[1:-1]
     return f"{shown}: write {meant} (a leading 0 reads as octal in YAML 1.1: {shown} is {read})"
 

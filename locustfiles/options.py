@@ -38,8 +38,8 @@ class OptionError(ValueError):
 # what run.json records of the options (Settings.public(), the target): each must be UTF-8 text
 RECORDED = ("run_dir", "label", "script", "think", "chaos", "chaos_backend", "stack_state", "settle", "audit_every",
             "telemetry_interval", "chat_path", "message_field", "session_field", "session_header", "session_from",
-            "start_path", "start_body", "body", "chat_method", "body_format", "reply_format", "reply_field", "reply_where",
-            "replica_header", "header", "step_duration", "host") + audit_option_names()
+            "start_path", "start_body", "body", "chat_method", "body_format", "reply_format", "reply_field",
+            "reply_where", "replica_header", "header", "step_duration", "host") + audit_option_names()
 
 
 # --help groups, in the order they are listed (goldfish's options come after Locust's own)

@@ -91,7 +91,7 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
         if turns:  # a list's entry is one message; a blob none of which reads (a pickled history) holds them all
             turns = sorted(set(turns)) if whole_blob else turns[:1]
             bad["turn"] = turns[0]
-            bad["tied_by"] = "its token" if not whole_blob else f"the tokens of {len(turns)} of the session's turns in it"
+            bad["tied_by"] = f"the tokens of {len(turns)} of the session's turns in it" if whole_blob else "its token"
             v.corrupt_turns.update(turns)
     if by_turn and any("turn" not in bad for bad in decoded.corrupt):
         _tie_by_reply(decoded, by_turn, v)
@@ -458,7 +458,6 @@ def _answers(stored: str, reply: str, t: Turn, others: list[str]) -> bool:
     if value and value in reply and value not in stored:
         return False
     return not any(other in stored and other not in reply for other in others)
-
 
 
 def _holds(stored: str, reply: str) -> bool:

@@ -278,8 +278,8 @@ def require_measured(v: dict, acknowledged: int, probes: int, answered: int, gat
 MIN_QUIET_SHARE = 0.05  # the errors gate measures the turns no fault overlapped: fewer than this share is no measure
 NO_QUIET = ("errors: not measured: the faults and their recovery margins overlapped {covered:,} of {turns:,} turns "
             "({share:.0%}), so the {excused:,} failed request(s) they excused cannot be told from failures of the bot's "
-            "own; space the chaos plan's faults further apart than the recovery margin (5s unless `oracle audit --recovery` "
-            "says otherwise), or allow it "
+            "own; space the chaos plan's faults further apart than the recovery margin (5s unless `oracle audit "
+            "--recovery` says otherwise), or allow it "
             "with --gate errors=off")
 
 
