@@ -96,17 +96,18 @@ def test_a_redis_cluster_node_as_the_store_says_to_read_the_cluster_with_a_reade
     nodes, procs = [], []
     try:
         for name in ("a", "b"):
-            port = free_port()
+            port, bus = free_port(), free_port()
             (tmp_path / name).mkdir()
             procs.append(subprocess.Popen(
-                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes", "--save", "",
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                 "--cluster-port", str(bus), "--save", "",  # the bus port, else port + 10000 (past 65535, or taken)
                  "--appendonly", "no", "--dir", str(tmp_path / name)], stdout=subprocess.DEVNULL,
                 start_new_session=True))
-            nodes.append((port, redis.Redis(port=port)))
-            wait_until(nodes[-1][1].ping, what=f"cluster node {name}")
-        (a_port, a), (b_port, b) = nodes
+            nodes.append((port, bus, redis.Redis(port=port)))
+            wait_until(nodes[-1][2].ping, what=f"cluster node {name}")
+        (a_port, a_bus, a), (b_port, _, b) = nodes
         a.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)  # a holds every key; b only knows of a
-        b.execute_command("CLUSTER", "MEET", "127.0.0.1", a_port)
+        b.execute_command("CLUSTER", "MEET", "127.0.0.1", a_port, a_bus)
 
         def moved():
             try:
