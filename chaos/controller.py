@@ -34,6 +34,19 @@ def shown(skips: list[str], most: int = SKIPS_SHOWN) -> list[str]:
                            if len(skips) > most else [])
 
 
+def claimable(pf: PlanFault, k: int, instances: list[str], busy: set, held: int, plan: Plan) -> tuple[list, bool]:
+    """(instances occurrence ``k`` takes, whether max_concurrent stops it): one fault per instance at a time, a
+    whole-target fault only on a target none of whose instances is held, at most max_concurrent instances held.
+    The one rule of the run (``_claim``) and of its prediction (``predicted_skips``)."""
+    if pf.kind in WHOLE_TARGET_KINDS:
+        chosen = [] if busy & (set(instances) | {pf.target}) else [pf.target]
+    else:
+        free = [i for i in instances if i not in busy]
+        chosen = pf.choose(free, k, plan.seed) if free else []
+    full = plan.max_concurrent is not None and bool(chosen) and held + len(chosen) > plan.max_concurrent
+    return ([] if full else chosen), full
+
+
 class Controller:
     def __init__(self, plan: Plan, backend: Backend, run_dir: str | Path, toxiproxy: str | None = None,
                  stop_timeout: float = 120.0):
@@ -114,19 +127,13 @@ class Controller:
         for t, f, k, _ in schedule:
             busy = {i: held for i, held in busy.items() if held[0] > t}
             instances = self.instances[f.id]
-            if f.kind in WHOLE_TARGET_KINDS:
-                taken = sorted(busy.keys() & (set(instances) | {f.target}))
-                chosen = [] if taken else [f.target]
-            else:
-                taken = [i for i in instances if i in busy]
-                free = [i for i in instances if i not in busy]
-                chosen = f.choose(free, k, self.plan.seed) if free else []
-            limit = self.plan.max_concurrent
-            if limit is not None and chosen and len(busy) + len(chosen) > limit:
+            chosen, full = claimable(f, k, instances, set(busy), len(busy), self.plan)
+            if full:
                 out.append(f"{self.plan.where(f, 'kind')}: {f.id}#{k} at +{t:g}s will be skipped: max_concurrent "
-                           f"{limit} is reached then ({len(busy)} fault(s) in force)")
+                           f"{self.plan.max_concurrent} is reached then ({len(busy)} fault(s) in force)")
                 continue
             if not chosen:
+                taken = sorted(set(busy) & (set(instances) | {f.target}))
                 until, holder = busy[taken[0]]
                 out.append(f"{self.plan.where(f, 'kind')}: {f.id}#{k} at +{t:g}s will be skipped: {taken[0]!r} of "
                            f"target {f.target!r} is still under {holder} until +{until:g}s (one fault per instance "
@@ -243,15 +250,10 @@ class Controller:
 
         Returns ([(key, instance)], reason-if-none). One fault per instance at a time."""
         with self._lock:
-            busy = self.outstanding.instances()
-            if pf.kind in WHOLE_TARGET_KINDS:
-                chosen = [] if busy & (set(instances) | {pf.target}) else [pf.target]
-            else:
-                free = [i for i in instances if i not in busy]
-                chosen = pf.choose(free, k, self.plan.seed) if free else []
-            limit = self.plan.max_concurrent
-            if limit is not None and chosen and len(self.outstanding) + len(chosen) > limit:
-                return [], f"skipped: max_concurrent {limit} reached ({len(self.outstanding)} outstanding)"
+            chosen, full = claimable(pf, k, instances, self.outstanding.instances(), len(self.outstanding), self.plan)
+            if full:
+                return [], (f"skipped: max_concurrent {self.plan.max_concurrent} reached "
+                            f"({len(self.outstanding)} outstanding)")
             if not chosen:
                 return [], "skipped: every instance of the target is already under a fault"
             keys = []
