@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from urllib.parse import unquote, urlsplit
 from xml.etree import ElementTree
 
 from contracts import codec
@@ -27,6 +28,7 @@ BODY_FORMATS = ("json", "form")  # form: application/x-www-form-urlencoded, flat
 METHODS = ("POST", "PUT", "PATCH", "GET")  # GET: the fields go in the query string (a Flask request.args bot)
 SESSION_SOURCES = ("reply", "header", "cookie")  # --session-from reply:FIELD | header:NAME | cookie:NAME
 MAX_BOT_SESSION = 200  # characters of an id the bot issues (it goes into headers, bodies and store keys)
+URL_HEADERS = ("location", "content-location")  # a 201 Created names the new conversation by its URL
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # server-sent events' line ends (not str.splitlines': no \x0b, \u2028...)
 
 
@@ -124,6 +126,8 @@ class ChatContract:
         if source in ("header", "cookie"):
             lookup = header if source == "header" else cookie
             value = lookup(name) if lookup is not None else None
+            if source == "header" and name.lower() in URL_HEADERS and isinstance(value, str):
+                value = last_segment(value)
         elif source == "reply":  # the first piece of a stream that names it (Dify's events all do)
             try:
                 pieces = [codec.loads(content)] if reply_format == "json" else \
@@ -327,6 +331,12 @@ def _every(value, path) -> list:
         else:
             values = [v for v in (_at(v, (part,)) for v in values) if v is not _MISSING]
     return values
+
+
+def last_segment(url: str) -> str:
+    """The last path segment of a URL or path, percent-decoded: the id in ``Location: /v1/sessions/abc``
+    (the id then goes into --chat-path's ``{session}``, not the whole URL)."""
+    return unquote(urlsplit(url.strip()).path.rstrip("/").rpartition("/")[2])
 
 
 def usable_session(value) -> str | None:

@@ -38,6 +38,8 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
     threads    two calls: POST /threads {"assistant": "gf"} (400 without it) answers 201 {"id": "th <n>"} (a space:
                sent back percent-encoded), then POST /threads/<id>/messages {"content": ...} (404 for an unknown id)
     threads-flaky  the threads API, whose every third start answers 503
+    located    the threads API, whose start answers 201 with an empty body and the thread's whole URL in
+               ``Location`` (``http://<host>/threads/th%20<n>``)
 
 Every mode serves what it stored at ``GET /history/<session>``: ``{"messages": [{"role": "user",
 "content": ...}, {"role": "assistant", ...}]}`` (a layout other than LangChain's, for audit tests).
@@ -60,6 +62,7 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parent.parent
 LOCUST = str(Path(sys.executable).parent / "locust")
@@ -143,7 +146,7 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             if path != "/webhooks/rest/webhook":
                 return respond(start, "404 Not Found", b"[]")
             session, message = body["sender"], body["message"]
-        elif mode in ("threads", "threads-flaky"):
+        elif mode in ("threads", "threads-flaky", "located"):
             body = json.loads(raw)
             if path == "/threads":
                 if body.get("assistant") != "gf":
@@ -153,6 +156,9 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
                     return respond(start, "503 Service Unavailable", b'{"error": "busy"}')
                 thread = f"th {n}"
                 histories[thread] = []
+                if mode == "located":
+                    where = f"http://{environ.get('HTTP_HOST')}/threads/{quote(thread)}"
+                    return respond(start, "201 Created", b"", extra=[("Location", where)])
                 return respond(start, "201 Created", json.dumps({"id": thread, "object": "thread"}).encode())
             parts = path.split("/")  # /threads/<id>/messages, the id decoded by the server
             if len(parts) != 4 or parts[1] != "threads" or parts[3] != "messages" or parts[2] not in histories:

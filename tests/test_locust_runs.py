@@ -229,6 +229,9 @@ ISSUING_BOTS = {  # Dify-like: the id comes back in the reply (or a header) and 
     # two calls: a request starts the conversation and names it, the turns go to a path under that name
     "threads": ["--start-path", "/threads", "--start-body", '{"assistant": "gf"}', "--session-from", "reply:id",
                 "--chat-path", "/threads/{session}/messages", "--session-field", "", "--message-field", "content"],
+    # the start answers 201 with an empty body: the conversation's URL is in Location, its id the last segment
+    "located": ["--start-path", "/threads", "--start-body", '{"assistant": "gf"}', "--session-from", "header:Location",
+                "--chat-path", "/threads/{session}/messages", "--session-field", "", "--message-field", "content"],
 }
 
 
@@ -262,7 +265,7 @@ def test_bots_that_issue_the_session_id_are_audited_under_their_own_ids(tmp_path
     stored = [json.loads(line) for part in sorted((run.run_dir / "store").glob("sessions.*.jsonl"))
               for line in part.read_text().splitlines()]
     assert stored and all(s["key"].endswith("/history/" + quote(next(iter(issued[s["session"]])), safe="")) for s in stored)
-    if config == "threads":  # one start per conversation, a request of its own in Locust's statistics
+    if config in ("threads", "located"):  # one start per conversation, a request of its own in Locust's statistics
         assert run.count("POST", "chat start") >= len(issued) and not run.count("POST", "chat start", failures=True)
 
 

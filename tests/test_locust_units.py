@@ -276,6 +276,10 @@ def test_the_session_id_a_bot_issues_is_found_where_the_contract_says():
     assert ChatContract(session_from="header:X-Session").issued_session(b"", headers.get) is None  # the name as given: Locust's headers are case-blind
     assert ChatContract(session_from="header:x-session").issued_session(b"", headers.get) == "h-1"
     assert ChatContract(session_from="cookie:sid").issued_session(b"", cookie={"sid": "k-1"}.get) == "k-1"
+    located = ChatContract(session_from="header:Location")  # a 201 Created: the id is the URL's last segment
+    for url in ("/v1/sessions/s-9", "https://bot.example/v1/sessions/s-9/?x=1#top", "s-9", " /sessions/s%2D9 "):
+        assert located.issued_session(b"", {"Location": url}.get) == "s-9", url
+    assert located.issued_session(b"", {"Location": "https://bot.example/"}.get) is None  # no segment: no id
     dify = ChatContract(session_from="reply:conversation_id", session_field="conversation_id", message_field="query",
                         body='{"inputs": {}, "conversation_id": ""}')
     assert dify.request(None, "hi") == ({"inputs": {}, "conversation_id": "", "query": "hi"}, None)  # the first turn
