@@ -79,46 +79,13 @@ def load_chaos(settings, run_dir: str | Path):
     return controller
 
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
-
-
 def chaos_elsewhere(settings, host: str | None) -> str | None:
-    """A warning when the stack whose state file chaos acts on (--stack-state .../state.json) is not the one
-    the load goes to (--host) or the audit reads (--store-url): its faults then hit processes the run does not
-    test, and the run PASSed with every bot of another stack killed. A front the state does not know (a proxy
-    before the stack) is warned about too: it cannot be told apart."""
-    from urllib.parse import urlsplit
-
-    from targets import registry
-
-    if not settings.chaos or settings.chaos_backend != "local" or Path(settings.stack_state).suffix != ".json":
+    """A warning when the local stack chaos acts on (--stack-state) is not the one this run tests."""
+    if not settings.chaos or settings.chaos_backend != "local":
         return None
-    try:
-        st = registry.load(Path(settings.stack_state).parent) or {}
-    except registry.StateError:
-        return None  # the plan's validation says what is wrong with it
+    from chaos.backends.local import stack_elsewhere
 
-    def where(url: str | None) -> tuple | None:
-        """(host, port) of a URL, every loopback name one host; None without a host."""
-        try:
-            parts = urlsplit(url or "")
-            port = parts.port or {"https": 443, "http": 80}.get(parts.scheme, 6379)
-        except ValueError:
-            return None
-        return ("loopback" if parts.hostname in LOOPBACK else parts.hostname, port) if parts.hostname else None
-
-    ports = {("loopback", m.get("port")) for m in (st.get("members") or {}).values() if isinstance(m, dict)}
-    stack = (where(st.get("url")), where(st.get("store_url")))
-    tested = (where(host), where(settings.store.url if settings.store else None))
-    apart = [(what, theirs, ours) for what, theirs, ours in zip(("bots", "Redis"), stack, tested)
-             if theirs and ours and ours != theirs and ours not in ports]
-    if not apart:
-        return None
-    said = "; ".join(f"its {what} at {theirs[0]}:{theirs[1]}, but this run's "
-                     f"{'--host' if what == 'bots' else '--store-url'} is {ours[0]}:{ours[1]}"
-                     for what, theirs, ours in apart)
-    return (f"chaos acts on the stack of {settings.stack_state} ({said}): its faults may not reach what this run "
-            "tests, and a PASS says nothing of them (point --stack-state at the stack under test)")
+    return stack_elsewhere(settings.stack_state, host, settings.store.url if settings.store else None)
 
 
 def check_chaos(settings) -> None:

@@ -105,7 +105,8 @@ def add_arguments(parser) -> None:
     add("contract", "--session-from", default="",
         help="the bot issues the session id: reply:FIELD (dotted path in the reply), header:NAME or cookie:NAME of "
              "its response (header:Location: the URL's last path segment). A conversation's first turn is sent "
-             "without one; from the first id issued on, it goes where the session id goes (--session-field, --session-header; a cookie goes back as a cookie)")
+             "without one; from the first id issued on, it goes where the session id goes (--session-field, "
+             "--session-header; a cookie goes back as a cookie)")
     add("contract", "--start-path", default="",
         help="a request that starts each conversation (POST, JSON body --start-body), whose response issues the "
              "session id (--session-from says where; read as JSON): /v1/threads, /sessions. Then {session} may "

@@ -13,6 +13,7 @@ import re
 import signal
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import redis
 
@@ -297,6 +298,44 @@ def _uptime(pid: int) -> float | None:
     except (OSError, IndexError, ValueError):
         return None
     return None if start is None else boot_uptime - start / os.sysconf("SC_CLK_TCK")
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+
+def stack_elsewhere(path: str, host: str | None, store_url: str | None) -> str | None:
+    """A warning when the stack whose state file chaos acts on (``path``, .../state.json) is not the one the
+    load goes to (``host``) or the audit reads (``store_url``): its faults then hit processes the run does not
+    test, and the run PASSed with every bot of another stack killed. A front the state does not know (a proxy
+    before the stack) is warned about too: it cannot be told apart."""
+    if Path(path).suffix != ".json":
+        return None  # a targets file names processes, not a stack's addresses
+    try:
+        st = state.load(Path(path).parent) or {}
+    except state.StateError:
+        return None  # the plan's validation says what is wrong with it
+
+    def where(url: str | None) -> tuple | None:
+        """(host, port) of a URL, every loopback name one host; None without a host."""
+        try:
+            parts = urlsplit(url or "")
+            port = parts.port or {"https": 443, "http": 80}.get(parts.scheme, 6379)
+        except ValueError:
+            return None
+        return ("loopback" if parts.hostname in LOOPBACK else parts.hostname, port) if parts.hostname else None
+
+    ports = {("loopback", m.get("port")) for m in (st.get("members") or {}).values() if isinstance(m, dict)}
+    stack = (where(st.get("url")), where(st.get("store_url")))
+    tested = (where(host), where(store_url))
+    apart = [(what, theirs, ours) for what, theirs, ours in zip(("bots", "Redis"), stack, tested)
+             if theirs and ours and ours != theirs and ours not in ports]
+    if not apart:
+        return None
+    said = "; ".join(f"its {what} at {theirs[0]}:{theirs[1]}, but this run's "
+                     f"{'--host' if what == 'bots' else '--store-url'} is {ours[0]}:{ours[1]}"
+                     for what, theirs, ours in apart)
+    return (f"chaos acts on the stack of {path} ({said}): its faults may not reach what this run "
+            "tests, and a PASS says nothing of them (point --stack-state at the stack under test)")
 
 
 def stack_options(path: str) -> dict:
