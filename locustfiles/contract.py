@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 from xml.etree import ElementTree
 
 from contracts import codec
@@ -28,6 +28,7 @@ BODY_FORMATS = ("json", "form")  # form: application/x-www-form-urlencoded, flat
 METHODS = ("POST", "PUT", "PATCH", "GET")  # GET: the fields go in the query string (a Flask request.args bot)
 SESSION_SOURCES = ("reply", "header", "cookie")  # --session-from reply:FIELD | header:NAME | cookie:NAME
 MAX_BOT_SESSION = 200  # characters of an id the bot issues (it goes into headers, bodies and store keys)
+POLL_FIELD = re.compile(r"\{reply\.([^{}]+)\}")  # --poll-path's {reply.FIELD}: a value of the turn's answer
 URL_HEADERS = ("location", "content-location")  # a 201 Created names the new conversation by its URL
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # server-sent events' line ends (not str.splitlines': no \x0b, \u2028...)
 
@@ -56,6 +57,7 @@ class ChatContract:
     start_body: str = ""    # its JSON object body (default {})
     body_format: str = "json"  # json | form
     method: str = "POST"
+    poll_path: str = ""  # a job API: the turn is answered with a job, GET here until its reply is there
 
     @classmethod
     def from_settings(cls, s) -> "ChatContract":
@@ -65,7 +67,7 @@ class ChatContract:
                    reply_field=s.reply_field, reply_format=s.reply_format, body=s.body,
                    reply_where=s.reply_where,
                    session_from=s.session_from, start_path=s.start_path, start_body=s.start_body,
-                   body_format=s.body_format, method=s.chat_method)
+                   body_format=s.body_format, method=s.chat_method, poll_path=s.poll_path)
 
     @cached_property
     def session_source(self) -> tuple[str, str] | None:
@@ -139,6 +141,22 @@ class ChatContract:
             return next(filter(None, (usable_session(_at(piece, name.split("."))) for piece in pieces)), None)
         return usable_session(value)
 
+    def poll_target(self, content: bytes, session: str) -> str | None:
+        """The path a turn's job is polled at (``--poll-path``): ``{session}`` and each ``{reply.FIELD}`` (a
+        dotted path in the JSON the turn was answered with: the job's id) filled in, percent-encoded. None
+        when the answer names no such value."""
+        try:
+            answer = codec.loads(content)
+        except codec.DecodeError:
+            return None
+        values = {}
+        for field in POLL_FIELD.findall(self.poll_path):
+            value = usable_session(_at(answer, field.split(".")))
+            if value is None:
+                return None
+            values[field] = quote(value, safe="")
+        return POLL_FIELD.sub(lambda m: values[m[1]], self.poll_path.replace(SESSION, quote(session, safe="")))
+
     def start_request(self) -> dict:
         """The body of the request that starts a conversation (``--start-path``): a fresh copy each time."""
         return codec.loads(self.start_body) if self.start_body else {}
@@ -169,6 +187,14 @@ class ChatContract:
         if not text.isascii():  # a JSON "\ud800" escape decodes to a lone surrogate, which no UTF-8 file can hold
             text = text.encode("utf-8", "replace").decode("utf-8")
         return text
+
+    def has_reply(self, content: bytes) -> bool:
+        """Whether a 2xx body holds a reply where the contract says (a polled job's: not yet, while it runs)."""
+        try:
+            self.reply(content)
+        except NoReply:
+            return False
+        return True
 
     @cached_property
     def joins_messages(self) -> bool:

@@ -59,6 +59,7 @@ MAX_IDLE_S = 1.0
 RETRY_WAIT_S, RETRY_WAIT_MAX_S = 0.5, 4.0
 SESSION_MARK = "GOLDFISH-SESSION-ID"  # stands for {session} in a URL until a turn knows its session
 REQUEST_NAMES = {kind: f"chat {kind}" for kind in ("plant", "probe", "chatter", "burst")}
+POLL_EVERY_S = 0.2  # --poll-path: how often a turn's job is asked for its reply
 WARNED: set[str] = set()  # per process: the one-time warnings given (an echoed plant, a session cookie not kept)
 # What FastHttpSession.request adds to a ``json=`` request unless the caller set it (pinned
 # against Locust itself by tests/test_locust_wire.py).
@@ -300,13 +301,16 @@ class ChatUser(FastHttpUser):
         url, uri = wire.target(quote(self.bot_session, safe="") if issued and wire.per_session else session)
         if wire.in_query:
             url, payload = wire.with_query(url, payload), None
-        sent = time()
+        sent, unpolled = time(), None
         if turn == 0 and rt.journal is not None:  # the session is journaled before its first turn leaves
             rt.journal.record(in_flight(Turn(rt.settings.run_id, session, 0, kind, token, message, fact, nonce, sent,
                                              step=rt.step, user=self.user_id, bot_session=self.bot_session)))
         start = perf_counter()
         try:
             resp, status, content, error = self.send(wire, url, uri, payload, headers)
+            if rt.contract.poll_path and 200 <= status < 300:
+                resp, status, content, error, unpolled = self.poll(resp, content, self.bot_session or session, headers,
+                                                                   sent)
         except GreenletExit:
             now = time()  # in flight past --timeout (a stream that never ends resets the socket's timer): a hang
             hung = now - sent > rt.settings.timeout
@@ -316,6 +320,8 @@ class ChatUser(FastHttpUser):
         response_ms = (perf_counter() - start) * 1000
         received = time()
         outcome, reply, error_text = judge_response(status, content, error, rt.contract)
+        if unpolled:  # --poll-path: the job gave no reply; the bot may still store the turn
+            outcome, reply, error_text = "info", None, unpolled
         if issued and outcome == "ok" and self.bot_session is None:
             self.bot_session = rt.contract.issued_session(content, resp.headers.get, self.cookie)
             if self.bot_session is None:  # the bot stored this turn somewhere we cannot name: not acknowledged
@@ -333,6 +339,26 @@ class ChatUser(FastHttpUser):
         self.finish(session, turn, token, kind, message, fact, nonce, sent, received, outcome, status or None, reply,
                     error_text, facts, response_ms)
         return outcome
+
+    def poll(self, answered, answer: bytes, session: str, headers: dict, sent: float) -> tuple:
+        """A job API's turn (``--poll-path``): the turn was answered with a job; GET it every POLL_EVERY_S until
+        its answer holds the reply (--reply-field), another status comes, or --timeout after the turn was sent.
+        Each GET is a Locust request named ``poll``. Returns the last answer as ``send`` does, and why the job
+        gave no reply (None when it did): such a turn is ``info``, as the bot may still store it."""
+        contract, timeout = self.rt.contract, self.rt.settings.timeout
+        path = contract.poll_target(answer, session)
+        if path is None:
+            return answered, 200, answer, None, f"no job to poll: the turn's answer holds no value for --poll-path " \
+                                                f"{contract.poll_path}"
+        headers = {name: value for name, value in headers.items() if name.lower() != "content-type"}  # a GET
+        while True:
+            polled = self.client.get(path, headers=headers, name="poll")
+            resp, status, content, error = with_body(polled, polled.status_code or 0, getattr(polled, "error", None))
+            if not 200 <= status < 300 or contract.has_reply(content or b""):
+                return resp, status, content, error, None  # the reply, or what came instead
+            if time() - sent + POLL_EVERY_S > timeout:
+                return resp, status, content, None, f"no reply: its job {path} had none after {timeout:g}s (--timeout)"
+            gevent.sleep(POLL_EVERY_S)
 
     def cookie(self, name: str) -> str | None:
         """The value of the cookie ``name`` in this user's jar (the bot's session cookie), without the double

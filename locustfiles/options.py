@@ -18,8 +18,8 @@ import msgspec
 
 from chaos.backends import REGISTRY as CHAOS_BACKENDS
 from contracts import codec, durations, redact
-from locustfiles.contract import (BODY_FORMATS, METHODS, REPLY_FORMATS, SESSION, SESSION_SOURCES, PathError,
-                                  check_fields, set_dotted)
+from locustfiles.contract import (BODY_FORMATS, METHODS, POLL_FIELD, REPLY_FORMATS, SESSION, SESSION_SOURCES,
+                                  PathError, check_fields, set_dotted)
 from oracle import (AuditOptionError, StoreOptions, add_gate_options, add_store_options, audit_option_names, gates,
                     store_options)
 
@@ -39,7 +39,7 @@ class OptionError(ValueError):
 RECORDED = ("run_dir", "label", "script", "think", "chaos", "chaos_backend", "stack_state", "settle", "audit_every",
             "telemetry_interval", "chat_path", "message_field", "session_field", "session_header", "session_from",
             "start_path", "start_body", "body", "chat_method", "body_format", "reply_format", "reply_field",
-            "reply_where", "replica_header", "header", "step_duration", "host") + audit_option_names()
+            "reply_where", "poll_path", "replica_header", "header", "step_duration", "host") + audit_option_names()
 
 
 # --help groups, in the order they are listed (goldfish's options come after Locust's own)
@@ -111,6 +111,10 @@ def add_arguments(parser) -> None:
         help="a request that starts each conversation (POST, JSON body --start-body), whose response issues the "
              "session id (--session-from says where; read as JSON): /v1/threads, /sessions. Then {session} may "
              "be in --chat-path")
+    add("contract", "--poll-path", default="",
+        help="a job API: each turn is answered with a job (202 and its id), and its reply is polled for here (GET, "
+             "every 0.2 s, until --reply-field is in the answer or --timeout passes): /jobs/{reply.job_id}, "
+             "{reply.FIELD} a value of the turn's JSON answer, {session} the session id")
     add("contract", "--start-body", default="", help="the JSON object --start-path is sent (default {})")
     add("contract", "--body", default="",
         help="a JSON object every request body starts from (constant fields: a model, LangServe's config); the "
@@ -184,6 +188,7 @@ def check_request(get) -> None:
     check_session_from(str(get("session_from") or "").strip(), path, reply_format, str(get("start_path") or "").strip(),
                        str(get("start_body") or ""))
     check_reply_where(str(get("reply_where") or ""), reply_format, str(get("reply_field") or ""))
+    check_poll_path(str(get("poll_path") or "").strip())
     body = str(get("body") or "")
     template = json_object(body, "--body")
     for option, path in (("--message-field", str(get("message_field"))), ("--session-field", session_field)):
@@ -311,6 +316,21 @@ def check_session_from(text: str, path: str, reply_format: str, start_path: str 
                           "--start-path)")
 
 
+def check_poll_path(path: str) -> None:
+    """``--poll-path``: a path a job can be polled at, whose placeholders a turn can fill in."""
+    if not path:
+        return
+    if not path.startswith("/") or path.startswith("//") or any(c.isspace() or not c.isprintable() for c in path):
+        raise OptionError(f"--poll-path: {path!r} must start with one '/', without spaces or control characters")
+    fields = POLL_FIELD.findall(path)
+    if any(not part for field in fields for part in field.split(".")):
+        raise OptionError(f"--poll-path: {path!r}: a {{reply.FIELD}} path has an empty part")
+    rest = POLL_FIELD.sub("", path).replace(SESSION, "")
+    if "{" in rest or "}" in rest:
+        raise OptionError(f"--poll-path: {path!r}: the placeholders are {SESSION} and {{reply.FIELD}} (a value of the "
+                          "turn's JSON answer, the job's id); percent-encode other braces")
+
+
 def parse_header(text: str, option: str = "--header") -> tuple[str, str]:
     name, sep, value = str(text).partition(":")
     if not sep or not _TOKEN.match(name.strip()):
@@ -375,6 +395,7 @@ class Settings:
     start_body: str = ""
     body_format: str = "json"
     chat_method: str = "POST"
+    poll_path: str = ""
     extra: dict = field(default_factory=dict)
 
     @cached_property
@@ -439,6 +460,7 @@ class Settings:
             start_body=str(get("start_body") or ""),
             body_format=str(get("body_format") or "json"),
             chat_method=str(get("chat_method") or "POST").upper(),
+            poll_path=str(get("poll_path") or "").strip(),
             replica_header=str(get("replica_header") or "").strip(),
             timeout=timeout,
             store=store,

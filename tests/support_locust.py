@@ -38,6 +38,10 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
     threads    two calls: POST /threads {"assistant": "gf"} (400 without it) answers 201 {"id": "th <n>"} (a space:
                sent back percent-encoded), then POST /threads/<id>/messages {"content": ...} (404 for an unknown id)
     threads-flaky  the threads API, whose every third start answers 503
+    jobs       a job API: POST /chat {"session_id", "message"} answers 202 {"job": {"id": "j <n>"}} (stored at
+               once), GET /jobs/<id> answers {"status": "running"} twice (with Authorization as sent), then
+               {"status": "done", "output": {"text": <the answer>}}; 404 for an unknown job
+    jobs-stuck the job API, whose probes' jobs never finish
     located    the threads API, whose start answers 201 with an empty body and the thread's whole URL in
                ``Location`` (``http://<host>/threads/th%20<n>``)
 
@@ -81,6 +85,7 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
     shared: dict[str, str] = {}
     counter = itertools.count()
     lapsed: dict = {}  # lapse: session -> whether the bot forgets it
+    jobs: dict[str, list] = {}  # jobs: id -> [the answer or None (never done), polls so far]
     log = open(log_path, "a", buffering=1) if log_path else None
 
     def respond(start, status: str, body: bytes, ctype: str = "application/json", extra=()):
@@ -100,6 +105,14 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
         if environ.get("REQUEST_METHOD") == "GET" and path.startswith("/history/"):  # what the bot stored, oldest first
             stored = histories.get(path[len("/history/"):], [])
             return respond(start, "200 OK", json.dumps({"messages": stored}).encode())
+        if mode.startswith("jobs") and environ.get("REQUEST_METHOD") == "GET" and path.startswith("/jobs/"):
+            job = jobs.get(path[len("/jobs/"):])
+            if job is None or environ.get("HTTP_AUTHORIZATION") != "Bearer t0k":
+                return respond(start, "404 Not Found", b'{"error": "no such job"}')
+            job[1] += 1
+            done = job[0] is not None and job[1] > 2
+            return respond(start, "200 OK", json.dumps({"status": "done", "output": {"text": job[0]}} if done
+                                                       else {"status": "running"}).encode())
         raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
         if mode in ("openai", "forgetful-stream"):
             parts = path.split("/")  # /v1/chats/<session>/completions
@@ -211,6 +224,10 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             return respond(start, "500 Internal Server Error", b'{"error": "boom"}', extra=extra)
         if mode == "contract2":
             return respond(start, "200 OK", json.dumps({"data": {"answer": {"text": text}}}).encode(), extra=extra)
+        if mode.startswith("jobs"):
+            job = f"j {next(counter)}"
+            jobs[job] = [None if mode == "jobs-stuck" and PROBE_RE.search(message) else text, 0]
+            return respond(start, "202 Accepted", json.dumps({"job": {"id": job}}).encode(), extra=extra)
         if mode in ("openai", "forgetful-stream", "langserve"):
             return stream(start, mode, text, extra)
         if mode in ("issued", "reissue"):

@@ -285,6 +285,41 @@ def test_conversations_a_bot_fails_to_start_fail_the_run(tmp_path):
     assert summary["anomalies"] == {} and any(f.startswith("errors:") for f in summary["verdict"]["failed"])
 
 
+JOBS = ["--poll-path", "/jobs/{reply.job.id}", "--reply-field", "output.text", "--header", "Authorization: Bearer t0k",
+        "--role-field", "role", "--content-field", "content", "--settle", "0"]
+
+
+def test_a_job_api_is_polled_for_each_reply(tmp_path):
+    """A job API answers each turn 202 with a job, whose reply comes at its third GET: every turn is polled
+    (with the turn's headers, the job id percent-encoded) until its reply is there, and judged on it: PASS.
+    Each GET is a Locust request named ``poll``; the turns' own requests still equal the journal's."""
+    with chat_bot("jobs") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path),
+                         *JOBS, "--http-url", f"{url}/history/{{session}}", time_s="3s")
+    assert run.returncode == 0, run.output[-3000:]
+    records = [r for r in run.records() if not (r["error"] or "").startswith("interrupted")]
+    assert records and {r["outcome"] for r in records} == {"ok"}
+    assert {r["reply"] for r in records if r["kind"] == "plant"} == {"Noted."}
+    assert {r["verdict"] for r in records if r["kind"] == "probe"} == {"pass"}
+    assert run.count(None, "chat ") == len(records) and run.chat_successes() == len(records)
+    assert run.count("GET", "poll") >= 3 * len(records) and not run.count("GET", "poll", failures=True)
+
+
+def test_a_job_that_never_finishes_is_an_indeterminate_turn(tmp_path):
+    """The probes' jobs never finish: each probe is polled until --timeout and journaled ``info`` saying so
+    (the bot may still answer and store it), never ``ok`` with the running job's answer as its reply; with
+    no probe answered the run cannot PASS."""
+    with chat_bot("jobs-stuck") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "--timeout", "1",
+                         *JOBS, "--http-url", f"{url}/history/{{session}}", time_s="4s")
+    assert run.returncode == 1, run.output[-3000:]
+    probes = [r for r in run.records() if r["kind"] == "probe" and not (r["error"] or "").startswith("interrupted")]
+    assert probes and {r["outcome"] for r in probes} == {"info"}
+    assert all(r["error"].startswith("no reply: its job /jobs/j%20") and r["error"].endswith("had none after 1s "
+                                                                                          "(--timeout)") for r in probes)
+    assert {r["outcome"] for r in run.records() if r["kind"] == "plant"} == {"ok"}
+
+
 def test_an_exception_in_a_locust_user_never_passes(tmp_path):
     """A user class whose conversations end in an exception (a bug in the harness, or in a user class built on
     ChatUser): every journaled turn is fine and every gate holds, yet conversations were cut short unjudged,

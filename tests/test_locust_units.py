@@ -261,6 +261,15 @@ def test_a_reply_in_several_messages_is_all_of_them():
         "a\nb\nc"
 
 
+def test_a_jobs_poll_path_is_filled_from_the_turns_answer():
+    jobs = ChatContract(poll_path="/v1/{session}/jobs/{reply.job.id}?from={reply.n}")
+    assert jobs.poll_target(b'{"job": {"id": "j 1/2"}, "n": 7}', "gf1") == "/v1/gf1/jobs/j%201%2F2?from=7"
+    for answer in (b'{"job": {}}', b'{"job": {"id": ""}, "n": 7}', b'{"job": {"id": {}}, "n": 7}', b"not json"):
+        assert jobs.poll_target(answer, "gf1") is None, answer  # nothing to poll: the turn is indeterminate
+    assert ChatContract(reply_field="output.text").has_reply(b'{"output": {"text": ""}}')
+    assert not ChatContract(reply_field="output.text").has_reply(b'{"status": "running", "output": null}')
+
+
 def test_the_session_id_a_bot_issues_is_found_where_the_contract_says():
     reply = ChatContract(session_from="reply:data.conversation_id", reply_field="answer")
     assert reply.issued_session(b'{"answer": "a", "data": {"conversation_id": "c-1"}}') == "c-1"
