@@ -302,10 +302,12 @@ def check_duplicated_replies(session: str, by_turn: dict[int, Turn], decoded: De
     no verbatim reply stored that no other assistant entry answers either (check_unanswered matches those by
     count: a footer bot's stored reply may equal another turn's). Each copy goes to the latest ok turn with that
     reply whose user entry precedes it (else the first such turn); turns holding two copies or more are the
-    findings, at most the surplus of them."""
+    findings, at most the surplus of them. The answers to another session's messages stored here (a misroute,
+    ``_replies_to_others``) are not this session's replies and are not counted."""
     ok = sorted((t for t in by_turn.values() if t.outcome == "ok"), key=lambda t: t.turn)
     journaled = Counter(t.reply for t in ok)
-    answers = [text for _, role, text in decoded.messages if role == ASSISTANT]
+    theirs = _replies_to_others(decoded, v)
+    answers = [text for index, role, text in decoded.messages if role == ASSISTANT and index not in theirs]
     stored = Counter(text for text in answers if text in journaled)
     if not any(stored[r] > n and (r or "").strip() for r, n in journaled.items()):
         return []
@@ -325,13 +327,28 @@ def check_duplicated_replies(session: str, by_turn: dict[int, Turn], decoded: De
             t = by_turn.get(turn_of_user[index])
             if t is not None and t.outcome == "ok" and t.reply in surplus:
                 latest[t.reply] = t.turn
-        elif role == ASSISTANT and text in surplus:
+        elif role == ASSISTANT and text in surplus and index not in theirs:
             copies.setdefault(latest[text], []).append(index)
     return [finding("duplicated", session, t.turn, t.sent, role="assistant", reply=t.reply[:120],
                     copies=len(copies[t.turn]), positions=copies[t.turn], outcome=t.outcome,
                     turns_with_this_reply=journaled[t.reply])
             for reply, extra in surplus.items()
             for t in [t for t in ok if t.reply == reply and len(copies.get(t.turn, ())) > 1][:extra]]
+
+
+def _replies_to_others(decoded: Decoded, v: StoredView) -> set:
+    """The assistant entries that answer another session's message stored here: the entry right after a user entry
+    whose first token is another session's (a misrouted turn, written with its answer under this key). That answer
+    is the other turn's, part of the misroute (cross-talk, counted there), never a copy of this session's reply,
+    whatever its text ("I see. How else can I help?"). A user entry of this session with another's token after its
+    own (a "previous message" appended) is this session's: its reply stays this session's."""
+    if not v.foreign:
+        return set()
+    own = {index for _, _, index in v.own}
+    others = {index for index, _, _, _, role in v.foreign if role == USER and index not in own}
+    messages = decoded.messages
+    return {messages[i + 1][0] for i in range(len(messages) - 1)
+            if messages[i][0] in others and messages[i][1] == USER and messages[i + 1][1] == ASSISTANT}
 
 
 def with_duplicated_replies(duplicated: list[dict], replies: list[dict]) -> list[dict]:
