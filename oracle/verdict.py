@@ -170,6 +170,7 @@ def _gates_file(path: str, where: str) -> dict[str, Limit]:
     if not isinstance(root, yaml.MappingNode):
         raise GateError(f"{file}:1: a gates file is a mapping of gate: limit (e.g. probe_amnesia: 1%)")
     out: dict[str, Limit] = {}
+    set_at: dict[str, str] = {}  # gate -> the line that set it: a gate and its alias both set is one too many
     for key, value in root.value:
         line = f"{file}:{key.start_mark.line + 1}"
         if not isinstance(key, yaml.ScalarNode) or not isinstance(value, yaml.ScalarNode):
@@ -179,7 +180,11 @@ def _gates_file(path: str, where: str) -> dict[str, Limit]:
                 raise GateError(f"{line}: profile: {short(value.value)} is not one of {', '.join(PROFILES)}")
             out = dict(PROFILES[value.value.lower()]) | out
             continue
-        out[gate_name(key.value, line)] = parse_limit(value.value, f"{line}: {key.value}")
+        name = gate_name(key.value, line)
+        if name in set_at:
+            raise GateError(f"{line}: {short(key.value)} sets the {name} gate, which {set_at[name]} sets already: "
+                            "keep one")
+        out[name], set_at[name] = parse_limit(value.value, f"{line}: {key.value}"), f"line {key.start_mark.line + 1}"
     return out
 
 

@@ -62,6 +62,9 @@ def test_gates_file_with_profile_and_line_numbered_errors(tmp_path):
     bad.write_text("probe_amnesia: 1%\nduplicated: many\n")
     with pytest.raises(GateError, match=f"^{bad}:2: duplicated: 'many' is not a limit"):
         parse_gates(str(bad))
+    (tmp_path / "alias.yaml").write_text("probe_amnesia: 0\nerrors: 1%\namnesia: 5%\n")  # one gate, two names
+    with pytest.raises(GateError, match=f"alias.yaml:3: 'amnesia' sets the probe_amnesia gate, which line 1 sets"):
+        parse_gates(str(tmp_path / "alias.yaml"))
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
     with pytest.raises(GateError, match="list.yaml:1: a gates file is a mapping"):
         parse_gates(str(tmp_path / "list.yaml"))
