@@ -9,8 +9,10 @@ headers (auth), and how the reply comes back: a JSON field (``data.answer.text``
 as text, or streamed as server-sent events, JSON lines or the Vercel AI SDK's data stream, whose
 pieces are put together (``--reply-format``). Some bots issue the conversation id themselves
 (Dify's ``conversation_id``, a session cookie): ``--session-from`` says where it comes back, and
-from then on it travels where the session id would. All of it is data, so a team with an unusual
-bot writes a Locust config file, not Python.
+from then on it travels where the session id would. A job API answers a turn with a job whose reply is
+polled for (``--poll-path``); a chat page's bot talks over a WebSocket (``--websocket``:
+locustfiles/socket_turns.py). All of it is data, so a team with an unusual bot writes a Locust config
+file, not Python.
 """
 from __future__ import annotations
 
@@ -58,6 +60,7 @@ class ChatContract:
     body_format: str = "json"  # json | form
     method: str = "POST"
     poll_path: str = ""  # a job API: the turn is answered with a job, GET here until its reply is there
+    websocket: bool = False  # turns go over a WebSocket (locustfiles/socket_turns.py)
 
     @classmethod
     def from_settings(cls, s) -> "ChatContract":
@@ -67,7 +70,8 @@ class ChatContract:
                    reply_field=s.reply_field, reply_format=s.reply_format, body=s.body,
                    reply_where=s.reply_where,
                    session_from=s.session_from, start_path=s.start_path, start_body=s.start_body,
-                   body_format=s.body_format, method=s.chat_method, poll_path=s.poll_path)
+                   body_format=s.body_format, method=s.chat_method, poll_path=s.poll_path,
+                   websocket=s.websocket)
 
     @cached_property
     def session_source(self) -> tuple[str, str] | None:

@@ -60,6 +60,20 @@ RETRY_WAIT_S, RETRY_WAIT_MAX_S = 0.5, 4.0
 SESSION_MARK = "GOLDFISH-SESSION-ID"  # stands for {session} in a URL until a turn knows its session
 REQUEST_NAMES = {kind: f"chat {kind}" for kind in ("plant", "probe", "chatter", "burst")}
 POLL_EVERY_S = 0.2  # --poll-path: how often a turn's job is asked for its reply
+
+
+class Frame:
+    """What a WebSocket turn's reply has of an HTTP response (--websocket): no headers, no cookies."""
+    headers: dict = {}
+    status_code = 200
+
+
+FRAME = Frame()
+
+
+def socket_url(url: str) -> str:
+    """The WebSocket URL of a turn's HTTP one: http -> ws, https -> wss."""
+    return "ws" + url[4:] if url.startswith("http") else url
 WARNED: set[str] = set()  # per process: the one-time warnings given (an echoed plant, a session cookie not kept)
 # What FastHttpSession.request adds to a ``json=`` request unless the caller set it (pinned
 # against Locust itself by tests/test_locust_wire.py).
@@ -105,7 +119,7 @@ class Wire:
         # the request target LocustUserAgent._urlopen sends (quoted_uri since geventhttpclient 2.3.4)
         self.uri = getattr(self.url_split, "quoted_uri", self.url_split.request_uri)
         self.auth_header = client.auth_header
-        self.method = contract.method
+        self.method = "WS" if contract.websocket else contract.method  # as Locust's statistics show the turns
         self.in_query = self.method == "GET"  # the fields are the query string, form-encoded
         self.form = contract.body_format == "form" or self.in_query
         self.defaults = LOCUST_BODYLESS_HEADERS if self.in_query else LOCUST_FORM_HEADERS if self.form \
@@ -181,6 +195,7 @@ class ChatUser(FastHttpUser):
         self._wire: Wire | None = None
         self._lean = True  # False once the bot redirected: then every turn goes through urlopen
         self.bot_session: str | None = None  # the id the bot issued for the conversation in progress (--session-from)
+        self.socket = None  # the conversation's WebSocket (--websocket): locustfiles/socket_turns.py
         reuse_only_fresh(self.client.client.clientpool.get_client(URL(self.host)))
 
     def wait_time(self):
@@ -198,6 +213,18 @@ class ChatUser(FastHttpUser):
 
     @task
     def conversation(self) -> None:
+        if not self.rt.contract.websocket:
+            return self.hold_conversation()
+        from locustfiles.socket_turns import SocketTurns
+
+        self.socket = SocketTurns(self.rt.settings.timeout)
+        try:
+            self.hold_conversation()
+        finally:
+            self.socket.close()
+            self.socket = None
+
+    def hold_conversation(self) -> None:
         rt = self.rt
         session = new_session_id()
         self.bot_session = None
@@ -307,7 +334,11 @@ class ChatUser(FastHttpUser):
                                              step=rt.step, user=self.user_id, bot_session=self.bot_session)))
         start = perf_counter()
         try:
-            resp, status, content, error = self.send(wire, url, uri, payload, headers)
+            if self.socket is not None:  # --websocket
+                status, content, error = self.socket.exchange(socket_url(url), payload, headers, rt.contract.has_reply)
+                resp = FRAME
+            else:
+                resp, status, content, error = self.send(wire, url, uri, payload, headers)
             if rt.contract.poll_path and 200 <= status < 300:
                 resp, status, content, error, unpolled = self.poll(resp, content, self.bot_session or session, headers,
                                                                    sent)

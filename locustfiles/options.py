@@ -39,7 +39,7 @@ class OptionError(ValueError):
 RECORDED = ("run_dir", "label", "script", "think", "chaos", "chaos_backend", "stack_state", "settle", "audit_every",
             "telemetry_interval", "chat_path", "message_field", "session_field", "session_header", "session_from",
             "start_path", "start_body", "body", "chat_method", "body_format", "reply_format", "reply_field",
-            "reply_where", "poll_path", "replica_header", "header", "step_duration", "host") + audit_option_names()
+            "reply_where", "poll_path", "websocket", "replica_header", "header", "step_duration", "host") + audit_option_names()
 
 
 # --help groups, in the order they are listed (goldfish's options come after Locust's own)
@@ -115,6 +115,10 @@ def add_arguments(parser) -> None:
         help="a job API: each turn is answered with a job (202 and its id), and its reply is polled for here (GET, "
              "every 0.2 s, until --reply-field is in the answer or --timeout passes): /jobs/{reply.job_id}, "
              "{reply.FIELD} a value of the turn's JSON answer, {session} the session id")
+    add("contract", "--websocket", action="store_true", default=False,
+        help="turns go over a WebSocket (ws:// or wss:// to --host's --chat-path), one per conversation: each turn "
+             "a text frame of the JSON body, its reply the first frame holding --reply-field (json, or a whole "
+             "frame: text)")
     add("contract", "--start-body", default="", help="the JSON object --start-path is sent (default {})")
     add("contract", "--body", default="",
         help="a JSON object every request body starts from (constant fields: a model, LangServe's config); the "
@@ -189,6 +193,8 @@ def check_request(get) -> None:
                        str(get("start_body") or ""))
     check_reply_where(str(get("reply_where") or ""), reply_format, str(get("reply_field") or ""))
     check_poll_path(str(get("poll_path") or "").strip())
+    if get("websocket"):
+        check_websocket(get, reply_format)
     body = str(get("body") or "")
     template = json_object(body, "--body")
     for option, path in (("--message-field", str(get("message_field"))), ("--session-field", session_field)):
@@ -316,6 +322,24 @@ def check_session_from(text: str, path: str, reply_format: str, start_path: str 
                           "--start-path)")
 
 
+SOCKET_REPLY_FORMATS = ("json", "text", "xml")  # a frame holds the whole reply: no stream to put together
+
+
+def check_websocket(get, reply_format: str) -> None:
+    """``--websocket`` with options that describe an HTTP exchange a socket's frames cannot be."""
+    clash = next((f"--{name.replace('_', '-')} {value}" for name, value, default in (
+        ("chat_method", str(get("chat_method") or "POST").upper(), "POST"),
+        ("body_format", str(get("body_format") or "json"), "json"),
+        ("poll_path", str(get("poll_path") or ""), "")) if value != default), None)
+    if clash is None and reply_format not in SOCKET_REPLY_FORMATS:
+        clash = f"--reply-format {reply_format} (a frame holds the whole reply: json, text or xml)"
+    if clash is None and str(get("session_from") or "").startswith(("header:", "cookie:")):
+        clash = f"--session-from {get('session_from')} (a frame has no headers or cookies; reply:FIELD works)"
+    if clash:
+        raise OptionError(f"--websocket and {clash}: a turn over a WebSocket is one JSON text frame and one frame "
+                          "back; drop one")
+
+
 def check_poll_path(path: str) -> None:
     """``--poll-path``: a path a job can be polled at, whose placeholders a turn can fill in."""
     if not path:
@@ -396,6 +420,7 @@ class Settings:
     body_format: str = "json"
     chat_method: str = "POST"
     poll_path: str = ""
+    websocket: bool = False
     extra: dict = field(default_factory=dict)
 
     @cached_property
@@ -461,6 +486,7 @@ class Settings:
             body_format=str(get("body_format") or "json"),
             chat_method=str(get("chat_method") or "POST").upper(),
             poll_path=str(get("poll_path") or "").strip(),
+            websocket=bool(get("websocket", False)),
             replica_header=str(get("replica_header") or "").strip(),
             timeout=timeout,
             store=store,

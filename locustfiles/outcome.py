@@ -20,8 +20,14 @@ class BadRedirect(ValueError):
     """The bot answered with a redirect whose Location cannot be followed (no URL, a bad port...)."""
 
 
+class NotSent(ConnectionError):
+    """The turn never left: the connection it goes over could not be opened (a WebSocket's, --websocket)."""
+
+
 def classify_error(exc: BaseException | None) -> tuple[str, str]:
     """(outcome, short error) for a request that got no HTTP response."""
+    if isinstance(exc, NotSent):
+        return "fail", str(exc)
     if isinstance(exc, BadRedirect):  # the request reached the bot: indeterminate, and a failed request
         return "info", f"a redirect that cannot be followed: {str(exc)[:100]}"
     chain = exc
