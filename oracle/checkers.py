@@ -296,18 +296,19 @@ def check_duplicated_replies(session: str, by_turn: dict[int, Turn], decoded: De
     callback, or a retried write, is the same bug as a user entry stored twice.
 
     Replies carry no token, so this judges by count, conservatively. A bot may answer several turns with the same
-    text ("OK."): a reply is duplicated only when its verbatim, non-empty copies outnumber the ok turns journaled
-    with it by more than the entries that could legitimately share its text: one per turn the journal cannot
-    vouch for (an info turn, or a fail turn stored anyway, may have any reply stored), and one per ok turn with
-    no verbatim reply stored that no other assistant entry answers either (check_unanswered matches those by
-    count: a footer bot's stored reply may equal another turn's). Each copy goes to the latest ok turn with that
+    text ("OK."): a reply is duplicated only when its copies (verbatim, or decorated: ``_as_journaled``), non-empty,
+    outnumber the ok turns journaled with it by more than the entries that could legitimately share its text: one
+    per turn the journal cannot vouch for (an info turn, or a fail turn stored anyway, may have any reply stored),
+    and one per ok turn with no copy stored that no other assistant entry answers either (check_unanswered matches
+    those by count: a footer bot's stored reply may equal another turn's). Each copy goes to the latest ok turn with that
     reply whose user entry precedes it (else the first such turn); turns holding two copies or more are the
     findings, at most the surplus of them. The answers to another session's messages stored here (a misroute,
     ``_replies_to_others``) are not this session's replies and are not counted."""
     ok = sorted((t for t in by_turn.values() if t.outcome == "ok"), key=lambda t: t.turn)
     journaled = Counter(t.reply for t in ok)
     theirs = _replies_to_others(decoded, v)
-    answers = [text for index, role, text in decoded.messages if role == ASSISTANT and index not in theirs]
+    as_sent = _as_journaled(decoded, theirs, ok, journaled)  # index -> the journaled reply the entry is
+    answers = list(as_sent.values())
     stored = Counter(text for text in answers if text in journaled)
     if not any(stored[r] > n and (r or "").strip() for r, n in journaled.items()):
         return []
@@ -327,13 +328,35 @@ def check_duplicated_replies(session: str, by_turn: dict[int, Turn], decoded: De
             t = by_turn.get(turn_of_user[index])
             if t is not None and t.outcome == "ok" and t.reply in surplus:
                 latest[t.reply] = t.turn
-        elif role == ASSISTANT and text in surplus and index not in theirs:
-            copies.setdefault(latest[text], []).append(index)
+        elif role == ASSISTANT and as_sent.get(index) in surplus:
+            copies.setdefault(latest[as_sent[index]], []).append(index)
     return [finding("duplicated", session, t.turn, t.sent, role="assistant", reply=t.reply[:120],
                     copies=len(copies[t.turn]), positions=copies[t.turn], outcome=t.outcome,
                     turns_with_this_reply=journaled[t.reply])
             for reply, extra in surplus.items()
             for t in [t for t in ok if t.reply == reply and len(copies.get(t.turn, ())) > 1][:extra]]
+
+
+def _as_journaled(decoded: Decoded, theirs: set, ok: list[Turn], journaled: Counter) -> dict[int, str]:
+    """This session's assistant entries (index -> text), each read as the journaled reply it is: itself when stored
+    verbatim, else the one distinct reply of an ok turn it answers (``_answers``: a store that adds a time stamp or
+    Markdown to what it keeps, or cuts it), so that a decorated reply stored twice counts as twice. A text like two
+    replies, or none, stays as it is."""
+    out = {index: text for index, role, text in decoded.messages if role == ASSISTANT and index not in theirs}
+    unlike = [i for i, text in out.items() if text not in journaled and (text or "").strip()]
+    if not unlike:
+        return out
+    sent = {}
+    for t in ok:
+        if (t.reply or "").strip():
+            sent.setdefault(t.reply, (_plain(t.reply), t))
+    others = [plain for plain, _ in sent.values() if len(plain) >= OTHER_REPLY_CHARS]
+    for index in unlike:
+        stored = _plain(out[index])
+        like = [reply for reply, (plain, t) in sent.items() if _answers(stored, plain, t, others)]
+        if len(like) == 1:
+            out[index] = like[0]
+    return out
 
 
 def _replies_to_others(decoded: Decoded, v: StoredView) -> set:

@@ -176,5 +176,5 @@ def test_a_footer_bot_passes_and_a_footer_bot_storing_replies_twice_is_caught(tm
     write_journal(tmp_path / "doubled", world.records)
     write_snapshot(tmp_path / "doubled", world)
     audit_run(tmp_path / "doubled", gates=parse_gates("strict"))
-    # the footed turns' stored texts are no journaled reply, so they cannot be judged; the verbatim ones are
-    assert finding_keys(tmp_path / "doubled") == {("duplicated", doubled, 0), ("duplicated", doubled, 2)}
+    # the footed turns' stored texts are no journaled reply, but each is like one (the footer cut): counted too
+    assert finding_keys(tmp_path / "doubled") == {("duplicated", doubled, turn) for turn in range(4)}

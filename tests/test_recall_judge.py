@@ -29,7 +29,7 @@ if INNER:
     from locustfiles.contract import ChatContract
     from locustfiles.conversation import ChatUser
 else:
-    ChatUser = SimpleNamespace(conversation=None, turn=None, finish=None, burst=None, chatter_line=None)
+    ChatUser = SimpleNamespace(hold_conversation=None, turn=None, finish=None, burst=None, chatter_line=None)
 
 
 def test_conversation_bookkeeping_in_a_patched_interpreter():
@@ -96,8 +96,9 @@ class FakeWire:
 class OfflineUser:
     """ChatUser's conversation, turn and finish, with ``send`` answered by a FakeBot."""
 
-    conversation, turn, finish, burst, chatter_line = (ChatUser.conversation, ChatUser.turn, ChatUser.finish,
+    conversation, turn, finish, burst, chatter_line = (ChatUser.hold_conversation, ChatUser.turn, ChatUser.finish,
                                                        ChatUser.burst, ChatUser.chatter_line)
+    socket = None  # HTTP turns (not --websocket)
 
     def __init__(self, bot: FakeBot, script: str = TWO_PLANTS_AND_A_PROBE, plants: PlantRegistry | None = None):
         self.bot = bot
