@@ -8,7 +8,8 @@ so memory stays flat on long runs.
 
 A nonce (a fact's value) is matched in any case, in recall and in cross-talk alike: a bot may
 lower-case what it says as it may lower-case what it stores (the audit's stored-plant check,
-oracle/checkers.py ``check_facts``, ignores case the same way). Tokens are matched as written.
+oracle/checkers.py ``check_facts``, ignores case the same way), and with any dash for its hyphen: a model
+that typesets "8892–X7Q4" with an en dash recalled it. Tokens are matched as written.
 """
 from __future__ import annotations
 
@@ -22,6 +23,13 @@ DEFAULT_CAPACITY = 200_000
 # contracts.tokens.NONCE_RE in either case (a bot may answer "8892-x7q4"); the registry keys are upper case,
 # as new_nonce writes them. Not re.IGNORECASE: that would also take "ſ" or the Kelvin sign for a letter.
 NONCE_ANY_CASE_RE = re.compile(r"\b[0-9]{4}-[A-Za-z0-9]{4}\b")
+# the dashes a model or a typesetting step may write for a nonce's hyphen (en and em dash, minus, their kin)
+HYPHEN = str.maketrans(dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d", "-"))
+
+
+def as_written(reply: str) -> str:
+    """``reply`` with every dash a hyphen (ASCII text, the usual case, as it is)."""
+    return reply if reply.isascii() else reply.translate(HYPHEN)
 
 
 class PlantRegistry:
@@ -47,6 +55,7 @@ def crosstalk(reply: str, session: str, plants: PlantRegistry) -> list[str]:
     """Other sessions whose token or recently planted nonce (in any case) appears in ``reply`` (sorted, unique)."""
     if not reply:
         return []
+    reply = as_written(reply)
     others: set[str] = set()
     if "gf" in reply:  # cheap pre-check: every token starts with "gf"
         others.update(m.group(1) for m in TOKEN_RE.finditer(reply))
@@ -60,10 +69,10 @@ def crosstalk(reply: str, session: str, plants: PlantRegistry) -> list[str]:
 
 
 def recall(reply: str | None, nonce: str, *more: str) -> bool:
-    """The reply holds ``nonce`` or one of ``more``, in any case (the reply is lower-cased once)."""
+    """The reply holds ``nonce`` or one of ``more``, in any case and with any dash (the reply is read once)."""
     if not reply:
         return False
-    text = reply.lower()
+    text = as_written(reply).lower()
     return nonce.lower() in text or any(n.lower() in text for n in more)
 
 
