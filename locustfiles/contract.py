@@ -136,7 +136,7 @@ class ChatContract:
                 value = last_segment(value)
         elif source == "reply":  # the first piece of a stream that names it (Dify's events all do)
             try:
-                pieces = [codec.loads(content)] if reply_format == "json" else \
+                pieces = [json_reply(content)] if reply_format == "json" else \
                     sse_data(content) if reply_format == "sse" else \
                     [part for _, part in ai_sdk_parts(content)] if reply_format == "ai-sdk" else \
                     ndjson_lines(content)
@@ -150,7 +150,7 @@ class ChatContract:
         dotted path in the JSON the turn was answered with: the job's id) filled in, percent-encoded. None
         when the answer names no such value."""
         try:
-            answer = codec.loads(content)
+            answer = json_reply(content)
         except codec.DecodeError:
             return None
         values = {}
@@ -175,7 +175,7 @@ class ChatContract:
             text = content.decode("utf-8", "replace").strip()
         elif self.reply_format == "json":
             try:
-                payload = codec.loads(content)
+                payload = json_reply(content)
             except codec.DecodeError:
                 hint = " (it looks like an event stream: --reply-format sse)" \
                     if content.lstrip().startswith((b"data:", b"event:", b":")) else ""
@@ -361,6 +361,19 @@ def _every(value, path) -> list:
         else:
             values = [v for v in (_at(v, (part,)) for v in values) if v is not _MISSING]
     return values
+
+
+XSSI_GUARDS = (b")]}'", b"while(1);", b"for(;;);")  # what Google's and Angular's JSON APIs put before the JSON
+
+
+def json_reply(content: bytes):
+    """A JSON reply, decoded; without the anti-XSSI guard some APIs put first (``)]}'`` and a line end), which
+    made a correct bot's every reply "not JSON"."""
+    start = content.lstrip()
+    guard = next((g for g in XSSI_GUARDS if start.startswith(g)), None)
+    if guard is not None:
+        content = start[len(guard):].lstrip(b",")
+    return codec.loads(content)
 
 
 def last_segment(url: str) -> str:

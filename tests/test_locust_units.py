@@ -75,6 +75,11 @@ def test_contract_default_and_nested_with_header():
     with pytest.raises(NoReply, match="looks like an event stream: --reply-format sse"):
         c.reply(b'data: {"reply": "x"}\n\n')
     assert ChatContract(reply_field="choices.0.text").reply(b'{"choices": [{"text": "a"}]}') == "a"
+    for guarded in (b")]}'\n", b")]}',\n", b" )]}'", b"while(1);", b"for(;;);"):  # anti-XSSI: Google's, Angular's
+        assert c.reply(guarded + b'{"data": {"answer": {"text": "yo"}}}') == "yo", guarded
+    assert ChatContract(session_from="reply:id").issued_session(b")]}'\n{\"id\": \"c-1\"}") == "c-1"
+    with pytest.raises(NoReply, match="^reply is not JSON$"):
+        c.reply(b")]}' hello")
     assert ChatContract(reply_field="").reply(b'"the body is a JSON string"') == "the body is a JSON string"
     with pytest.raises(NoReply, match="the reply is a JSON dict, not text: set --reply-field"):
         ChatContract(reply_field="").reply(b'{"reply": "x"}')
