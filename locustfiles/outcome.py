@@ -1,7 +1,8 @@
 """Jepsen-style outcome of one turn, from what came back (no Locust import: unit-testable).
 
 ``ok`` 2xx with a reply; ``fail`` the request never left (connection refused, name not
-resolved); ``info`` anything after which the bot may or may not have stored the turn
+resolved) or was refused by a rate limit (429: the client is told to send it again, so a bot that
+stored it will store it twice); ``info`` anything after which the bot may or may not have stored the turn
 (timeout, reset, any non-2xx status, a 2xx without a readable reply: locustfiles/contract.py).
 """
 from __future__ import annotations
@@ -68,6 +69,8 @@ def judge_response(status: int, content: bytes | None, error: BaseException | No
     if not status:
         outcome, text = classify_error(error)
         return outcome, None, text
+    if status == 429:  # refused before any work: the client is told to send it again, so it must not be stored
+        return "fail", None, "HTTP 429: refused, too many requests"
     if not 200 <= status < 300:
         return "info", None, f"HTTP {status}"
     try:

@@ -42,6 +42,8 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
                once), GET /jobs/<id> answers {"status": "running"} twice (with Authorization as sent), then
                {"status": "done", "output": {"text": <the answer>}}; 404 for an unknown job
     jobs-stuck the job API, whose probes' jobs never finish
+    limited    the default API, rate-limited after the fact: every third turn is stored, then refused 429 with
+               Retry-After (a limiter behind the memory write; the client will send it again)
     located    the threads API, whose start answers 201 with an empty body and the thread's whole URL in
                ``Location`` (``http://<host>/threads/th%20<n>``)
 
@@ -220,6 +222,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             histories[session].insert(-1, {"role": "assistant", "content": "Let me check."})
             said = [{"recipient_id": session, "text": t} for t in ("Let me check.", text)]
             return respond(start, "200 OK", json.dumps(said).encode(), extra=extra)
+        if mode == "limited" and next(counter) % 3 == 2:
+            return respond(start, "429 Too Many Requests", b'{"error": "slow down"}', extra=[("Retry-After", "1")])
         if mode == "broken":  # stores the turn, then fails every request
             return respond(start, "500 Internal Server Error", b'{"error": "boom"}', extra=extra)
         if mode == "contract2":

@@ -397,6 +397,22 @@ def test_a_target_that_acknowledges_nothing_is_still_audited_and_never_passes(tm
     assert json.loads((run.run_dir / "run.json").read_text())["exit_code"] == 2
 
 
+def test_a_turn_refused_429_is_never_sent_and_stored_anyway_is_aborted(tmp_path):
+    """A 429 tells the client to send the turn again, so the bot must not have stored it: it is journaled
+    ``fail``, and a bot whose rate limit sits behind the memory write (every third turn stored, then refused)
+    FAILs as ``aborted`` even with the errors gate off; it PASSed, each such turn indeterminate."""
+    with chat_bot("limited") as url:
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "--http-url",
+                         f"{url}/history/{{session}}", "--role-field", "role", "--content-field", "content",
+                         "--settle", "0", "--gate", "strict,errors=off", time_s="3s")
+    assert run.returncode == 1, run.output[-3000:]
+    refused = [r for r in run.records() if r["status"] == 429]
+    assert refused and {(r["outcome"], r["error"]) for r in refused} == {("fail", "HTTP 429: refused, too many requests")}
+    summary = json.loads((run.run_dir / "audit" / "summary.json").read_text())
+    assert summary["anomalies"] == {"aborted": len(refused)}, summary["anomalies"]
+    assert summary["verdict"]["result"] == "fail" and any(f.startswith("aborted:") for f in summary["verdict"]["failed"])
+
+
 def test_replica_header_tags_every_turn_with_its_own_response(tmp_path):
     """The test bot answers each turn with X-Turn-Token: the token of the message it answers. Journaled as
     the turn's replica, it must be the record's own token, also for the concurrent turns of double-sends;
