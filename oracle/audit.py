@@ -16,6 +16,7 @@ the previous audit tables are left untouched (all are written to temporary files
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import multiprocessing
 import os
@@ -45,6 +46,7 @@ from oracle.timeline import check_faults, idle_plan, load_faults, load_steps
 
 STORE_ERRORS = (StoreError, redis.RedisError, OSError, requests.RequestException)
 PARALLEL_MIN_BYTES = 4 << 20  # a smaller journal is judged faster than processes start
+PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal a process gets when its parent dies
 
 
 class WorkerError(Exception):
@@ -259,7 +261,8 @@ def _judge(context: Context, jobs: int) -> tuple[Tally, list]:
     if jobs == 1:
         return judge.judge_partitions(context, list(range(PARTITIONS)))
     shares = [list(range(k, PARTITIONS, jobs)) for k in range(jobs)]
-    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"), initializer=_quiet_judge)
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"), initializer=_quiet_judge,
+                               initargs=(os.getpid(),))
     try:
         done = list(pool.map(judge.judge_partitions, [context] * jobs, shares))
     except BaseException as exc:
@@ -279,11 +282,19 @@ def _judge(context: Context, jobs: int) -> tuple[Tally, list]:
     return tally, sorted((r for _, share in done for r in share), key=lambda r: r.partition)
 
 
-def _quiet_judge() -> None:
+def _quiet_judge(audit_pid: int) -> None:
     """A judging process leaves signals to the audit's own process, which stops it: Ctrl-C reaches the whole
-    process group, and the SIGTERM handler it inherits made each judge print a traceback as it was stopped."""
+    process group, and the SIGTERM handler it inherits made each judge print a traceback as it was stopped.
+    It dies with the audit (Linux's parent-death signal): an audit SIGKILLed (out of memory, a CI timeout) left
+    its judges blocked on a store forever, holding the run's audit lock, so every later audit was refused."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the judges then outlive a killed audit, as before
+        return
+    if os.getppid() != audit_pid:  # the audit died before the signal was set
+        os._exit(1)
 
 
 def _jobs(jobs: int | None, journal: Journal, store: StoreOptions | None) -> int:

@@ -90,3 +90,38 @@ def test_jobs_default_is_one_for_small_journals_hooks_and_other_readers(tmp_path
     assert _jobs(None, journal, StoreOptions(url="redis://x")) == min(os.cpu_count() or 1, 8)
     assert _jobs(None, journal, StoreOptions(url="redis://x", on_batch=print)) == 1
     assert _jobs(None, journal, StoreOptions(http_url="http://x/{session}")) == 1
+
+
+def test_judges_die_with_an_audit_killed_mid_read(tmp_path, redis_server):
+    """SIGKILL to `oracle audit --jobs 2` while its judges wait on a store that stopped answering: the judges die
+    with it (they were left blocked forever, holding the run's audit lock, and every later audit was refused),
+    and the next audit of the run judges it."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+    from conftest import wait_until
+    from support_locust import REPO
+
+    world = damaged_world(sessions=3000)
+    fill_redis(redis.Redis.from_url(redis_server.url), world)
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    server = psutil.Process(redis_server.proc.pid)
+    try:
+        audit = subprocess.Popen([sys.executable, "-m", "oracle", "audit", str(run), "--store-url", redis_server.url,
+                                  "--jobs", "2"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        judges = wait_until(lambda: len(psutil.Process(audit.pid).children()) == 2 and
+                            psutil.Process(audit.pid).children(), timeout=60, what="two judging processes")
+        server.suspend()  # the judges' reads now wait (3,000 sessions: they are not done yet)
+        assert audit.poll() is None, "the audit ended before its judges could be stopped"
+        audit.kill()
+        audit.wait(10)
+        wait_until(lambda: not any(j.is_running() and j.status() != psutil.STATUS_ZOMBIE for j in judges),
+                   timeout=10, what="the judges to die with the audit")
+    finally:
+        server.resume()
+    again = subprocess.run([sys.executable, "-m", "oracle", "audit", str(run), "--store-url", redis_server.url,
+                            "--jobs", "2"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1 and "another audit" not in again.stderr, again.stderr[-2000:]
