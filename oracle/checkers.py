@@ -56,8 +56,11 @@ class StoredView:
 
 
 def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Turn] | None = None) -> StoredView:
-    """Find the tokens of every user entry: the first names the entry's turn, own or other sessions' (cross-talk);
-    later ones are own turns merged into it, or other sessions' messages (cross-talk) (``_later_tokens``); and
+    """Find the tokens of every user entry: the first names the entry's turn, own or other sessions' (cross-talk),
+    unless it names another session's or a turn stored already and a later one names a turn of this session not
+    stored yet (a RAG prompt, "Context: <earlier messages> Question: <the message>", stored as the user's entry:
+    the entry is that turn's); the others are own turns
+    merged into it, or other sessions' messages (cross-talk) (``_later_tokens``); and
     other sessions' tokens in assistant entries that are none of this session's own journaled replies, and in entries of other
     roles, of sessions none of them quoted (what the client received was judged online): another session's
     reply, or a reply quoting its message, or a system or summary entry built from other users' messages,
@@ -72,6 +75,12 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
         if m is None:
             continue  # not a goldfish message (no token): nothing to judge it by
         source, turn = m.group(1), int(m.group(2))
+        scan_from = m.end()
+        if (source != session or turn in v.copies) and text.count("gf") > 1:
+            own = next((k for k in TOKEN_RE.finditer(text, m.end())
+                        if k.group(1) == session and int(k.group(2)) not in v.copies), None)
+            if own is not None:  # messages quoted before the entry's own (stored turns, others'): a prompt's context
+                m, source, turn, scan_from = own, session, int(own.group(2)), 0
         if source != session:
             v.foreign.append((index, source, turn, text, USER))
         else:
@@ -80,7 +89,8 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
             v.copies[turn] += 1
             position += 1
         if text.count("gf") > 1:  # more tokens than the first (the entry's own): _later_tokens
-            _later_tokens(session, index, text, m, source, turn, position - (source == session), by_turn, v, merged)
+            _later_tokens(session, index, text, scan_from, source, turn, position - (source == session), by_turn, v,
+                          merged)
     v.merged = {turn: at for turn, at in merged.items() if turn not in v.copies}  # else stored on its own too
     whole_blob = raw.type == "string" and not decoded.messages and len(decoded.corrupt) == 1
     for bad in decoded.corrupt:
@@ -114,9 +124,10 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
     return v
 
 
-def _later_tokens(session: str, index: int, text: str, first, source: str, turn: int, position: int,
+def _later_tokens(session: str, index: int, text: str, start: int, source: str, turn: int, position: int,
                   by_turn: dict[int, Turn] | None, v: StoredView, merged: dict) -> None:
-    """The tokens of a user entry after its first (which names the entry's turn). One of this session's turn is
+    """The tokens of a user entry from ``start`` on, but the one naming the entry's turn (its first, or the first of
+    a turn not stored yet after earlier ones that are: a prompt quoting its context, ``view``). One of this session's turn is
     that turn's message, stored merged into this entry (a bot that folds a message arriving while the previous one
     is in flight into its entry): the turn is stored, not lost (``merged``). One of another session's is that
     session's message written into this user's memory: cross-talk, as if it were an entry of its own (a bot that
@@ -124,7 +135,7 @@ def _later_tokens(session: str, index: int, text: str, first, source: str, turn:
     journaled message) are its words, not a write; neither is the entry's own token quoted again."""
     said = by_turn[turn].message if source == session and by_turn and turn in by_turn else None
     seen = {(source, turn)} | ({(m.group(1), int(m.group(2))) for m in TOKEN_RE.finditer(said)} if said else set())
-    for m in TOKEN_RE.finditer(text, first.end()):
+    for m in TOKEN_RE.finditer(text, start):
         other, other_turn = m.group(1), int(m.group(2))
         if (other, other_turn) in seen:
             continue

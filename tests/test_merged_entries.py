@@ -192,3 +192,34 @@ def test_a_turn_appended_to_another_sessions_entry_instead_of_its_own_is_one_mis
     assert {f["cause"] for f in read_findings(tmp_path)} == {"misroute"}
     rules = {r["gate"]: r for r in summary["verdict"]["rules"]}
     assert rules["stored_loss"]["count"] == 0 and rules["crosstalk"]["result"] == FAIL
+
+
+def _with_retrieved_context(world, others: bool = False) -> None:
+    """Store each user entry as a RAG chain's prompt does: "Context: <the session's two previous messages>
+    Question: <the message>" (``others``: the previous two messages received from any session, a retriever
+    over every user's history)."""
+    received = sorted(world.records, key=lambda r: r["sent"])
+    before: dict = {}
+    for i, r in enumerate(received):
+        mine = [p for p in received[:i] if p["session"] == r["session"]]
+        before[(r["session"], r["turn"])] = [p["message"] for p in (received[max(0, i - 2):i] if others else mine[-2:])]
+    for s in world.order:
+        for i, (turn, m) in enumerate(world.stored[s]):
+            if isinstance(m, dict) and m["type"] == "human" and before[(s, turn)]:
+                context = "\n".join(before[(s, turn)])
+                world.stored[s][i] = (turn, lc("human", f"Context:\n{context}\n\nQuestion: {m['data']['content']}"))
+
+
+def test_a_rag_prompt_quoting_the_sessions_own_earlier_messages_is_its_turns_entry(tmp_path):
+    """A correct RAG chain stores each user entry as its prompt: the session's earlier messages (their tokens
+    first), then the message. The entry is the later turn's; the quotes of turns stored already are no second
+    copy of them (duplicated) and no write out of order (reordered): PASS. Retrieval over every user's
+    messages is cross-talk still."""
+    world = _plant_world()
+    _with_retrieved_context(world)
+    summary = _audit(tmp_path / "own", world)
+    assert read_findings(tmp_path / "own") == [] and summary["verdict"]["result"] == PASS
+    leaky = _plant_world()
+    _with_retrieved_context(leaky, others=True)
+    _audit(tmp_path / "leak", leaky)
+    assert {f["class"] for f in read_findings(tmp_path / "leak")} == {"crosstalk"}
