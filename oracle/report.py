@@ -18,9 +18,9 @@ import jinja2
 
 from contracts.runfolder import CannotWrite, RunFolder, write_text
 from oracle import breakdown, charts, telemetry
-from oracle.report_data import (EXAMPLES_PER_CLASS, RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run,
-                                rate)
-from oracle.report_format import interval, ms, number, pct, verdict
+from oracle.report_data import (EXAMPLES_PER_CLASS, RATE_METRICS, RATE_TITLES, NotAudited, RunData, RunFolderError,
+                                load_run, rate)
+from oracle.report_format import interval, ms, number, output_link_problem, pct, verdict, verdict_problem
 from oracle.explain import NOT_SCANNED, journal_copy_line
 from oracle.verdict import cut_short, of_summary, rule_line
 
@@ -99,7 +99,17 @@ def render(run_dir: str | Path, data: RunData | None = None) -> Path:
     """Write ``charts/*.png`` and ``report.html`` into the run folder; return the HTML's path.
     ``data``: the run as ``load_run`` read it, when the caller has it already."""
     data = data or load_run(run_dir)
-    out = RunFolder(data.path).charts
+    folder = RunFolder(data.path)
+    damaged = verdict_problem(data.summary)
+    if damaged:  # a verdict of no gate: no page that looks like one
+        raise NotAudited(f"{folder.summary}: {damaged}: a summary goldfish did not write, or damaged - re-run "
+                         f"`python -m oracle audit {data.path}`")
+    unsafe = output_link_problem(data.path, [folder.report, folder.charts, *(folder.charts / f"{name}.png" for name
+                                                                             in CHARTS), folder.audit,
+                                             folder.audit / "breakdown.json"])
+    if unsafe:  # checked before anything is written: a chart or the page through a link replaced another run's
+        raise UnsafeOutput(unsafe)
+    out = folder.charts
     figures = []
     for name, (title, draw, caption) in CHARTS.items():
         png = draw(data, out / f"{name}.png")
@@ -110,6 +120,11 @@ def render(run_dir: str | Path, data: RunData | None = None) -> Path:
     target = RunFolder(data.path).report
     write_text(target, page)  # whole or not at all: an error names report.html, not a temporary beside it
     return target
+
+
+class UnsafeOutput(RunFolderError):
+    """An output of the report (report.html, charts/, audit/) is a symbolic link: writing through it would replace
+    what it points to. Exit 2, naming it."""
 
 
 def shown_verdict(data: RunData) -> tuple[str, str, str]:

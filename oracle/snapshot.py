@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import shutil
 import time
 from pathlib import Path
@@ -105,6 +106,8 @@ class SnapshotWriter:
     def __init__(self, run_dir: Path, options: StoreOptions, evidence: dict, partitions: int):
         folder = self.folder = RunFolder(run_dir)
         self.dir = folder.store_reading
+        if folder.store.is_symlink() and not folder.store.exists():  # the read could never take its place (it
+            raise SnapshotError(dangling(folder.store))  # said "cannot read store.reading: Not a directory")
         shutil.rmtree(self.dir, ignore_errors=True)  # a killed read's
         self.kept_earlier = False  # closed: a failed read left the earlier complete snapshot in place
         self.meta = {
@@ -198,6 +201,16 @@ class SnapshotWriter:
                                "the store was emptied). Nothing was judged.")
 
 
+def dangling(store: Path) -> str:
+    """What to say of a ``store`` that is a symbolic link to nothing (its target gone or never there)."""
+    try:
+        to = os.readlink(store)
+    except OSError:
+        to = "?"
+    return (f"{store} is a dangling symbolic link (to {to}, which does not exist): the store's snapshot is not there "
+            f"and a new read cannot replace it; remove the link (or restore what it points to) and audit again")
+
+
 def _complete(store: Path) -> bool:
     """``store`` holds a snapshot whose read completed."""
     try:
@@ -207,7 +220,11 @@ def _complete(store: Path) -> bool:
 
 
 def read_meta(run_dir: Path) -> dict:
-    path = RunFolder(run_dir).store / "meta.json"
+    store = RunFolder(run_dir).store
+    path = store / "meta.json"
+    if store.is_symlink() and not store.exists():  # named as what it is, not as a meta.json missing
+        raise SnapshotError(f"{run_dir} has no store snapshot: {dangling(store)} (with --store-url, --http-url or "
+                            "--reader to read the store again)")
     if not path.exists():
         raise SnapshotError(f"{run_dir} has no store snapshot ({path} missing): "
                             "pass --store-url (or --http-url / --reader) to read the store, "

@@ -26,7 +26,7 @@ from oracle.compare import bad_statistics, compare_pair, trend_rows
 from oracle.history import JournalError
 from oracle.report_data import (RATE_METRICS as POOLED, NotAudited, RunData, RunFolderError, load_run,
                                 mend_surrogates, rate)
-from oracle.report_format import interval, ms, number, pct
+from oracle.report_format import html_target_problem, interval, ms, number, pct, verdict_problem
 from oracle.snapshot import SnapshotError, read_meta
 from oracle.verdict import cut_short, of_summary
 
@@ -111,7 +111,12 @@ def load_runs(paths: list[str], audit: bool = False) -> tuple[list[RunData], lis
         seen.add(same)
         try:
             ensure_audited(path, audit)
-            runs.append(load_run(path))
+            data = load_run(path)
+            damaged = verdict_problem(data.summary)
+            if damaged:  # a verdict of no gate is no verdict, never a night that passed
+                raise NotAudited(f"{RunFolder(path).summary}: {damaged}: a summary goldfish did not write, or "
+                                 f"damaged - re-run `python -m oracle audit {path}`")
+            runs.append(data)
         except (NotAudited, JournalError) as exc:  # JournalError: --audit of a run whose journal is unusable
             why = str(exc) if isinstance(exc, NotAudited) else f"{path}: the audit failed: {exc}"
             folder = RunFolder(path)
@@ -226,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     wrong = bad_statistics(args.alpha, args.margin)
     if wrong:
         print(f"error: {wrong}", file=sys.stderr)
+        return 2
+    unsafe = html_target_problem(args.html) if args.html else None
+    if unsafe:  # refused before anything is read or audited: the page would replace a run's record
+        print(f"error: --html {unsafe}", file=sys.stderr)
         return 2
     runs, failed, skipped = load_runs(args.runs, args.audit)
     for note in skipped:
