@@ -75,6 +75,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
     journal = Journal.open(folder.path)
     journal_bytes = folder.journal_bytes()  # before reading it: a journal still growing is not all judged
     journal.require_records()  # before the store or its snapshot: without a journal there is nothing to judge
+    _own_outputs(folder)
     problems: list[str] = []
     faults, steps = load_faults(folder.path, problems), load_steps(folder.path, problems)
     problems += filter(None, [idle_plan(folder.path, faults)])
@@ -280,6 +281,18 @@ def _judge(context: Context, jobs: int) -> tuple[Tally, list]:
     for other, _ in done[1:]:
         tally.merge(other)
     return tally, sorted((r for _, share in done for r in share), key=lambda r: r.partition)
+
+
+AUDIT_OUTPUTS = ("summary.json", "anomalies.jsonl", "sessions.csv", "windows.csv")
+
+
+def _own_outputs(folder: RunFolder) -> None:
+    """The audit writes only this run's own files: an ``audit/`` (or one of its tables) that is a symbolic link
+    into another run had that run's tables replaced by this one's, before anything is read, exit 2."""
+    for path in (folder.audit, *(folder.audit / name for name in AUDIT_OUTPUTS)):
+        if path.is_symlink():
+            raise SnapshotError(f"{path} is a symbolic link (to {os.readlink(path)}): the audit would write through "
+                                "it and replace what it points to; replace it by this run's own, or remove it")
 
 
 def _quiet_judge(audit_pid: int) -> None:

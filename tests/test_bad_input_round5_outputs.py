@@ -179,6 +179,18 @@ def test_report_through_an_audit_link_into_another_run_is_refused(runs):
     assert tree(victim) == before
 
 
+def test_an_audit_through_an_audit_link_into_another_run_is_refused(runs):
+    """The audit (from the snapshot) would write its tables through the link, into the other run's: exit 2 first."""
+    victim, run = runs("victim"), runs("run")
+    shutil.rmtree(run / "audit")
+    (run / "audit").symlink_to(victim / "audit")
+    before = tree(victim)
+    code, out, err = oracle_main("audit", run)
+    assert code == 2, (out, err)
+    assert f"{run / 'audit'} is a symbolic link" in err, err
+    assert tree(victim) == before
+
+
 # ---- j03: a verdict with no rules ---------------------------------------------------------------------------
 def _no_rules(run: Path) -> Path:
     summary = run / "audit" / "summary.json"
