@@ -95,6 +95,7 @@ class Journal:
     folder: RunFolder
     problems: Problems = field(default_factory=Problems)  # lines that name no session, copies not merged
     unreadable: int = 0                           # lines that are not a turn (blank and torn last lines are not)
+    damaged: bool = False                         # any such line, in any partition (``unreadable`` counts partition 0's)
     run: str | None = None
     shards: list = field(default_factory=list)    # the files read, in order (journal_files)
     copies: list = field(default_factory=list)    # the workers' copies read instead of the master's
@@ -235,10 +236,11 @@ class Grouper:
         j = self.journal
         for i, (raw, key) in enumerate(zip(lines, _keys(lines))):
             if key is None:
-                if raw.strip() and (self.partitions is None or 0 in self.partitions) and \
-                        not torn(raw, last_chunk and i == len(lines) - 1):  # counted once: by partition 0's judge
-                    j.unreadable += 1
-                    j.problems.add(lambda: problem(self.path, before + i + 1, _why(raw), raw))
+                if raw.strip() and not torn(raw, last_chunk and i == len(lines) - 1):
+                    j.damaged = True
+                    if self.partitions is None or 0 in self.partitions:  # counted once: by partition 0's judge
+                        j.unreadable += 1
+                        j.problems.add(lambda: problem(self.path, before + i + 1, _why(raw), raw))
                 continue
             owner = key.user if key.user is not None else key.session
             p = self.mine.get(owner, -1)

@@ -147,7 +147,7 @@ def judge_partitions(context: Context, partitions: list[int]) -> tuple[Tally, li
             for p, entry in journal.completed(set(partitions)):
                 judging.add(p, entry)
     finally:
-        judging.close()
+        judging.close(journal.damaged)
     return judging.tally, judging.results(journal)
 
 
@@ -183,12 +183,12 @@ class Judging:
         for part in self.parts.values():
             part.flush()
 
-    def close(self) -> None:
+    def close(self, journal_damaged: bool = False) -> None:
         try:
             self.flush()
             for part in self.parts.values():  # the rest of a re-audit's snapshot must be readable too
                 if part.stored is not None:
-                    part.stored.finish()
+                    part.stored.finish(part.result.problems if journal_damaged else None)
         finally:
             for part in self.parts.values():
                 part.close()
@@ -481,11 +481,17 @@ class _Lockstep:
                 break
         return [self.ahead.pop(s) for s in sessions if s in self.ahead]
 
-    def finish(self) -> None:
+    def finish(self, damaged_journal: Problems | None = None) -> None:
         """Read the lines no journaled session asked for: a damaged line is an error wherever it is, and a
-        session the journal does not have means the journal lost lines since the snapshot was read."""
+        session the journal does not have means the journal lost lines since the snapshot was read, unless
+        the journal has unreadable lines (``damaged_journal``: their problems, which then say so): the
+        sessions were theirs, the unreadable gate fails the run, and the rest is judged as the live audit did."""
         unasked = list(self.ahead) + [session for session, _ in self.lines_of]
-        if unasked:
+        if unasked and damaged_journal is not None:
+            damaged_journal.extend([f"{self.path}: {len(unasked)} stored session(s) have no readable journal line "
+                                    f"(for example {unasked[0]}): not judged; the journal's unreadable lines were "
+                                    "probably theirs"])
+        elif unasked:
             raise SnapshotError(f"{self.path} holds {len(unasked)} line(s) no journaled session asked for (for "
                                 f"example session {unasked[0]}): a session twice, the journal lost lines since the "
                                 "store was read, or the snapshot is another run's. Read the store again: pass "

@@ -285,3 +285,26 @@ def test_a_bad_follow_option_is_exit_2_naming_the_field(name, env, fragment, tmp
     monkeypatch.setenv(follow.ENV, text)
     assert follow.main([str(tmp_path / "run")]) == 2
     assert_named(capsys.readouterr().err, "oracle follow: ", fragment)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_journal_with_one_sessions_lines_unreadable_is_judged_again_from_its_snapshot(tmp_path, jobs):
+    """Every journal line of one session damaged after the store was read (a bad copy): the re-audit from the
+    snapshot was refused, blaming the snapshot ("holds lines no journaled session asked for... read the store
+    again"), though the store may be long gone. It judges the rest as the live audit did: the unreadable gate
+    fails the run, and the problems say which stored sessions had no readable journal line."""
+    from oracle.audit import audit_run
+    from oracle.verdict import parse_gates
+    from support_oracle import TurnSpec, build_world, write_journal, write_snapshot
+
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("probe", "ok")] for _ in range(12)], seed=5)
+    victim = world.order[3]
+    write_journal(tmp_path, [r for r in world.records if r["session"] != victim],
+                  extra_lines={0: ["garbage\n"] * sum(r["session"] == victim for r in world.records)})
+    write_snapshot(tmp_path, world)
+    summary = audit_run(tmp_path, gates=parse_gates("strict"), jobs=jobs)
+    assert summary["verdict"]["result"] == "fail"
+    assert any(line.startswith("unreadable:") for line in summary["verdict"]["failed"]), summary["verdict"]["failed"]
+    assert summary["sessions"] == len(world.order) - 1
+    assert any(f"have no readable journal line (for example {victim})" in p for p in summary["problems"]), \
+        summary["problems"]
