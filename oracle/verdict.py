@@ -197,6 +197,9 @@ def legacy_overrides(max_probe_amnesia=None, max_stored_loss=None, max_crosstalk
         if rate is not None:
             if not 0 <= float(rate) <= 1:  # NaN too
                 raise GateError(f"{option} {short(rate)} is not a rate in [0, 1]")
+            if float(rate) == 1:  # --gate probe_amnesia=1 allows one; this allowed every one to fail
+                raise GateError(f"{option} {short(rate)} is a rate of 100%: the gate could never fail (for 1% write "
+                                f"0.01 or 1%; to turn the gate off, --gate {name}=off)")
             out[name] = Limit(rate=float(rate))
     if max_crosstalk is not None:
         if int(max_crosstalk) < 0:

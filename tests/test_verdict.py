@@ -84,6 +84,8 @@ def test_gates_file_with_profile_and_line_numbered_errors(tmp_path):
 def test_legacy_options_are_rates_and_a_count():
     over = legacy_overrides(max_probe_amnesia=0.01, max_stored_loss=0.0, max_crosstalk=2)
     assert over == {"probe_amnesia": Limit(rate=0.01), "stored_loss": Limit(rate=0.0), "crosstalk": Limit(count=2)}
+    with pytest.raises(GateError, match="--max-probe-amnesia 1.0 is a rate of 100%: the gate could never fail"):
+        legacy_overrides(max_probe_amnesia=1.0)  # --gate probe_amnesia=1 allows one failed probe; this allowed all
 
 
 # ---- evaluation ----------------------------------------------------------------------------------
