@@ -79,6 +79,16 @@ TOKEN_RE = re.compile(r"\[(gf[0-9a-f]+t\d+)\]")
 
 
 # ---- the test bots (run in a subprocess) -------------------------------------------------------
+def answer(facts: dict, message: str) -> str:
+    """A test bot's answer: a plant is noted (into ``facts``), a probe recalled from ``facts``."""
+    if p := PLANT_RE.search(message):
+        facts[p[1]] = p[2]
+        return "Noted."
+    if q := PROBE_RE.search(message):
+        return f"Your {q[1]} is {facts[q[1]]}." if q[1] in facts else f"I don't know your {q[1]}."
+    return "Noted."
+
+
 def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
     import gevent
 
@@ -93,14 +103,6 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
     def respond(start, status: str, body: bytes, ctype: str = "application/json", extra=()):
         start(status, [("Content-Type", ctype), ("Content-Length", str(len(body))), *extra])
         return [body]
-
-    def answer(facts: dict, message: str) -> str:
-        if p := PLANT_RE.search(message):
-            facts[p[1]] = p[2]
-            return "Noted."
-        if q := PROBE_RE.search(message):
-            return f"Your {q[1]} is {facts[q[1]]}." if q[1] in facts else f"I don't know your {q[1]}."
-        return "Noted."
 
     def app(environ, start):
         path = environ.get("PATH_INFO") or ""

@@ -14,20 +14,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 from http import HTTPStatus
 
-PLANT_RE = re.compile(r"\bMy ([a-z][a-z ]*?) is (\S+)\.")
-PROBE_RE = re.compile(r"\bWhat is my ([a-z][a-z ]*?)\?")
-
-
-def answer(facts: dict, message: str) -> str:
-    if p := PLANT_RE.search(message):
-        facts[p[1]] = p[2]
-        return "Noted."
-    if q := PROBE_RE.search(message):
-        return f"Your {q[1]} is {facts[q[1]]}." if q[1] in facts else f"I don't know your {q[1]}."
-    return "I see. How else can I help?"
+from support_locust import answer
 
 
 async def main(port: int, mode: str) -> None:

@@ -264,7 +264,9 @@ def test_bots_that_issue_the_session_id_are_audited_under_their_own_ids(tmp_path
     assert summary["metrics"]["stored_loss"]["total"] >= len(records)
     stored = [json.loads(line) for part in sorted((run.run_dir / "store").glob("sessions.*.jsonl"))
               for line in part.read_text().splitlines()]
-    assert stored and all(s["key"].endswith("/history/" + quote(next(iter(issued[s["session"]])), safe="")) for s in stored)
+    cut = {r["session"] for r in run.records()} - set(issued)  # sessions whose only turn the stop interrupted
+    assert stored and all(s["key"].endswith("/history/" + quote(next(iter(issued[s["session"]])), safe=""))
+                          for s in stored if s["session"] not in cut)
     if config in ("threads", "located"):  # one start per conversation, a request of its own in Locust's statistics
         assert run.count("POST", "chat start") >= len(issued) and not run.count("POST", "chat start", failures=True)
 
