@@ -28,15 +28,29 @@ _decode = msgspec.json.decode
 
 
 def loads(data):
-    """Parse JSON text (str or bytes); raises DecodeError ("not JSON: why") and nothing else."""
+    """Parse JSON text (str or bytes); raises DecodeError ("not JSON: why") and nothing else.
+
+    Bytes must be UTF-8 (a leading UTF-8 byte order mark is skipped, as the stdlib does): UTF-16 or UTF-32 text,
+    which the stdlib's ``json.loads(bytes)`` would detect and read, is not JSON here (docs/oracle.md: an entry
+    that is not UTF-8 is corrupt)."""
     try:
         return _decode(data)
     except msgspec.DecodeError:
         pass  # NaN / Infinity: the stdlib below
-    except (UnicodeDecodeError, TypeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise DecodeError(_reason(_in_document(data, exc))) from None
+    except TypeError as exc:
         raise DecodeError(_reason(exc)) from None
     except RecursionError:
         raise DecodeError("not JSON: nested too deeply") from None
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+        if raw.count(0) * 4 >= len(raw) > 0:  # UTF-16 / UTF-32 of ASCII text: NUL bytes throughout
+            raise DecodeError(f"not JSON: not UTF-8 text (NUL bytes from byte {raw.index(0)} on: UTF-16 or UTF-32?)")
+        try:
+            data = raw.decode("utf-8-sig")  # never the stdlib's guess of UTF-16 / UTF-32
+        except UnicodeDecodeError as exc:
+            raise DecodeError(_reason(exc)) from None
     try:
         return json.loads(data)
     except RecursionError:
@@ -79,6 +93,17 @@ def loads_object(data) -> dict:
     if not isinstance(value, dict):
         raise DecodeError(f"not a JSON object but a {type(value).__name__}")
     return value
+
+
+def _in_document(data, exc: UnicodeDecodeError) -> UnicodeDecodeError:
+    """The error at its place in the whole document: msgspec's names the offset inside the string token it was
+    decoding (a bad byte at byte 32 was "at byte 1")."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        try:
+            bytes(data).decode("utf-8")
+        except UnicodeDecodeError as whole:
+            return whole
+    return exc
 
 
 def _reason(exc: BaseException) -> str:

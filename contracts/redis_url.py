@@ -16,16 +16,21 @@ name the part that is wrong, never the whole URL (it may hold a password).
 ``check_url`` refuses what redis-py would silently get wrong: a path that is not a database number
 (``/abc`` and ``/0/extra`` read database 0, ``/1/2`` database 12), and the options that change what
 replies are (``decode_responses``, ``encoding``, ``encoding_errors``): goldfish reads stored bytes as
-they are, and a stored entry that is not UTF-8 is a finding, not a client that cannot decode it.
+they are, and a stored entry that is not UTF-8 is a finding, not a client that cannot decode it. It also refuses,
+naming the option, what redis-py takes from a URL and refuses only when it connects (then blamed on the server):
+an option its connection does not know, a TLS option on ``redis://``, a timeout that is not seconds above 0; and
+the database given twice with two values (``/0?db=5`` reads database 5).
 """
 from __future__ import annotations
 
+import inspect
+import math
 import re
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
-from redis.connection import parse_url
+from redis.connection import Connection, SSLConnection, parse_url
 from redis.sentinel import Sentinel
 
 SCHEMES = ("redis+sentinel", "rediss+sentinel")
@@ -102,12 +107,58 @@ def check_url(url: str) -> None:
     """ValueError naming the part of a plain or Sentinel URL that is wrong (see the module docstring)."""
     if is_sentinel_url(url):
         options = parse_sentinel_url(url).options
+        path = [p for p in urlsplit(f"//{url.partition('://')[2]}").path.split("/") if p]
+        path_db = path[1] if len(path) == 2 else ""
+        connection = SSLConnection if options.get("ssl") else Connection
     else:
         options = parse_url(url)
         parts = urlsplit(url)
         if parts.scheme.lower() != "unix" and not re.fullmatch(r"/?([0-9]+)?", unquote(parts.path)):
             raise ValueError(f"path {parts.path!r}: must be /db, a database number (e.g. /0)")
+        path_db = "" if parts.scheme.lower() == "unix" else unquote(parts.path).strip("/")
+        connection = options.get("connection_class") or Connection
     for name in REPLY_OPTIONS:
         if name in options:
             raise ValueError(f"URL option {name}: goldfish reads the stored bytes as they are (a stored entry that "
                              "is not UTF-8 is a finding); remove the option")
+    _check_options(url, options, connection, path_db)
+
+
+def _init_names(cls) -> set[str]:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        try:
+            parameters = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        names |= {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+    return names
+
+
+TIMEOUT_OPTIONS = ("socket_timeout", "socket_connect_timeout")
+
+
+def _check_options(url: str, options: dict, connection, path_db: str) -> None:
+    """What redis-py takes from a URL without a word and refuses only when it connects (then any error reads as a
+    server that does not answer as Redis): an option no connection knows, a timeout that is not a number of
+    seconds above 0; and the database given twice, in the path and as ``?db=``, with two values (redis-py reads
+    the query's without a word)."""
+    known = _init_names(connection) | _init_names(redis.ConnectionPool) | {"ssl"}
+    scheme = url.partition("://")[0].lower()
+    for name in options:
+        if name not in known:
+            kind = "TLS (rediss://)" if name.startswith("ssl_") and connection is not SSLConnection else ""
+            why = f"a {kind} option, not one of a {scheme}:// connection" if kind else \
+                f"not an option of redis-py's {scheme}:// connection (a misspelling?)"
+            raise ValueError(f"URL option {name}: {why}; remove it")
+    for name in TIMEOUT_OPTIONS:
+        value = options.get(name)
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"URL option {name}={value!r}: must be a number of seconds above 0")
+    query_db = parse_qs(urlsplit(url).query).get("db")
+    if path_db and query_db and str(options.get("db")) != str(int(path_db)):
+        raise ValueError(f"the database is given twice, /{path_db} in the path and db={query_db[0]} in the query: "
+                         "give it once")

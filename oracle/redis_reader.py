@@ -41,6 +41,7 @@ def digest(raw: RawSession) -> list:
     return [raw.type]
 
 
+REREAD_ATTEMPTS = 3  # reads of a key whose type changes under the read (TYPE, then the read) before giving up
 MAX_FOREIGN_LISTED = 10_000  # foreign keys described one by one (type, length) in store/foreign.jsonl; the rest counted
 
 
@@ -79,16 +80,35 @@ def stream_message(fields: dict):
     return {as_text(k): as_text(v) for k, v in fields.items()}
 
 
+MAX_POSITION_DIGITS = 18  # a message number longer than this is no position (a 5,000-digit one was a traceback)
+_NUMBER_LIKE = re.compile(r"\s*[+-]?[0-9]+\s*", re.ASCII)
+
+
+def _position(name: str) -> bool:
+    """A hash field that numbers a message: 0, 1, 2 ... (ASCII digits, at most MAX_POSITION_DIGITS of them)."""
+    return name.isascii() and name.isdigit() and len(name) <= MAX_POSITION_DIGITS
+
+
 def hash_history(raw: RawSession, fields: dict, messages_field: str) -> None:
     """A history kept in a Redis hash: the field named ``messages_field`` holding the JSON message list (read
     as a blob), or one field per message numbered 0, 1, 2 ... (read in numeric order); other fields beside
-    either (a title, a count, updated_at) are metadata, not read. A hash with neither is not a history."""
+    either (a title, a count, updated_at) are metadata, not read. A hash with neither is not a history.
+
+    In the numbered layout a field named like a number that is no message position (``-1``, ``+3``, `` 2``,
+    a number of more than MAX_POSITION_DIGITS digits) is not taken for metadata: its value is a corrupt entry,
+    after the numbered ones, that names the field (its message's token still ties it to its turn)."""
     named = {as_text(k): v for k, v in fields.items()}
-    numbered = [name for name in named if name.isascii() and name.isdigit()]
+    numbered = [name for name in named if _position(name)]
+    odd = sorted(name for name in named if not _position(name) and _NUMBER_LIKE.fullmatch(name))
     if messages_field in named:
         raw.type, raw.entries = "string", [named[messages_field]]
-    elif numbered:
+    elif numbered or odd:
         raw.entries = [named[name] for name in sorted(numbered, key=int)]
+        for name in odd:
+            value = named[name]
+            value = value if isinstance(value, bytes) else str(value).encode()
+            label = name if len(name) <= 24 else f"{name[:12]}... ({len(name)} characters)"
+            raw.entries.append(f"<hash field {label!r} is no message number 0, 1, 2 ...> ".encode() + value)
     else:
         # short: a finding's excerpt keeps 80 characters, and the field names are the point
         raw.type, raw.entries = "other", [f"<a hash without a field {messages_field!r} or numbered fields: "
@@ -140,7 +160,15 @@ class RedisReader:
 
     def read(self, sessions: list[str]) -> Iterator[list[RawSession]]:
         for batch in batches(sessions, self.options.batch):
-            yield self._read_batch(batch)
+            try:
+                raws = self._read_batch(batch)
+            except redis.AuthenticationError as exc:  # NOAUTH mid-read: a password set on the store meanwhile
+                raise self._password_now(exc) from exc
+            yield raws
+
+    def _password_now(self, exc: Exception) -> StoreError:
+        return StoreError(f"the store at {self.options.where()} now requires a password it did not when the audit "
+                          f"began, or refuses the one given (AUTH/NOAUTH): {_auth_problem(self.client, exc)}")
 
     def _read_batch(self, sessions: list[str]) -> list[RawSession]:
         keys = [self.options.key(s) for s in sessions]
@@ -212,41 +240,68 @@ class RedisReader:
                 pipe.lrange(key, 0, -1)
         return pipe.execute(raise_on_error=False)
 
-    def _reread_other_layout(self, raws: list[RawSession]) -> None:
-        """Keys whose type differs from the first guess: ask TYPE, then read them as what they are."""
+    def _reread_other_layout(self, raws: list[RawSession], attempt: int = 1) -> None:
+        """Keys whose type differs from the first guess: ask TYPE, then read them as what they are. A key whose
+        type changes again between TYPE and its read (a live writer switching layouts) is read again, up to
+        REREAD_ATTEMPTS times; then StoreError naming it (the store did not fail: the key would not hold still)."""
         kinds = [k.decode() if isinstance(k, bytes) else k for k in
                  self._pipe(lambda p, r: p.type(r.key), raws)]
         lpush = self.options.direction == "lpush"
         for raw, kind in zip(raws, kinds):
             raw.type = kind
+        moved: list[RawSession] = []
+
+        def each(items, add):
+            for raw, value in zip(items, self._pipe(add, items, wrongtype_ok=True)):
+                if isinstance(value, redis.ResponseError):  # WRONGTYPE: its type changed since TYPE
+                    moved.append(raw)
+                else:
+                    yield raw, value
+
         lists = [r for r in raws if r.type == "list"]
-        for raw, value in zip(lists, self._pipe(lambda p, r: p.lrange(r.key, 0, -1), lists)):
+        for raw, value in each(lists, lambda p, r: p.lrange(r.key, 0, -1)):
             raw.entries = value[::-1] if lpush else value
         strings = [r for r in raws if r.type == "string"]
-        for raw, value in zip(strings, self._pipe(lambda p, r: p.get(r.key), strings)):
+        for raw, value in each(strings, lambda p, r: p.get(r.key)):
             raw.entries = [] if value is None else [value]
         zsets = [r for r in raws if r.type == "zset"]
-        for raw, value in zip(zsets, self._pipe(lambda p, r: p.zrange(r.key, 0, -1), zsets)):
+        for raw, value in each(zsets, lambda p, r: p.zrange(r.key, 0, -1)):
             raw.entries = value
         streams = [r for r in raws if r.type == "stream"]
-        for raw, value in zip(streams, self._pipe(lambda p, r: p.xrange(r.key), streams)):
+        for raw, value in each(streams, lambda p, r: p.xrange(r.key)):
             raw.entries = [stream_message(fields) for _, fields in value]
         hashes = [r for r in raws if r.type == "hash"]
-        for raw, value in zip(hashes, self._pipe(lambda p, r: p.hgetall(r.key), hashes)):
+        for raw, value in each(hashes, lambda p, r: p.hgetall(r.key)):
             hash_history(raw, value, self.options.messages_field)
+        if moved:
+            if attempt >= REREAD_ATTEMPTS:
+                raise StoreError(f"the key {moved[0].key!r} in the store at {self.options.where()} changed type while "
+                                 f"it was read ({REREAD_ATTEMPTS} times: it was a {moved[0].type} when asked, then "
+                                 "another type when read): something writes it in another layout (list, hash, string "
+                                 "...) during the audit; audit once the writers have stopped")
+            for raw in moved:
+                raw.entries = []
+            self._reread_other_layout(moved, attempt + 1)
         for raw in raws:
             if raw.type not in ("list", "string", "zset", "stream", "hash", "other"):
                 raw.entries = [f"<a Redis {raw.type} key; expected a list, a string, a hash, a sorted set or a "
                                "stream>".encode()]
                 raw.type = "other"
 
-    def _pipe(self, add, items) -> list:
+    def _pipe(self, add, items, wrongtype_ok: bool = False) -> list:
+        """One pipelined round trip; an error reply raises, but a WRONGTYPE one is returned as it is when
+        ``wrongtype_ok``."""
         if not items:
             return []
         pipe = self.client.pipeline(transaction=False)
         for item in items:
             add(pipe, item)
-        return pipe.execute()
+        replies = pipe.execute(raise_on_error=not wrongtype_ok)
+        for reply in replies:
+            if isinstance(reply, Exception) and not (isinstance(reply, redis.ResponseError)
+                                                     and str(reply).startswith("WRONGTYPE")):
+                raise reply
+        return replies
 
     def digests(self, sessions: list[str]) -> dict[str, list]:
         """Each session key's digest (``digest``), computed by Redis: only the digest is sent back, not the
@@ -271,6 +326,12 @@ class RedisReader:
         ``owned.owns(keys)`` tells a page of SCAN at a time. The first MAX_FOREIGN_LISTED are described
         (type, length); the rest only named, ``{"key"}``, to be counted: a shared store with a million
         other keys under the prefix cost 30 s of TYPE and length calls and 63 MB per run folder."""
+        try:
+            yield from self._foreign(owned)
+        except redis.AuthenticationError as exc:  # a password set on the store since the sessions were read
+            raise self._password_now(exc) from exc
+
+    def _foreign(self, owned) -> Iterable[dict]:
         pattern = template_pattern(self.options.key_template)
         found: list[str] = []
         cursor, listed = None, 0
