@@ -48,7 +48,7 @@ from gevent.event import Event
 
 from contracts import codec, redact
 from contracts.runfolder import RunFolder
-from locustfiles import locust_output, runfolder
+from locustfiles import live, locust_output, runfolder
 from locustfiles.options import default_run_dir
 
 log = logging.getLogger("goldfish")
@@ -181,6 +181,7 @@ def start_follower(s) -> subprocess.Popen | None:
 
     env = {**os.environ, FOLLOW_ENV: codec.dumps({k: v for k, v in s.store.__dict__.items()
                                                   if k != "on_batch"}).decode()}
+    # an OSError here (follow.log a directory in a folder made beforehand, no permission): begin_run stops the test
     with open(Path(s.run_dir) / "follow.log", "ab") as log_file:
         follower = subprocess.Popen(
             [sys.executable, "-m", "oracle", "follow", str(s.run_dir), "--every", str(s.audit_every),
@@ -190,19 +191,39 @@ def start_follower(s) -> subprocess.Popen | None:
     return follower
 
 
-def stop_follower(run, timeout: float = 120.0) -> None:
-    """Let the rolling audit finish the batch in hand and stop (bounded), before the final audit."""
+FOLLOWER_STOP_S = 30.0  # how long the rolling audit may take to finish its batch in hand once told to stop
+
+
+def stop_follower(run, timeout: float = FOLLOWER_STOP_S) -> None:
+    """Let the rolling audit finish the batch in hand and stop, before the final audit: SIGTERM, then at most
+    ``timeout`` seconds (said after a few), then SIGKILL to its process group, said with its pid.
+
+    Why: a follower that never exits (frozen: SIGSTOP, a dead NFS mount, a debugger) held the run in settle
+    without a word until a CI timeout killed it."""
     follower, run.follower = run.follower, None
     if follower is None:
         return
     if follower.poll() is None:
         follower.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while follower.poll() is None and time.monotonic() < deadline:
+    started = time.monotonic()
+    told = False
+    while follower.poll() is None and time.monotonic() - started < timeout:
+        if not told and time.monotonic() - started >= 3:
+            told = True
+            say(f"waiting for the rolling audit (pid {follower.pid}) to finish its batch and stop (at most "
+                f"{timeout:g}s, then it is killed)")
         gevent.sleep(0.1)
     if follower.poll() is None:
-        follower.kill()
-        say("rolling audit did not stop in time: killed; the final audit judges what it had not")
+        try:
+            os.killpg(follower.pid, signal.SIGKILL)  # its own session: whatever it started goes too
+        except OSError:
+            follower.kill()
+        for _ in range(50):  # reaped, so no zombie stays behind (SIGKILL ends even a stopped process)
+            if follower.poll() is not None:
+                break
+            gevent.sleep(0.1)
+        say(f"the rolling audit (pid {follower.pid}) did not stop within {timeout:g}s of SIGTERM (stopped or stuck: "
+            f"see {Path(run.run_dir) / 'follow.log'}): killed; the final audit judges the conversations it had not")
 
 
 def print_greenlets(_signum=None, _frame=None) -> None:
@@ -212,6 +233,18 @@ def print_greenlets(_signum=None, _frame=None) -> None:
 
     say("SIGUSR2: every greenlet and thread, with its stack:")
     print_run_info(file=sys.stderr)
+
+
+def record(run: Run, end: bool = False, **fields) -> None:
+    """Update the run's run.json; one that cannot be written (a full disk) is said once and the run goes on, so
+    its end is still said with one exit code (it used to raise out of the stop: no verdict, exit code None)."""
+    try:
+        (runfolder.end_run if end else runfolder.update_run)(run.run_dir, **fields)
+    except OSError as exc:
+        if not run.unrecorded:
+            run.unrecorded = True
+            say(f"cannot update {RunFolder(run.run_dir).run_json}: {exc.strerror or exc}: it does not record the "
+                "rest of this run (its phase, verdict and exit code are said here)")
 
 
 class Stopped(Exception):
@@ -234,6 +267,8 @@ class Run:
         self.report: Path | None = None
         self.follower: subprocess.Popen | None = None  # the rolling audit (--audit-every)
         self.warnings: list[str] = []  # said at its start, and again with its verdict
+        self.journal_error: str | None = None  # a journal line could not be written during the load: stopped
+        self.unrecorded = False  # run.json could not be updated (said once)
 
     @property
     def run_dir(self) -> str:
@@ -331,7 +366,7 @@ class EndOfRun:
             run.interrupted = name
             s, phase = run.settings, phase or run.phase
             resume = f"python -m oracle audit {s.run_dir}" + store_arguments(s.store)
-            runfolder.end_run(s.run_dir, exit_code=self.code, phase=phase, interrupted={
+            record(run, end=True, exit_code=self.code, phase=phase, interrupted={
                 "signal": name, "phase": phase, "time": time.time(),
                 "finish_with": f"{resume} (it reads the store again: run it while the store still holds this run)"})
             say(f"{name} during {phase}: stopped with exit code {self.code}, no verdict. The journal is intact; "
@@ -381,10 +416,29 @@ class EndOfRun:
         if controller is not None:
             controller.start()
             say(f"chaos: armed {settings.chaos} on backend {settings.chaos_backend} from its beginning")
-        if not bad:
-            run.follower = start_follower(settings)
+        if not bad:  # a journal line that cannot be written stops this test (locustfiles/live.py)
+            live.journal_failed = lambda path, exc, run=run: self.journal_failed(run, path, exc)
+            try:
+                run.follower = start_follower(settings)
+            except OSError as exc:  # an IsADirectoryError traceback, then the load ran with no verdict at its end
+                run.bad = (f"--run-dir {settings.run_dir}: cannot write the rolling audit's log "
+                           f"{exc.filename or Path(settings.run_dir) / 'follow.log'}: {exc.strerror or exc}")
+                say(f"error: {run.bad}; this test is stopped at once")
         say(f"run folder {settings.run_dir} (script {script.name}, {script.turns} turns)")
         return run
+
+    def journal_failed(self, run: Run, path, exc: OSError) -> None:
+        """A journal line of ``run`` could not be written (no space left on the device): say what and where once,
+        and stop the load as a Ctrl-C does (the run is then healed and ended, with exit code 3, and Locust
+        quits): turns that cannot be journaled cannot be judged, and the load would go on sending them."""
+        if run is not self.run or run.journal_error:
+            return
+        run.journal_error = f"cannot write the journal {path}: {exc.strerror or exc}"
+        say(f"error: {run.journal_error}; this test is stopped at once (a turn that cannot be journaled cannot be "
+            "judged)")
+        if run.phase == LOAD and not (self.quitting or self.stopping):
+            self.stopping = True
+            self._throw_at_switch(KeyboardInterrupt())  # as Locust's own Ctrl-C: stop the load, end the run, quit
 
     # ---- a test stops -----------------------------------------------------------------------
     def end_run(self, environment) -> int | None:
@@ -404,13 +458,14 @@ class EndOfRun:
                 # exits with self.code. Never raise: in Locust's SIGTERM greenlet gevent throws whatever escapes
                 # into the main greenlet (a GreenletExit there was a traceback and exit code 1)
                 return self.interrupt(*self.pending)
-            if not run.bad:  # a folder that could not be written has no room for Locust's files either
+            if not (run.bad or run.journal_error):  # a folder that could not be written has no room for Locust's
+                # files either
                 locust_output.write(environment, run.run_dir)
             raised = user_exceptions(environment, seen)
             if raised:  # before the report, which warns of it
-                runfolder.update_run(run.run_dir, user_exceptions=raised)
+                record(run, user_exceptions=raised)
             if lost:
-                runfolder.update_run(run.run_dir, workers_lost=lost)
+                record(run, workers_lost=lost)
                 say(f"{lost['count']} Locust worker(s) went missing during the test"
                     + (": all of them, so the test stopped early" if lost["all"] else ""))
             try:
@@ -426,7 +481,7 @@ class EndOfRun:
             if run.final != run.code:
                 say(f"exit code {run.final}: Locust's own ({why})")
             run.phase, run.ended = DONE, time.time()
-            runfolder.end_run(run.run_dir, exit_code=run.final, phase=DONE, verdict=run.result)
+            record(run, end=True, exit_code=run.final, phase=DONE, verdict=run.result)
             return run.final
         finally:
             stop_follower(run)
@@ -438,7 +493,7 @@ class EndOfRun:
     def heal(self, run: Run) -> None:
         """Heal everything; signals that arrive meanwhile wait for it (``on_signal``)."""
         run.phase = HEAL
-        runfolder.update_run(run.run_dir, phase=HEAL)
+        record(run, phase=HEAL)
         if run.controller is None:
             return
         self.heal_event.clear()
@@ -514,7 +569,7 @@ class EndOfRun:
         for run in self.runs:
             verdict = (run.result or ("interrupted" if run.interrupted else "no verdict")).upper()
             where = f"report {run.report}" if run.report else "no report.html (" + (
-                "see the error above" if run.bad else
+                "see the error above" if run.bad or run.journal_error else
                 "no audit: --no-audit" if run.settings.no_audit else
                 "no audit: --store-url" if run.settings.store is None else
                 "the store was not judged: see above") + ")"
@@ -527,7 +582,7 @@ class EndOfRun:
         if run.interrupted:
             raise Stopped()
         run.phase = phase
-        runfolder.update_run(run.run_dir, phase=phase)
+        record(run, phase=phase)
 
     def _finish(self, run: Run) -> int:
         s = run.settings
@@ -537,6 +592,10 @@ class EndOfRun:
         if run.bad:
             say(f"error: {run.bad}")
             return EXIT_BAD
+        if run.journal_error:  # the journal stops at the error: a verdict of part of the run is not the run's
+            say(f"no verdict: the journal stops at the error above ({run.journal_error}): it holds the turns "
+                "before it, not the whole run's; free the space and run the test again")
+            return EXIT_AUDIT
         started = time.monotonic()
         try:
             online = journal_verdict(s.run_dir, s.gates)

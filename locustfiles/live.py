@@ -72,22 +72,45 @@ class Tally:
         return {name: int(counts[name]) for name in COUNTS}
 
 
+# What stops the test under load when a journal line cannot be written (a full disk, a file-size limit): set by
+# the master's or the local runner's EndOfRun for each test it starts (locustfiles/endofrun.py), called with the
+# shard's path and the error. None (a worker, a library user): the error goes to the user that recorded, as before.
+journal_failed = None
+
+
 class TalliedJournal:
     """The journal as the users see it (``record``, ``path``, ``close``), counting each record on its way in
-    and, with ``--replica-header``, tagging it with the replica that answered (locustfiles/replica.py)."""
+    and, with ``--replica-header``, tagging it with the replica that answered (locustfiles/replica.py).
+
+    A record that cannot be written (``OSError``: no space left on the device) stops the test: the first is
+    handed to ``journal_failed``, which says what and where once and stops the load, and later records are
+    dropped without a word (the test is stopping). Why: every user used to raise the error at each turn (1,355
+    tracebacks on a full disk) while the load went on sending turns that could not be journaled, and the run
+    ended with two contradicting exit codes."""
 
     def __init__(self, journal, tally: Tally, replicas=None):
         self.journal, self.tally, self.replicas = journal, tally, replicas
+        self.failed: OSError | None = None
 
     @property
     def path(self):
         return self.journal.path
 
     def record(self, turn) -> None:
+        if self.failed is not None:
+            return  # nothing more can be journaled, and the test is stopping (said once)
         if self.replicas is not None and self.replicas.header and not turn.in_flight:
             turn.replica = self.replicas.take()
-        self.tally.add(turn)
-        self.journal.record(turn)
+        try:
+            self.journal.record(turn)
+        except OSError as exc:
+            stop = journal_failed
+            if stop is None:
+                raise
+            self.failed = exc
+            stop(self.journal.path, exc)
+            return
+        self.tally.add(turn)  # what the journal holds, never a record it could not write
 
     def close(self) -> None:
         self.journal.close()

@@ -228,6 +228,42 @@ def check_reply_where(text: str, reply_format: str, reply_field: str) -> None:
                           f"{reply_field!r} has none to pick")
 
 
+# a line of a Locust config file (locust.conf, --config): configargparse's DefaultConfigFileParser's pattern
+_CONFIG_LINE = re.compile(r"^(?P<key>[^:=;#\s]+)")
+CONFIG_FILES = ("~/.locust.conf", "locust.conf")  # Locust's default config files that are not TOML
+
+
+def check_config_files(get) -> None:
+    """A key given twice in a Locust config file: configargparse keeps the last one without a word (a TOML file
+    refuses it itself). Checked in the files Locust reads (its defaults and ``--config``), where they exist.
+
+    Why: ``store-url`` given twice (a pasted block) silently audited the second store."""
+    if get("worker"):  # the master's options arrive with its test: its files are not this machine's
+        return
+    names = list(CONFIG_FILES) + ([str(get("config"))] if get("config") else [])
+    for name in names:
+        path = Path(name).expanduser()
+        if path.suffix == ".toml" or not path.is_file():
+            continue
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue  # Locust read it, or said why not
+        seen: dict[str, int] = {}
+        for number, line in enumerate(lines, 1):
+            line = line.strip()
+            if not line or line[0] in "#;[" or line.startswith("---"):
+                continue
+            match = _CONFIG_LINE.match(line)
+            if not match:
+                continue
+            key = match.group("key").lstrip("-")
+            if key in seen:
+                raise OptionError(f"{path}: {key} is given twice (lines {seen[key]} and {number}): Locust would use "
+                                  "the last one without a word; keep one (a list goes in one line: [a, b])")
+            seen[key] = number
+
+
 def _bounded(value, name: str, high: int) -> int:
     number = int(value or 0)
     if not 0 <= number <= high:
@@ -446,6 +482,7 @@ class Settings:
             raise OptionError("the session id must go somewhere: set --session-field or --session-header, or put "
                               f"{SESSION} in --chat-path")
         check_request(get)
+        check_config_files(get)
         timeout = parse_duration(get("timeout", 30.0), "timeout", limit=durations.DAY)
         if timeout <= 0:
             raise OptionError(f"--timeout: {timeout} must be > 0")

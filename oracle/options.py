@@ -8,19 +8,39 @@ also takes its web-UI flags (``include_in_web_ui``, ``is_secret``), which are dr
 """
 from __future__ import annotations
 
+import argparse
 import math
 
 from contracts import redact
 from oracle.store import StoreOptions
 
 _D = StoreOptions()
+
+
+class NotEmpty(argparse.Action):
+    """An option whose value chooses whether a store is read at all (``--store-url``, ``--http-url``,
+    ``--reader``): given explicitly empty, on the command line or in a Locust config file (``store-url =``), it
+    is refused, naming it. Left out, its default (empty: no store) stands; the web UI's start form sets the value
+    itself, where an empty field is no store.
+
+    Why: an empty value is an unset shell variable (``--store-url $STORE_URL``), and it meant no store: a Locust
+    run was judged from its journal alone and passed, and ``oracle audit RUN --store-url ''`` re-judged the old
+    snapshot, exit 0, while ``--gate ''`` was refused."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if not str(values).strip():
+            raise argparse.ArgumentError(self, "the value is empty (an unset variable?): give one, or leave the "
+                                               "option out (then no store is read)")
+        setattr(namespace, self.dest, values)
+
+
 STORE = [
-    (("--store-url",), dict(default="", is_secret=True,
+    (("--store-url",), dict(default="", is_secret=True, action=NotEmpty,
                             help="Redis to read back and audit: redis://[:password@]host:port/db "
                                  "(without it, and without --http-url or --reader, no store is audited)")),
-    (("--http-url",), dict(default="", help="URL template returning a session's history, "
+    (("--http-url",), dict(default="", action=NotEmpty, help="URL template returning a session's history, "
                                             "e.g. http://bot/sessions/{session}/history")),
-    (("--reader",), dict(default="", help="module:function that reads a batch of sessions (docs/oracle.md)")),
+    (("--reader",), dict(default="", action=NotEmpty, help="module:function that reads a batch of sessions (docs/oracle.md)")),
     (("--key-template",), dict(default=_D.key_template, help="store key of a session's history "
                                                              "(default message_store:{session})")),
     (("--store-format", "--format"), dict(default=_D.format, help="list (one entry per message), blob (one "
@@ -141,6 +161,18 @@ def _not_empty(value, option: str) -> None:
     if value is not None and not str(value).strip():
         raise OptionError(f"{option}: the value is empty (an unset variable?): give one, or leave the option out "
                           "for its default")
+
+
+def _no_empty_item(value, option: str) -> None:
+    """A comma-separated list with an empty item (``,``, ``lenient,``, ``a,,b``): a typo or an unset variable
+    (``lenient,$EXTRA``). The items left were used without a word while an empty ``--gate ''`` was refused."""
+    if value is None or not str(value).strip():
+        return
+    items = [item.strip() for item in str(value).split(",")]
+    if "" in items:
+        where = "at its end" if items[-1] == "" else "at its start" if items[0] == "" else "between two commas"
+        raise OptionError(f"{option} {redact.text(str(value))!r}: an empty item {where} (an unset variable?): "
+                          "remove the comma, or give a profile, a gates file or name=limit there")
 
 
 def _roles(roles, option: str) -> None:
@@ -269,6 +301,7 @@ def gates(values):
                                          _number(get("max_stored_loss"), "max-stored-loss", 1.0),
                                          _count(get("max_crosstalk"), "max-crosstalk"))
     _not_empty(get("gate"), "--gate")
+    _no_empty_item(get("gate"), "--gate")
     try:
         spec = verdict.parse_gates(str(get("gate") or "strict"))
     except verdict.GateError as exc:

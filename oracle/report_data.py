@@ -275,16 +275,34 @@ def _verdict_disagrees(v) -> str | None:
     return None
 
 
-def _of_another_journal(summary: dict, folder: RunFolder) -> str | None:
-    """Why a summary is not the verdict of the run in its folder: the journal has grown since it was audited
-    (``oracle audit`` while the run went on, which then stopped with no verdict of its own). A journal that shrank
-    since was damaged after the audit, whose verdict stands (the breakdown warns of it). An older summary, which
-    does not say what it judged, is taken as it is."""
-    recorded = summary.get("journal", {}).get("bytes") if isinstance(summary.get("journal"), dict) else None
+def _of_another_journal(summary: dict, folder: RunFolder, warnings: list[str] | None = None) -> str | None:
+    """Why a summary is not the verdict of the run in its folder: the journal's size differs from the one it
+    judged. Grown: ``oracle audit`` ran while the load went on, which then stopped with no verdict of its own, or
+    lines were appended since. Shrunk: lines lost or a shard replaced since the audit. Either way the verdict is
+    of another journal than the one in the folder: audit again. A size that is not a whole number (a damaged
+    summary) is refused too; a summary that does not record it (an older goldfish) is warned about in
+    ``warnings``: whether its journal changed since cannot be told.
+
+    Why: a summary without ``journal.bytes``, or with it as a string, used to skip the check silently, and a
+    journal that shrank was accepted: report and compare kept a stale PASS."""
+    journal = summary.get("journal")
+    recorded = journal.get("bytes") if isinstance(journal, dict) else None
     now = folder.journal_bytes()
-    if isinstance(recorded, int) and now > recorded:
+    if recorded is None:
+        if warnings is not None:
+            warnings.append("audit/summary.json does not record the size of the journal it judged (an audit by an "
+                            "older goldfish, or an edited summary): whether the journal changed since cannot be "
+                            "told; audit the run again (`python -m oracle audit RUN`) to be sure")
+        return None
+    if isinstance(recorded, bool) or not isinstance(recorded, int) or recorded < 0:
+        return (f"$.journal.bytes {codec.short(recorded)} is not a whole number of bytes, so the size of the journal "
+                "this audit judged is unknown (a damaged summary)")
+    if now > recorded:
         return (f"the journal has grown since this audit ({recorded:,} bytes judged, {now:,} now): it was audited "
-                "while the run was still going")
+                "before its journal changed (while the run was still going, or lines were added since): audit again")
+    if now < recorded:
+        return (f"the journal has shrunk since this audit ({recorded:,} bytes judged, {now:,} now): it was audited "
+                "before its journal changed (lines lost or a shard replaced since): audit again")
     return None
 
 
@@ -340,7 +358,7 @@ def load_run(path: str | Path) -> RunData:
     disagree = _verdict_disagrees(summary.get("verdict"))
     if disagree:  # an edited summary: its badge would say what its own rules do not
         raise NotAudited(f"{summary_file}: {disagree} - re-run `python -m oracle audit {path}`")
-    other = _of_another_journal(summary, folder)
+    other = _of_another_journal(summary, folder, warnings)
     if other:  # a PASS of half a run, or of another run, is no verdict of this one
         raise NotAudited(f"{summary_file}: {other} - re-run `python -m oracle audit {path}` (with --store-url "
                          "while the store still holds the run)")
