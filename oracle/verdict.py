@@ -141,8 +141,9 @@ def parse_gates(spec: str | None, where: str = "--gate") -> Gates:
     text = str(spec or "").strip() or "strict"
     limits = dict(PROFILES["strict"])
     for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
+        if not item:  # `lenient,` / `a,,b`: a typo or an unset variable; the rest was used without a word
+            raise GateError(f"{where} {short(text)}: an empty item (an unset variable?): remove the comma, or give a "
+                            "profile, a gates file or name=limit there")
         if "=" in item:
             name, _, value = item.partition("=")
             limits[gate_name(name, f"{where} {short(item)}")] = parse_limit(value, f"{where} {short(item)}")

@@ -134,10 +134,11 @@ def test_statistics_options_out_of_range_are_bad_input_in_compare_and_trend(tmp_
     for extra, fragment in ((["--alpha", "2"], "--alpha 2.0 is not"), (["--alpha", "nan"], "--alpha nan is not"),
                             (["--margin", "nan"], "--margin nan"), (["--margin", "inf"], "--margin inf"),
                             (["--margin", "-1"], "--margin -1.0"), (["--max-probe-amnesia", "5"], "is not a rate"),
-                            (["--max-crosstalk", "-1"], "is not a count")):
+                            (["--max-crosstalk", "-1"], "is not a count"),
+                            (["--gate", "lenient,"], "'lenient,': an empty item (an unset variable?)")):
         assert compare.main([str(base), str(cand), *extra]) == 2, extra
         assert fragment in capsys.readouterr().err, extra
-        if "--max" not in extra[0]:
+        if "--max" not in extra[0] and extra[0] != "--gate":  # trend has no gates of its own
             assert trend.main([str(base), str(cand), *extra]) == 2, extra
             assert fragment in capsys.readouterr().err, extra
 
