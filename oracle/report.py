@@ -18,9 +18,9 @@ import jinja2
 
 from contracts.runfolder import CannotWrite, RunFolder, write_text
 from oracle import breakdown, charts, telemetry
-from oracle.report_data import (EXAMPLES_PER_CLASS, RATE_METRICS, RATE_TITLES, NotAudited, RunData, RunFolderError,
-                                load_run, rate)
-from oracle.report_format import interval, ms, number, output_link_problem, pct, verdict, verdict_problem
+from oracle.report_data import (EXAMPLES_PER_CLASS, RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run,
+                                rate)
+from oracle.report_format import interval, ms, number, output_link_problem, pct, verdict
 from oracle.explain import NOT_SCANNED, journal_copy_line
 from oracle.verdict import cut_short, of_summary, rule_line
 
@@ -100,10 +100,6 @@ def render(run_dir: str | Path, data: RunData | None = None) -> Path:
     ``data``: the run as ``load_run`` read it, when the caller has it already."""
     data = data or load_run(run_dir)
     folder = RunFolder(data.path)
-    damaged = verdict_problem(data.summary)
-    if damaged:  # a verdict of no gate: no page that looks like one
-        raise NotAudited(f"{folder.summary}: {damaged}: a summary goldfish did not write, or damaged - re-run "
-                         f"`python -m oracle audit {data.path}`")
     unsafe = output_link_problem(data.path, [folder.report, folder.charts, *(folder.charts / f"{name}.png" for name
                                                                              in CHARTS), folder.audit,
                                              folder.audit / "breakdown.json"])

@@ -266,6 +266,8 @@ def _verdict_disagrees(v) -> str | None:
     if not isinstance(v, dict):
         return None
     rules = [r for r in v.get("rules") or [] if isinstance(r, dict)]
+    if not rules:  # goldfish writes one rule per gate: a verdict of none said "PASS — 0 gate(s) held"
+        return "$.verdict.rules is empty: a verdict of no gate (goldfish writes one rule per gate), so it says nothing"
     failing = [r.get("gate") for r in rules if r.get("result") == "fail"]
     if v.get("result") == "pass" and (failing or v.get("failed")):
         return (f"$.verdict.result is 'pass' but its rules fail ({', '.join(map(str, failing)) or 'failed lines'}): "

@@ -1,5 +1,5 @@
 """Number formatting and the one-line verdict shared by the HTML report, the terminal and compare; and the checks
-of where their pages go (``--html``, ``report.html``, ``charts/``) and of a summary's verdict, shared by the same."""
+of where their pages go (``--html``, ``report.html``, ``charts/``), shared by the same."""
 from __future__ import annotations
 
 import math
@@ -105,11 +105,3 @@ def output_link_problem(run_dir: str | Path, paths) -> str | None:
                     f"{'folder' if path.name in ('audit', 'charts') else 'file'} (or remove it) and report again")
     return None
 
-
-def verdict_problem(summary: dict) -> str | None:
-    """Why a summary's own verdict is no verdict, if it is not: a verdict with no rules (goldfish writes one rule per
-    gate, each pass, fail, off or not measured) says PASS of nothing: a summary goldfish did not write, or damaged."""
-    v = summary.get("verdict")
-    if isinstance(v, dict) and not [r for r in v.get("rules") or [] if isinstance(r, dict)]:
-        return "$.verdict.rules is empty: a verdict of no gate (goldfish writes one rule per gate), so it says nothing"
-    return None

@@ -26,7 +26,7 @@ from oracle.compare import bad_statistics, compare_pair, trend_rows
 from oracle.history import JournalError
 from oracle.report_data import (RATE_METRICS as POOLED, NotAudited, RunData, RunFolderError, load_run,
                                 mend_surrogates, rate)
-from oracle.report_format import html_target_problem, interval, ms, number, pct, verdict_problem
+from oracle.report_format import html_target_problem, interval, ms, number, pct
 from oracle.snapshot import SnapshotError, read_meta
 from oracle.verdict import cut_short, of_summary
 
@@ -111,12 +111,7 @@ def load_runs(paths: list[str], audit: bool = False) -> tuple[list[RunData], lis
         seen.add(same)
         try:
             ensure_audited(path, audit)
-            data = load_run(path)
-            damaged = verdict_problem(data.summary)
-            if damaged:  # a verdict of no gate is no verdict, never a night that passed
-                raise NotAudited(f"{RunFolder(path).summary}: {damaged}: a summary goldfish did not write, or "
-                                 f"damaged - re-run `python -m oracle audit {path}`")
-            runs.append(data)
+            runs.append(load_run(path))
         except (NotAudited, JournalError) as exc:  # JournalError: --audit of a run whose journal is unusable
             why = str(exc) if isinstance(exc, NotAudited) else f"{path}: the audit failed: {exc}"
             folder = RunFolder(path)
