@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from support_oracle import TurnSpec, build_world, fill_redis, write_journal, write_snapshot
+from support_oracle import TurnSpec, build_world, fill_redis
+from test_bad_input_outputs import audited_run
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -38,16 +39,7 @@ def _world():
 
 
 def _audited_run(run: Path, label: str = "v1"):
-    """A small journaled run, its store snapshot and its audit (``world`` returned: what the store holds)."""
-    from oracle.audit import audit_run
-
-    world = _world()
-    write_journal(run, world.records)
-    write_snapshot(run, world)
-    start, end = min(r["sent"] for r in world.records), max(r["received"] or r["sent"] for r in world.records)
-    (run / "run.json").write_text(json.dumps({"run": run.name, "label": label, "start": start, "end": end}))
-    audit_run(run, jobs=1)
-    return world
+    return audited_run(run, label, specs=_clean_specs())
 
 
 @pytest.fixture(scope="module")
