@@ -350,9 +350,11 @@ def check_duplicated_replies(session: str, by_turn: dict[int, Turn], decoded: De
 
 def _as_journaled(decoded: Decoded, theirs: set, ok: list[Turn], journaled: Counter) -> dict[int, str]:
     """This session's assistant entries (index -> text), each read as the journaled reply it is: itself when stored
-    verbatim, else the one distinct reply of an ok turn it answers (``_answers``: a store that adds a time stamp or
-    Markdown to what it keeps, or cuts it), so that a decorated reply stored twice counts as twice. A text like two
-    replies, or none, stays as it is."""
+    verbatim, else the one distinct reply of an ok turn it holds whole and answers (``_answers``: a store that adds
+    a time stamp, Markdown or a footer to what it keeps), so that a decorated reply stored twice counts as twice.
+    A part of a reply is never read as the reply: a bot answering in several bubbles ("Let me check.", then the
+    answer) stores each as an entry of its own, and each bubble is no copy. A text like two replies, or none,
+    stays as it is."""
     out = {index: text for index, role, text in decoded.messages if role == ASSISTANT and index not in theirs}
     unlike = [i for i, text in out.items() if text not in journaled and (text or "").strip()]
     if not unlike:
@@ -364,7 +366,7 @@ def _as_journaled(decoded: Decoded, theirs: set, ok: list[Turn], journaled: Coun
     others = [plain for plain, _ in sent.values() if len(plain) >= OTHER_REPLY_CHARS]
     for index in unlike:
         stored = _plain(out[index])
-        like = [reply for reply, (plain, t) in sent.items() if _answers(stored, plain, t, others)]
+        like = [reply for reply, (plain, t) in sent.items() if plain in stored and _answers(stored, plain, t, others)]
         if len(like) == 1:
             out[index] = like[0]
     return out

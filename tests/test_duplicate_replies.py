@@ -163,6 +163,25 @@ def test_the_same_answer_to_two_turns_stored_once_each_passes_the_audit(tmp_path
     assert summary["anomalies"] == {"duplicated": 1}
 
 
+def test_a_store_that_decorates_replies_passes_and_one_storing_them_twice_is_caught(tmp_path):
+    """The store keeps each reply with a time stamp and in bold (what the client got, decorated): no stored reply
+    equals its journaled one. Stored once each: PASS. Stored twice (a retried write): every turn's reply is
+    duplicated; it PASSed, as only verbatim copies were counted."""
+    world = chatter_world(turns=4)
+    for s in world.order:
+        world.stored[s] = [(t, lc("ai", f"[12:00:0{t}] **{m['data']['content']}**") if m["type"] == "ai" else m)
+                           for t, m in world.stored[s]]
+    write_journal(tmp_path / "decorated", world.records)
+    write_snapshot(tmp_path / "decorated", world)
+    assert audit_run(tmp_path / "decorated", gates=parse_gates("strict"))["anomalies"] == {}
+    doubled = world.order[1]
+    store_replies_twice(world, doubled)
+    write_journal(tmp_path / "doubled", world.records)
+    write_snapshot(tmp_path / "doubled", world)
+    audit_run(tmp_path / "doubled", gates=parse_gates("strict"))
+    assert finding_keys(tmp_path / "doubled") == {("duplicated", doubled, turn) for turn in range(4)}
+
+
 def test_a_footer_bot_passes_and_a_footer_bot_storing_replies_twice_is_caught(tmp_path):
     world = chatter_world(turns=4)
     for r in world.records:
@@ -176,5 +195,6 @@ def test_a_footer_bot_passes_and_a_footer_bot_storing_replies_twice_is_caught(tm
     write_journal(tmp_path / "doubled", world.records)
     write_snapshot(tmp_path / "doubled", world)
     audit_run(tmp_path / "doubled", gates=parse_gates("strict"))
-    # the footed turns' stored texts are no journaled reply, but each is like one (the footer cut): counted too
-    assert finding_keys(tmp_path / "doubled") == {("duplicated", doubled, turn) for turn in range(4)}
+    # the footed turns' stored texts are parts of their replies (the footer cut), not the reply: they cannot be
+    # judged (a bubble of a reply in several is a part too); the verbatim ones are
+    assert finding_keys(tmp_path / "doubled") == {("duplicated", doubled, 0), ("duplicated", doubled, 2)}
