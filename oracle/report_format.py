@@ -62,6 +62,7 @@ def html_target_problem(target: str | Path) -> str | None:
     whole, a run's journal or summary included. A new path elsewhere, an HTML page (``RUN/report.html`` too) and an
     empty file are written as before; a directory, FIFO or device is refused by the writer, naming it."""
     real = Path(os.path.realpath(target))
+    shown = f"{target} (through a link, {real})" if real != Path(os.path.abspath(target)) else str(target)
     for folder in real.parents:
         try:
             if not RunFolder(folder).is_run():
@@ -70,8 +71,7 @@ def html_target_problem(target: str | Path) -> str | None:
             continue
         first = real.relative_to(folder).parts[0]
         if first in RECORDS:
-            shown = f" (through a link, {real})" if real != Path(os.path.abspath(target)) else ""
-            return (f"{target}{shown} is among the records of the run folder {folder} ({first}): the page would "
+            return (f"{shown} is among the records of the run folder {folder} ({first}): the page would "
                     f"replace or sit among what the run recorded; write it elsewhere (e.g. {folder / 'compare.html'} "
                     "or outside the run folder)")
     if not os.path.isfile(real):  # none yet; a directory, FIFO or device, which the writer refuses, named
@@ -83,9 +83,8 @@ def html_target_problem(target: str | Path) -> str | None:
         return None
     start = head.removeprefix(b"\xef\xbb\xbf").lstrip().lower()
     if head and not start.startswith(HTML_STARTS):
-        return (f"{target}{f' (through a link, {real})' if real != Path(os.path.abspath(target)) else ''} is an "
-                "existing file that is not an HTML page: --html replaces only a page (it would lose the file); remove "
-                "it or choose another path")
+        return (f"{shown} is an existing file that is not an HTML page: --html replaces only a page (it would lose "
+                "the file); remove it or choose another path")
     return None
 
 

@@ -114,6 +114,13 @@ def store_replies_twice(world, session: str) -> None:
                              for e in ([(t, m)] if m["type"] == "human" else [(t, m), (t, m)])]
 
 
+def audit_world(run, world) -> dict:
+    """The world journaled and snapshotted in ``run``, audited under the strict gates: the summary."""
+    write_journal(run, world.records)
+    write_snapshot(run, world)
+    return audit_run(run, gates=parse_gates("strict"))
+
+
 def rows(run) -> dict:
     with open(run / "audit" / "sessions.csv") as fh:
         return {r["session"]: r for r in csv.DictReader(fh)}
@@ -171,14 +178,10 @@ def test_a_store_that_decorates_replies_passes_and_one_storing_them_twice_is_cau
     for s in world.order:
         world.stored[s] = [(t, lc("ai", f"[12:00:0{t}] **{m['data']['content']}**") if m["type"] == "ai" else m)
                            for t, m in world.stored[s]]
-    write_journal(tmp_path / "decorated", world.records)
-    write_snapshot(tmp_path / "decorated", world)
-    assert audit_run(tmp_path / "decorated", gates=parse_gates("strict"))["anomalies"] == {}
+    assert audit_world(tmp_path / "decorated", world)["anomalies"] == {}
     doubled = world.order[1]
     store_replies_twice(world, doubled)
-    write_journal(tmp_path / "doubled", world.records)
-    write_snapshot(tmp_path / "doubled", world)
-    audit_run(tmp_path / "doubled", gates=parse_gates("strict"))
+    audit_world(tmp_path / "doubled", world)
     assert finding_keys(tmp_path / "doubled") == {("duplicated", doubled, turn) for turn in range(4)}
 
 
@@ -187,14 +190,10 @@ def test_a_footer_bot_passes_and_a_footer_bot_storing_replies_twice_is_caught(tm
     for r in world.records:
         if r["turn"] % 2:
             r["reply"] += "\n\nSources: the knowledge base."  # sent with it, stored without it
-    write_journal(tmp_path / "footer", world.records)
-    write_snapshot(tmp_path / "footer", world)
-    assert audit_run(tmp_path / "footer", gates=parse_gates("strict"))["anomalies"] == {}
+    assert audit_world(tmp_path / "footer", world)["anomalies"] == {}
     doubled = world.order[1]
     store_replies_twice(world, doubled)
-    write_journal(tmp_path / "doubled", world.records)
-    write_snapshot(tmp_path / "doubled", world)
-    audit_run(tmp_path / "doubled", gates=parse_gates("strict"))
+    audit_world(tmp_path / "doubled", world)
     # the footed turns' stored texts are parts of their replies (the footer cut), not the reply: they cannot be
     # judged (a bubble of a reply in several is a part too); the verbatim ones are
     assert finding_keys(tmp_path / "doubled") == {("duplicated", doubled, 0), ("duplicated", doubled, 2)}
