@@ -17,7 +17,10 @@ says where it stopped. Signals (docs/locust.md "Stopping a run"):
   ``interrupted`` (signal, phase, the command that finishes the job) and the exit code is 130 (SIGINT)
   or 143 (SIGTERM), never 0: that of the signal that stopped the run after its load (of two during the
   load, the second as taken: Locust takes SIGTERM at the event loop's next turn, so a Ctrl-C a millisecond
-  after a SIGTERM may be taken first).
+  after a SIGTERM may be taken first);
+- a SIGHUP (the terminal closed: an ssh session that dropped under a soak) is a SIGTERM, with what is printed
+  from then on in the run folder's ``hangup.log``: the terminal's writes would fail, and the heal with them.
+  Recorded as SIGHUP, exit code 129 where a SIGTERM's would be 143.
 A stop runs in whichever greenlet stops the load: a SIGTERM's is Locust's own (its ``shutdown`` in a new
 greenlet each time), and whatever escapes that greenlet gevent throws into the main one, so nothing here
 raises out of it; the first shutdown ends the process, a second one waits for it (``again``).
@@ -25,7 +28,7 @@ raises out of it; the first shutdown ends the process, a second one waits for it
 Exit codes of one run (one table for goldfish, docs/locust.md "Exit codes"): 0 every gate held; 1 a gate
 failed; 2 bad input (options, plan, script, an unreachable target, a key template that matches nothing);
 3 the audit or report failed, or a Locust user raised an exception (its conversation was cut short unjudged);
-130/143 interrupted. Locust's own exit code (another listener's
+130/143 (129: SIGHUP) interrupted. Locust's own exit code (another listener's
 ``process_exit_code``, ``--exit-code-on-error``) is combined, never masked: goldfish's code when it is not
 0, else Locust's. The process's exit code over its runs: 130/143 when a signal stopped a run after its
 load; else the first run's non-zero code, in start order (a failed run is never masked by a later pass);
@@ -54,7 +57,8 @@ from locustfiles.options import default_run_dir
 log = logging.getLogger("goldfish")
 
 EXIT_OK, EXIT_GATE, EXIT_BAD, EXIT_AUDIT = 0, 1, 2, 3
-EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
+EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
+HANGUP_LOG = "hangup.log"
 WARNINGS_SHOWN = 5  # the audit's warnings said at the end of a run (the rest are in audit/summary.json)
 IDLE, LOAD, HEAL, SETTLE, AUDIT, REPORT, DONE = "idle", "load", "heal", "settle", "audit", "report", "done"
 FINISHING = (SETTLE, AUDIT, REPORT)
@@ -62,6 +66,22 @@ FINISHING = (SETTLE, AUDIT, REPORT)
 
 def say(text: str) -> None:
     print(f"goldfish: {redact.text(text)}", file=sys.stderr, flush=True)
+
+
+def detach_output(path: str | Path) -> None:
+    """The terminal is gone: stdout and stderr go on in ``path`` (appended), where a write cannot fail with EIO
+    and stop whatever was printing half way (a heal, the audit)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        for std in (sys.stdout, sys.stderr):
+            try:
+                std.flush()
+            except (OSError, ValueError):  # the dead terminal, or a closed stream: what it held is lost anyway
+                pass
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
 
 
 def load_chaos(settings, run_dir: str | Path):
@@ -298,6 +318,9 @@ class EndOfRun:
         self.idle.set()
         self.main = gevent.get_hub().parent  # the greenlet Locust's Ctrl-C lands in
         self._previous_sigint = None
+        self.hung_up = False  # a SIGHUP came: the SIGTERM that follows is recorded as it
+        self.stdin_was_terminal = False
+        self.stand_in: int | None = None  # the pseudo-terminal that replaced a closed one on fd 0 (kept open)
         self.told = False  # the closing summary lines were printed
         self.after_heal = lambda: None  # hooks.py: what ends with the heal (the store telemetry)
 
@@ -317,6 +340,8 @@ class EndOfRun:
         try:
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
             signal.signal(signal.SIGUSR2, print_greenlets)
+            signal.signal(signal.SIGHUP, self._on_sighup)
+            self.stdin_was_terminal = os.isatty(0)
         except ValueError:  # not the main thread (a library user): leave signals alone
             self._previous_sigint = None
 
@@ -327,6 +352,24 @@ class EndOfRun:
 
     def _on_sigint(self, _signum, _frame) -> None:
         self.on_signal("SIGINT")
+
+    def _on_sighup(self, _signum, _frame) -> None:
+        """The terminal closed: the output goes to the run folder's hangup.log, then the process stops as on a
+        SIGTERM (Locust's own handler: the load stops, the test is healed and finished)."""
+        run = self.run
+        folder = Path(run.settings.run_dir) if run is not None else None
+        where = folder / HANGUP_LOG if folder is not None and folder.is_dir() else Path(os.devnull)
+        detach_output(where)
+        if self.stdin_was_terminal and self.stand_in is None:
+            # Locust's keyboard listener puts the terminal's settings back on fd 0 as it stops; with the terminal
+            # gone that fails (EIO) and Locust exits 2 over it: fd 0 becomes a pseudo-terminal of our own
+            self.stand_in, ours = os.openpty()
+            os.dup2(ours, 0)
+            os.close(ours)
+        if not self.hung_up:
+            self.hung_up = True
+            say("SIGHUP: the terminal closed; stopping as on SIGTERM")
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def on_signal(self, name: str) -> None:
         """A signal: stop the load (as Locust would), wait for the heal, or stop the run here."""
@@ -360,6 +403,8 @@ class EndOfRun:
         """Record that ``name`` stopped the current run in ``phase`` (default: its current one); the exit code."""
         if self.code is not None:
             return self.code
+        if name == "SIGTERM" and self.hung_up:  # sent by _on_sighup
+            name = "SIGHUP"
         self.code = EXIT_SIGNAL.get(name, 143)
         run = self.run
         if run is not None and run.phase != DONE:

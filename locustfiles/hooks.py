@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from pathlib import Path
 
 import gevent
@@ -96,6 +97,15 @@ def _bad(why: str) -> None:
     raise SystemExit(endofrun.EXIT_BAD)
 
 
+def _outlive_the_terminal() -> None:
+    """A worker whose terminal closed (SIGHUP) goes on, printing nowhere: its master stops it, and a write to
+    the dead terminal would fail with EIO in the middle of a turn."""
+    try:
+        signal.signal(signal.SIGHUP, lambda *_: endofrun.detach_output(os.devnull))
+    except ValueError:  # not the main thread (a library user): leave signals alone
+        pass
+
+
 @events.init.add_listener
 def _on_init(environment, runner, web_ui=None, **_kw):
     parsed = environment.parsed_options
@@ -115,6 +125,7 @@ def _on_init(environment, runner, web_ui=None, **_kw):
         runner.register_message(MSG_DRAIN, _on_drain)
         runner.register_message(MSG_STEP, _on_step)
         rt.watch = MasterWatch(environment)
+        _outlive_the_terminal()
         environment.events.report_to_master.add_listener(
             lambda client_id, data, **_: live.report_to_master(rt.journal and rt.journal.tally, data))
         return

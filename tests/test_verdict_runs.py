@@ -155,6 +155,67 @@ def test_a_double_ctrl_c_never_passes_and_never_cuts_a_recovery_short(tmp_path, 
 
 
 
+def _process_state(pid: int) -> str:
+    """R, S, T (stopped: paused by SIGSTOP)... from /proc/<pid>/stat."""
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.slow
+def test_a_closed_terminal_stops_the_run_as_sigterm_does_heals_it_and_keeps_its_output(tmp_path, refbot_stack):  # noqa: F811
+    """An ssh session that drops under a soak: Locust in a terminal of its own (a pty it controls), bot-2 paused,
+    then the terminal closes. The kernel's SIGHUP killed Locust at once, bot-2 stayed paused and nothing was
+    judged; it is now a SIGTERM: healed, audited, and what it printed since is in the run folder's hangup.log."""
+    import fcntl
+    import termios
+    import threading
+
+    stack = refbot_stack(replicas=2, mode="correct", think_ms=0, jitter_ms=5)
+    run_dir, chaos = tmp_path / "run", tmp_path / "run" / "chaos.jsonl"
+    (run_dir / "locust").mkdir(parents=True)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("faults:\n  - {id: p, kind: pause, target: bot-2, at: 0.5s, duration: 60s}\n")
+    cmd = locust_cmd(stack.url, run_dir, "--chaos", plan, "--stack-state", state.state_path(stack.dir),
+                     "--store-url", stack.state["store_url"], "--think", "0.05", "--settle", "0.5", users=4,
+                     time_s="60s")
+    terminal, its_end = os.openpty()
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdin=its_end, stdout=its_end, stderr=its_end, start_new_session=True,
+                            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+    os.close(its_end)
+    shown = []
+    reader = threading.Thread(target=lambda: shown.append(_drain(terminal)), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: chaos.exists() and '"apply"' in chaos.read_text(), timeout=60, what="the pause")
+        assert _process_state(stack.member("bot-2")["pid"]) == "T"
+        os.close(terminal)  # the terminal is gone: the kernel sends its session's leader SIGHUP
+        proc.wait(120)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 0, proc.returncode  # the verdict PASS: neither a death by signal (-1) nor 2 (EIO)
+    events = [json.loads(line)["event"] for line in chaos.read_text().splitlines()]
+    assert events == ["apply", "recover"]
+    assert _process_state(stack.member("bot-2")["pid"]) != "T"
+    log = (run_dir / "hangup.log").read_text()
+    assert "goldfish: SIGHUP: the terminal closed; stopping as on SIGTERM\n" in log and "Traceback" not in log
+    assert "chaos: stopped, everything healed" in log and "verdict " in log
+    meta = run_json(run_dir)
+    assert meta["phase"] == "done" and meta["exit_code"] == proc.returncode
+    assert (run_dir / "audit" / "summary.json").exists()
+
+
+def _drain(fd: int) -> bytes:
+    """Read a pty's output until it closes (so the program never blocks writing to a full terminal)."""
+    out = b""
+    while True:
+        try:
+            block = os.read(fd, 65536)
+        except OSError:  # closed (by the test) or hung up
+            return out
+        if not block:
+            return out
+        out += block
+
+
 def test_sigusr2_prints_every_greenlets_stack_and_the_run_goes_on(tmp_path):
     """What a run that seems stuck is asked for (a test's timeout does it too: support_locust.finish)."""
     run_dir = tmp_path / "run"
