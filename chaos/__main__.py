@@ -21,12 +21,15 @@ from chaos.plan import PlanError, load_plan, toxiproxy_url
 from chaos.toxiproxy import Toxiproxy, ToxiproxyError
 from contracts import codec, redact
 from contracts.durations import parse_duration
-from contracts.runfolder import RunFolder
+from contracts.runfolder import RunFolder, detach_output
 from targets import file as targets_file, registry
 
 
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # a closed terminal too: faults are never left applied
+
+
 class Interrupted(Exception):
-    """SIGINT/SIGTERM: stop scheduling and heal before exiting."""
+    """SIGINT/SIGTERM/SIGHUP: stop scheduling and heal before exiting."""
 
 
 def _backend_kwargs(args) -> dict:
@@ -100,11 +103,13 @@ def cmd_run(args) -> int:
         return 0
 
     def interrupt(signum, _frame):
+        if signum == signal.SIGHUP:  # the terminal closed: heal all the same, printing to the run folder
+            detach_output(RunFolder(run_dir).hangup_log)
         raise Interrupted(signal.Signals(signum).name)
 
-    given = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
+    given = {sig: signal.getsignal(sig) for sig in STOPPING}
+    for sig in STOPPING:
+        signal.signal(sig, interrupt)
     via = "end"
     try:
         ctl.start()
@@ -115,13 +120,13 @@ def cmd_run(args) -> int:
     except Interrupted as exc:
         via = exc.args[0].lower()
         # Heal to the end even if the user presses Ctrl-C again (SIGKILL still works; then `heal`).
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for sig in STOPPING:
+            signal.signal(sig, signal.SIG_IGN)
         print(f"chaos: {exc.args[0]}: stopping and healing everything outstanding...", flush=True)
         ctl.stop(via=via)
     finally:  # given back: in-process callers (tests) must not keep a handler that raises Interrupted
-        signal.signal(signal.SIGINT, given[0])
-        signal.signal(signal.SIGTERM, given[1])
+        for sig, handler in given.items():
+            signal.signal(sig, handler)
     failed = ctl.outstanding.entries()
     print(f"chaos: done ({via}); {len(failed)} fault(s) left outstanding", flush=True)
     for e in failed:

@@ -20,6 +20,7 @@ import errno
 import fcntl
 import os
 import stat
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,7 @@ class RunFolder:
     locust = property(lambda self: self.path / "locust")
     report = property(lambda self: self.path / "report.html")
     charts = property(lambda self: self.path / "charts")
+    hangup_log = property(lambda self: self.path / "hangup.log")  # the output once the terminal closed
 
     def snapshot_part(self, partition: int, reading: bool = False) -> Path:
         """The snapshot's sessions of one partition of the audit (oracle/judge.py); ``reading``: of the read in
@@ -152,6 +154,23 @@ def open_append(path: str | Path) -> BinaryIO:
             return os.fdopen(fd, "ab")
         os.close(fd)
     raise OSError(errno.EINVAL, f"not a regular file but {_kind(mode) or 'some other file'}", str(path))
+
+
+def detach_output(path: str | Path) -> None:
+    """The terminal is gone (SIGHUP): stdout and stderr go on in ``path`` (appended; /dev/null when it cannot be
+    opened), where a write cannot fail with EIO and stop whatever was printing half way (a heal, the audit)."""
+    for std in (sys.stdout, sys.stderr):
+        try:
+            std.flush()
+        except (OSError, ValueError):  # the dead terminal, or a closed stream: what it held is lost anyway
+            pass
+    try:
+        fh = open_append(path)
+    except OSError:
+        fh = open(os.devnull, "ab")
+    with fh:
+        os.dup2(fh.fileno(), 1)
+        os.dup2(fh.fileno(), 2)
 
 
 def read_regular(path: str | Path, limit: int) -> bytes:

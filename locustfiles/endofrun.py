@@ -50,7 +50,7 @@ import gevent
 from gevent.event import Event
 
 from contracts import codec, redact
-from contracts.runfolder import RunFolder
+from contracts.runfolder import RunFolder, detach_output
 from locustfiles import live, locust_output, runfolder
 from locustfiles.options import default_run_dir
 
@@ -58,7 +58,6 @@ log = logging.getLogger("goldfish")
 
 EXIT_OK, EXIT_GATE, EXIT_BAD, EXIT_AUDIT = 0, 1, 2, 3
 EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
-HANGUP_LOG = "hangup.log"
 WARNINGS_SHOWN = 5  # the audit's warnings said at the end of a run (the rest are in audit/summary.json)
 IDLE, LOAD, HEAL, SETTLE, AUDIT, REPORT, DONE = "idle", "load", "heal", "settle", "audit", "report", "done"
 FINISHING = (SETTLE, AUDIT, REPORT)
@@ -66,22 +65,6 @@ FINISHING = (SETTLE, AUDIT, REPORT)
 
 def say(text: str) -> None:
     print(f"goldfish: {redact.text(text)}", file=sys.stderr, flush=True)
-
-
-def detach_output(path: str | Path) -> None:
-    """The terminal is gone: stdout and stderr go on in ``path`` (appended), where a write cannot fail with EIO
-    and stop whatever was printing half way (a heal, the audit)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        for std in (sys.stdout, sys.stderr):
-            try:
-                std.flush()
-            except (OSError, ValueError):  # the dead terminal, or a closed stream: what it held is lost anyway
-                pass
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-    finally:
-        os.close(fd)
 
 
 def load_chaos(settings, run_dir: str | Path):
@@ -357,9 +340,7 @@ class EndOfRun:
         """The terminal closed: the output goes to the run folder's hangup.log, then the process stops as on a
         SIGTERM (Locust's own handler: the load stops, the test is healed and finished)."""
         run = self.run
-        folder = Path(run.settings.run_dir) if run is not None else None
-        where = folder / HANGUP_LOG if folder is not None and folder.is_dir() else Path(os.devnull)
-        detach_output(where)
+        detach_output(RunFolder(run.settings.run_dir).hangup_log if run is not None else os.devnull)
         if self.stdin_was_terminal and self.stand_in is None:
             # Locust's keyboard listener puts the terminal's settings back on fd 0 as it stops; with the terminal
             # gone that fails (EIO) and Locust exits 2 over it: fd 0 becomes a pseudo-terminal of our own

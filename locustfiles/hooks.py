@@ -19,7 +19,7 @@ import gevent
 from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from contracts.runfolder import RunFolder
+from contracts.runfolder import RunFolder, detach_output
 from locustfiles import endofrun, live, options, telemetry
 from locustfiles.distributed import MSG_DRAIN, MSG_STEP, MasterCollector, MasterWatch, WorkerShipper, worker_shard_path
 from locustfiles.journal import Journal
@@ -101,7 +101,7 @@ def _outlive_the_terminal() -> None:
     """A worker whose terminal closed (SIGHUP) goes on, printing nowhere: its master stops it, and a write to
     the dead terminal would fail with EIO in the middle of a turn."""
     try:
-        signal.signal(signal.SIGHUP, lambda *_: endofrun.detach_output(os.devnull))
+        signal.signal(signal.SIGHUP, lambda *_: detach_output(os.devnull))
     except ValueError:  # not the main thread (a library user): leave signals alone
         pass
 
