@@ -27,6 +27,7 @@ from contracts import codec
 from contracts.redis_url import CLIENT_NAME, redis_client
 from contracts.runfolder import RunFolder
 from locustfiles.journal import JournalFile
+from oracle import ttl_under
 
 log = logging.getLogger("goldfish")
 
@@ -61,19 +62,24 @@ def process_rss(runner) -> dict[str, int]:
     return rss
 
 
-def redis_url(settings) -> str | None:
-    """The store to sample: ``--store-url`` when it is a Redis store (plain or behind Sentinel)."""
+TTL_CALLS = 5  # SCAN calls per sample looking for a key under the template that carries a TTL, until one does
+
+
+def redis_store(settings):
+    """The store to sample: ``--store-url``'s options when it is a Redis store (plain or behind Sentinel)."""
     store = getattr(settings, "store", None)
-    return store.url if store is not None and store.name() == "redis" else None
+    return store if store is not None and store.name() == "redis" else None
 
 
 class Sampler:
     """Appends one record per ``interval`` seconds to the run's telemetry.jsonl until ``stop()``."""
 
-    def __init__(self, run_dir, runner, store_url: str | None, interval: float = 5.0):
+    def __init__(self, run_dir, runner, store_url: str | None, interval: float = 5.0, template: str | None = None):
         self.file = JournalFile(RunFolder(run_dir).telemetry)  # one write per record, O_APPEND
         self.runner, self.interval = runner, interval
         self.client = store_client(store_url) if store_url else None
+        self.template = template  # the key template, to look for TTLs under (None: not looked for)
+        self.template_ttl, self.ttl_cursor = False, 0  # a key under the template had a TTL; where SCAN goes on
         self.stopping = Event()
         self.samples = 0
         self.greenlet = gevent.spawn(self._loop)
@@ -85,6 +91,11 @@ class Sampler:
             started = time.monotonic()
             try:
                 record["store"] = store_sample(self.client)
+                if self.template is not None:  # the audit's evidence that a gone key expired (oracle.keys)
+                    if not self.template_ttl:
+                        self.template_ttl, self.ttl_cursor = ttl_under(self.client, self.template, self.ttl_cursor,
+                                                                       TTL_CALLS)
+                    record["store"]["template_ttl"] = self.template_ttl
             except (redis.RedisError, OSError) as exc:  # a stalled, restarting or refusing store: say so, go on
                 record["store_error"] = f"{type(exc).__name__}: {exc}"
             record["store_ms"] = round((time.monotonic() - started) * 1000, 1)
@@ -121,7 +132,9 @@ def start(environment) -> None:
     rt = environment.goldfish
     interval = rt.settings.telemetry_interval
     if interval > 0 and getattr(rt, "telemetry", None) is None:
-        rt.telemetry = Sampler(rt.settings.run_dir, environment.runner, redis_url(rt.settings), interval)
+        store = redis_store(rt.settings)
+        rt.telemetry = Sampler(rt.settings.run_dir, environment.runner, store and store.url, interval,
+                               store and store.key_template)
 
 
 def stop(environment) -> None:

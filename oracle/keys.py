@@ -497,18 +497,19 @@ class _Keys:
 
 
 def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = None) -> dict:
-    """What a Redis store says before anything is judged: whether keys under the key template carry TTLs
-    (so a gone key most likely expired), when it evicted keys (the run's telemetry samples, if any, then
+    """What a Redis store says before anything is judged: whether keys under the key template carry TTLs, now
+    or in a telemetry sample of the run (so a gone key most likely expired), when it evicted keys (the run's telemetry samples, if any, then
     now), and its expiry and eviction counters when the run began (the first sample). Empty for other
     readers."""
     client = getattr(reader, "client", None)
     if client is None:
         return {}
     info = _info(client)
-    samples, at_start = {name: [] for name in COUNTERS}, None
+    samples, at_start, ttl_seen = {name: [] for name in COUNTERS}, None, False
     if folder.telemetry.exists():
         for record in read_jsonl(folder.telemetry, telemetry_sample, problems=[]):  # checked: time, store's numbers
             store = record.get("store") or {}
+            ttl_seen = ttl_seen or store.get("template_ttl") is True  # keys under the template had TTLs then
             if at_start is None and all(isinstance(store.get(name), int) for name in COUNTERS):
                 at_start = {name: store[name] for name in COUNTERS}
             for name in COUNTERS:
@@ -517,18 +518,32 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
     for name in COUNTERS:
         samples[name].append((time.time(), int(info.get(name) or 0)))
     template = (options or getattr(reader, "options", None) or StoreOptions()).key_template
-    return {"ttl_in_use": _ttl_under(client, template), "evictions": samples["evicted_keys"],
+    return {"ttl_in_use": ttl_seen or ttl_under(client, template)[0], "evictions": samples["evicted_keys"],
             "expiries": samples["expired_keys"],
             "counters_at_start": at_start}
 
 
-def _ttl_under(client: redis.Redis, template: str) -> bool:
-    """Some key under the key template carries a TTL. Not the database's expiring keys as a whole: a shared
-    staging Redis holds other applications' caches with TTLs, which say nothing of how this bot keeps
-    histories. A huge store is sampled (TTL_SCAN_CALLS), not walked."""
+def ttl_under(client: redis.Redis, template: str, cursor: int = 0, calls: int = TTL_SCAN_CALLS) -> tuple[bool, int]:
+    """Whether some key under the key template carries a TTL, and the SCAN cursor to go on from (0: walked to the
+    end). Not the database's expiring keys as a whole: a shared staging Redis holds other applications' caches
+    with TTLs, which say nothing of how this bot keeps histories. A huge store is sampled (``calls`` SCAN calls
+    from ``cursor``), not walked: the run's telemetry looks a few calls at a time while the keys still exist
+    (locustfiles/telemetry.py), since by the audit they may all have expired."""
     try:
         if not (client.info("keyspace").get(f"db{_own_db(client)}") or {}).get("expires"):
-            return False
+            return False, cursor
+        pattern, keys = template_pattern(template), []
+        for _ in range(calls):
+            cursor, found = client.scan(cursor, match=pattern, count=1000)
+            keys += found
+            if not cursor or len(keys) >= TTL_SAMPLE:
+                break
+        pipe = client.pipeline(transaction=False)
+        for key in keys[:TTL_SAMPLE]:
+            pipe.pttl(key)
+        return any(ttl >= 0 for ttl in pipe.execute()), cursor
+    except redis.RedisError:
+        return False, cursor
         pattern, cursor, keys = template_pattern(template), 0, []
         for _ in range(TTL_SCAN_CALLS):
             cursor, found = client.scan(cursor, match=pattern, count=1000)

@@ -64,6 +64,37 @@ def test_sampler_writes_store_info_and_rss_on_a_grid_until_stopped(tmp_path, red
     assert not poll(lambda: s.samples > n, timeout=0.3), "sampling went on after stop()"
 
 
+def test_ttls_seen_under_the_template_during_the_run_make_sessions_whose_keys_all_expired_expired(
+        tmp_path, redis_server, local_runner):
+    """A bot whose keys expire before the audit: with no key left the audit found no TTL to sample, and every
+    session was `vanished` (a failure `--gate expired=off` does not excuse) rather than `expired`. The run's
+    telemetry saw the TTLs while the keys existed; the audit takes that as its evidence."""
+    from oracle.audit import audit_run
+    from oracle.store import StoreOptions
+    from support_oracle import build_world, simple_specs, store_with_langchain, write_journal
+
+    world = build_world(simple_specs(4), seed=3)
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    store_with_langchain(redis_server.url, world)
+    client = redis_server.client()
+    client.set("unrelated:cache", "x", ex=3600)  # another app's TTLs are no evidence (the template's keys are)
+    keys = [f"message_store:{s}" for s in world.order]
+    s = sampler.Sampler(run, local_runner, redis_server.url, interval=60, template="message_store:{session}")
+    s.stop()  # its first sample and the one at the stop
+    assert {r["store"]["template_ttl"] for r in records(run)} == {False}
+    for key in keys:
+        client.pexpire(key, 300)
+    s = sampler.Sampler(run, local_runner, redis_server.url, interval=60, template="message_store:{session}")
+    s.stop()
+    assert records(run)[-1]["store"]["template_ttl"] is True
+    wait_until(lambda: not client.exists(*keys), what="every session's key to expire")
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+    assert summary["anomalies"] == {"expired": len(keys)}
+    RunFolder(run).telemetry.unlink()  # the store alone, as before: nothing left to show a TTL
+    assert audit_run(run, StoreOptions(url=redis_server.url))["anomalies"] == {"vanished": len(keys)}
+
+
 def test_a_stop_that_lands_during_a_sample_still_gets_a_sample_after_it(tmp_path, redis_server):
     """The last sample is taken after the stop, so the samples span the load. A stop that lands while a
     sample is being taken (its time already read) gets one more; before, the sampler ended on the
