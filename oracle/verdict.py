@@ -136,26 +136,42 @@ def parse_limit(text, where: str) -> Limit:
 
 
 def parse_gates(spec: str | None, where: str = "--gate") -> Gates:
-    """``strict`` (default), ``lenient``, a YAML file, and ``name=limit`` items, comma-separated;
-    later items override earlier ones: ``lenient,probe_amnesia=0``."""
+    """``strict`` (default), ``lenient``, a YAML file, and ``name=limit`` items, comma-separated: a profile (or a
+    file's ``profile:``) first, then the gates it changes, each once: ``lenient,probe_amnesia=0``. A profile
+    after an item would reset it, and a gate set twice leaves one of the two ignored: both are refused."""
     text = str(spec or "").strip() or "strict"
     limits = dict(PROFILES["strict"])
-    for item in (part.strip() for part in text.split(",")):
+    set_by: dict[str, str] = {}  # gate -> the item that set it
+    items = [part.strip() for part in text.split(",")]
+    for n, item in enumerate(items):
         if not item:  # `lenient,` / `a,,b`: a typo or an unset variable; the rest was used without a word
             raise GateError(f"{where} {short(text)}: an empty item (an unset variable?): remove the comma, or give a "
                             "profile, a gates file or name=limit there")
+        profile = None
         if "=" in item:
             name, _, value = item.partition("=")
-            limits[gate_name(name, f"{where} {short(item)}")] = parse_limit(value, f"{where} {short(item)}")
+            given = {gate_name(name, f"{where} {short(item)}"): parse_limit(value, f"{where} {short(item)}")}
         elif item.lower() in PROFILES:
-            limits = dict(PROFILES[item.lower()])
+            profile, given = item.lower(), {}
         else:
-            limits.update(_gates_file(item, where))
+            profile, given = _gates_file(item, where)
+        if profile is not None:
+            if n:
+                raise GateError(f"{where} {short(text)}: {short(item)} sets every gate (the profile {profile}) "
+                                f"after {short(','.join(items[:n]))}, which it would reset: give it first, "
+                                f"{short(','.join([item] + items[:n] + items[n + 1:]))}")
+            limits = dict(PROFILES[profile])
+        for name, limit in given.items():
+            if name in set_by:
+                raise GateError(f"{where} {short(text)}: {short(item)} sets the {name} gate, which {set_by[name]} "
+                                "sets already: keep one")
+            limits[name], set_by[name] = limit, short(item)
     return Gates(limits, text)
 
 
-def _gates_file(path: str, where: str) -> dict[str, Limit]:
-    """A YAML mapping ``gate: limit``; an optional ``profile:`` key names the base profile."""
+def _gates_file(path: str, where: str) -> tuple[str | None, dict[str, Limit]]:
+    """A YAML mapping ``gate: limit``; an optional ``profile:`` key names the base profile. Returns (the
+    profile or None, the gates the file sets)."""
     import yaml
 
     from contracts import yamldoc
@@ -171,6 +187,7 @@ def _gates_file(path: str, where: str) -> dict[str, Limit]:
     if not isinstance(root, yaml.MappingNode):
         raise GateError(f"{file}:1: a gates file is a mapping of gate: limit (e.g. probe_amnesia: 1%)")
     out: dict[str, Limit] = {}
+    profile = None
     set_at: dict[str, str] = {}  # gate -> the line that set it: a gate and its alias both set is one too many
     for key, value in root.value:
         line = f"{file}:{key.start_mark.line + 1}"
@@ -179,14 +196,14 @@ def _gates_file(path: str, where: str) -> dict[str, Limit]:
         if key.value == "profile":
             if value.value.lower() not in PROFILES:
                 raise GateError(f"{line}: profile: {short(value.value)} is not one of {', '.join(PROFILES)}")
-            out = dict(PROFILES[value.value.lower()]) | out
+            profile = value.value.lower()
             continue
         name = gate_name(key.value, line)
         if name in set_at:
             raise GateError(f"{line}: {short(key.value)} sets the {name} gate, which {set_at[name]} sets already: "
                             "keep one")
         out[name], set_at[name] = parse_limit(value.value, f"{line}: {key.value}"), f"line {key.start_mark.line + 1}"
-    return out
+    return profile, out
 
 
 def legacy_overrides(max_probe_amnesia=None, max_stored_loss=None, max_crosstalk=None) -> dict[str, Limit]:

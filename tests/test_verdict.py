@@ -40,11 +40,35 @@ def test_bad_limits_are_refused_with_where(text):
         parse_limit(text, "where")
 
 
-def test_items_override_left_to_right_and_aliases_resolve():
+def test_items_change_the_profile_given_first_and_aliases_resolve():
     gates = parse_gates("lenient,lost=0,amnesia=2%,cross-talk=1")
     assert str(gates.limits["stored_loss"]) == "0" and str(gates.limits["probe_amnesia"]) == "2%"
     assert str(gates.limits["crosstalk"]) == "1" and str(gates.limits["reordered"]) == "1%"  # from lenient
-    assert parse_gates("probe_amnesia=1%,strict").limits == parse_gates("strict").limits  # a profile resets
+
+
+@pytest.mark.parametrize("spec, refusal", [
+    # a profile after an item reset it: stored_loss=0,lenient allowed 0.1% lost, looser than asked
+    ("stored_loss=0,lenient", "'lenient' sets every gate (the profile lenient) after 'stored_loss=0', which it would "
+                              "reset: give it first, 'lenient,stored_loss=0'"),
+    ("errors=off,strict,crosstalk=1", "'strict' sets every gate (the profile strict) after 'errors=off', which it "
+                                      "would reset: give it first, 'strict,errors=off,crosstalk=1'"),
+    ("probe_amnesia=1,probe_amnesia=2", "'probe_amnesia=2' sets the probe_amnesia gate, which 'probe_amnesia=1' sets "
+                                        "already: keep one"),  # the last won, as a gates file's twice is refused
+    ("lost=0,stored_loss=5%", "'stored_loss=5%' sets the stored_loss gate, which 'lost=0' sets already: keep one"),
+])
+def test_a_profile_after_an_item_or_a_gate_set_twice_is_refused(spec, refusal):
+    with pytest.raises(GateError, match=re.escape(f"--gate '{spec}': {refusal}")):
+        parse_gates(spec)
+
+
+def test_a_gates_file_naming_a_profile_goes_first_and_sets_no_gate_an_item_sets(tmp_path):
+    (tmp_path / "g.yaml").write_text("profile: lenient\nerrors: off\n")
+    assert parse_gates(f"{tmp_path / 'g.yaml'},corrupt=2").limits["errors"].off
+    with pytest.raises(GateError, match="the profile lenient.*which it would reset"):
+        parse_gates(f"stored_loss=0,{tmp_path / 'g.yaml'}")
+    (tmp_path / "errors.yaml").write_text("errors: off\n")
+    with pytest.raises(GateError, match="sets the errors gate, which 'errors=1' sets already: keep one"):
+        parse_gates(f"strict,errors=1,{tmp_path / 'errors.yaml'}")
 
 
 def test_unknown_gate_names_its_item_and_the_known_ones():
