@@ -23,7 +23,7 @@ from contracts.timeline import load_step
 from contracts.runfolder import RunFolder
 from oracle.metrics import wilson
 from oracle.timeline import Fault, at as _at, load_faults
-from oracle.verdict import GATES, cut_short
+from oracle.verdict import UNREADABLE, GATES, cut_short
 
 RATE_METRICS = ("probe_amnesia", "stored_loss", "session_amnesia", "crosstalk")
 RATE_TITLES = {
@@ -320,7 +320,9 @@ def load_run(path: str | Path) -> RunData:
         raise NotAudited(f"{path}: not audited yet (no audit/summary.json) - run "
                          f"`python -m oracle audit {path}` first, or pass --audit")
     warnings: list[str] = []
-    run = _read_json(folder.run_json, warnings, default={}) if folder.run_json.is_file() else {}
+    run = _read_json(folder.run_json, warnings, default=None) if folder.run_json.is_file() else {}
+    if run is None:  # it may have said the users raised exceptions: the verdict cannot be trusted (verdict.cut_short)
+        run = {UNREADABLE: warnings[-1]}
     run, found = mend_surrogates(run)
     if found:  # a damaged field of run.json is warned about and the report goes on, as for the others below
         warnings.append(f"{folder.run_json}: {', '.join(found[:3])}{' ...' if len(found) > 3 else ''}: a lone "

@@ -402,6 +402,9 @@ def headline(v: dict) -> str:
     return "FAIL — " + "; ".join(causes or v["failed"])
 
 
+UNREADABLE = "run.json unreadable"  # the key a reader puts in place of a run.json it could not read: why
+
+
 def cut_short(run: dict) -> str | None:
     """Why even a held verdict cannot be trusted: Locust's users raised exceptions (run.json's
     ``user_exceptions``, written at the end of the Locust run), or every Locust worker went missing
@@ -410,6 +413,9 @@ def cut_short(run: dict) -> str | None:
     NOT TRUSTED (a FAIL stays a FAIL)."""
     if not isinstance(run, dict):
         return None
+    if run.get(UNREADABLE):
+        return (f"{run[UNREADABLE]}, so whether Locust's users raised exceptions (which cut conversations short) "
+                "cannot be told: repair or remove it")
     lost = run.get("workers_lost")
     if isinstance(lost, dict) and lost.get("all"):
         return (f"every Locust worker went missing ({short(lost.get('count'))}): the test stopped early, its "

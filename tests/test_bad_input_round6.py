@@ -1,0 +1,54 @@
+"""Bad input, round 6 (hunt-input5): what downstream commands make of a damaged run, and options that were
+silently read otherwise than written.
+
+- runjson_torn: a run.json torn (half written) after its audit: `oracle audit` said NO VERDICT (it cannot tell
+  whether Locust's users raised exceptions), but report, compare and trend read the same run as a plain PASS
+  (exit 0), even when the torn run.json had recorded user exceptions. They now say NOT TRUSTED (compare exit 3,
+  trend "untrusted"), as for a run whose users raised exceptions.
+Real run folders (journal, snapshot, audit made by the suite's helpers), the CLI as users run it.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from support_oracle import TurnSpec
+from test_bad_input_outputs import audited_run, oracle_cli
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+def _clean_specs(sessions: int = 8) -> list[list[TurnSpec]]:
+    """Sessions a correct bot and store pass: every gate holds."""
+    return [[TurnSpec("plant", "ok"), TurnSpec("chatter", "ok"), TurnSpec("probe", "ok")] for _ in range(sessions)]
+
+
+@pytest.fixture(scope="module")
+def passing(tmp_path_factory):
+    """One audited run that PASSes, made once; tests work on copies."""
+    run = tmp_path_factory.mktemp("round6") / "base"
+    audited_run(run, "v1", specs=_clean_specs())
+    return run
+
+
+def test_a_torn_run_json_is_not_trusted_by_report_compare_and_trend_as_it_is_by_the_audit(passing, tmp_path):
+    base = Path(shutil.copytree(passing, tmp_path / "base"))
+    torn = Path(shutil.copytree(passing, tmp_path / "torn"))
+    recorded = json.loads((torn / "run.json").read_text()) | {"user_exceptions": {"count": 7, "first": "KeyError"}}
+    text = json.dumps(recorded)
+    (torn / "run.json").write_text(text[:len(text) // 2])  # the half of it a full disk or a kill left
+    why = "run.json: unreadable (not JSON"
+    report = oracle_cli("report", torn)
+    assert report.returncode == 0 and "NOT TRUSTED" in report.stdout and why in report.stdout, report.stdout
+    assert '<div class="badge warn">NOT TRUSTED</div>' in (torn / "report.html").read_text()
+    compare = oracle_cli("compare", base, torn)
+    assert compare.returncode == 3, compare.stdout + compare.stderr
+    assert "NOT TRUSTED" in compare.stdout and why in compare.stdout
+    trend = oracle_cli("trend", base, torn)
+    runs = trend.stdout.split("per release")[0].splitlines()[2:]  # per run: the torn run's label is unknown
+    assert [" untrusted " in line for line in runs if line.strip()] == [True, False], trend.stdout  # torn first
+    assert sum(" pass " in line for line in runs) == 1, trend.stdout
+    assert oracle_cli("compare", passing, base).returncode == 0  # the same run, whole: a plain PASS
