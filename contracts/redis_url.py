@@ -61,8 +61,8 @@ def parse_sentinel_url(url: str) -> SentinelURL:
     sentinels = []
     for item in filter(None, hosts.split(",")):
         host, colon, port = item.rpartition(":")
-        if not colon or not host or not port.isdigit():
-            raise ValueError(f"sentinel {item!r}: want host:port")
+        if not colon or not host or not port.isdigit() or not int(port):
+            raise ValueError(f"sentinel {item!r}: want host:port (a port above 0)")
         sentinels.append((host.strip("[]"), int(port)))
     if not sentinels:
         raise ValueError("no sentinel given: want redis+sentinel://host:port[,host:port...]/service[/db]")
@@ -116,6 +116,9 @@ def check_url(url: str) -> None:
         if parts.scheme.lower() != "unix" and not re.fullmatch(r"/?([0-9]+)?", unquote(parts.path)):
             raise ValueError(f"path {parts.path!r}: must be /db, a database number (e.g. /0)")
         path_db = "" if parts.scheme.lower() == "unix" else unquote(parts.path).strip("/")
+        if parts.scheme.lower() != "unix" and re.search(r":0+$", parts.netloc):
+            raise ValueError(f"port 0 (of {parts.hostname}): no Redis listens there, and redis-py would connect to "
+                             "port 6379 instead: give the store's port")
         connection = options.get("connection_class") or Connection
     for name in REPLY_OPTIONS:
         if name in options:

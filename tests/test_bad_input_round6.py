@@ -5,6 +5,8 @@ silently read otherwise than written.
   whether Locust's users raised exceptions), but report, compare and trend read the same run as a plain PASS
   (exit 0), even when the torn run.json had recorded user exceptions. They now say NOT TRUSTED (compare exit 3,
   trend "untrusted"), as for a run whose users raised exceptions.
+- redis_port0: `--store-url redis://127.0.0.1:0/0` was read on port 6379 (redis-py's default for port 0): the audit
+  judged whatever Redis listened there, or blamed 6379. Refused, naming the host (never the password).
 Real run folders (journal, snapshot, audit made by the suite's helpers), the CLI as users run it.
 """
 from __future__ import annotations
@@ -52,3 +54,17 @@ def test_a_torn_run_json_is_not_trusted_by_report_compare_and_trend_as_it_is_by_
     assert [" untrusted " in line for line in runs if line.strip()] == [True, False], trend.stdout  # torn first
     assert sum(" pass " in line for line in runs) == 1, trend.stdout
     assert oracle_cli("compare", passing, base).returncode == 0  # the same run, whole: a plain PASS
+
+
+@pytest.mark.parametrize("url, named", [
+    ("redis://127.0.0.1:0/0", "port 0 (of 127.0.0.1): no Redis listens there, and redis-py would connect to port 6379"),
+    ("redis://user:secret@127.0.0.1:00/0", "port 0 (of 127.0.0.1)"),
+    ("redis+sentinel://127.0.0.1:0/mymaster", "sentinel '127.0.0.1:0': want host:port (a port above 0)"),
+])
+def test_a_store_url_on_port_0_is_refused_not_read_on_6379(passing, tmp_path, url, named):
+    """redis-py reads port 0 as "none given" and connects to 6379: the audit would have judged whatever Redis
+    listens there (another team's, on a shared host), or blamed 6379 for refusing."""
+    run = Path(shutil.copytree(passing, tmp_path / "run"))
+    audit = oracle_cli("audit", run, "--store-url", url)
+    assert audit.returncode == 2, audit.stdout + audit.stderr
+    assert named in audit.stderr and "6379:" not in audit.stderr and "secret" not in audit.stderr, audit.stderr
