@@ -64,6 +64,8 @@ class Evidence:
     ttl_in_use: bool = False
     evictions: list = field(default_factory=list)  # [(time, evicted_keys counter)] ascending, the last at the audit
     expiries: list = field(default_factory=list)   # [(time, expired_keys counter)] likewise; none: not known
+    ttl_floor: float | None = None  # the shortest TTL a key under the template was given (oracle.keys.ttl_floor)
+    ttl_at: float = 0.0             # when it was measured
 
     def __post_init__(self):
         self._evicted, self._expired = _CounterOverTime(self.evictions), _CounterOverTime(self.expiries)
@@ -72,18 +74,24 @@ class Evidence:
     def of(cls, evidence: dict) -> "Evidence":
         """From ``keys.store_evidence``'s dict (or an older snapshot's, which has no expiries)."""
         return cls(evidence.get("ttl_in_use", False), [tuple(e) for e in evidence.get("evictions") or []],
-                   [tuple(e) for e in evidence.get("expiries") or []])
+                   [tuple(e) for e in evidence.get("expiries") or []], evidence.get("ttl_floor"),
+                   evidence.get("ttl_at") or 0.0)
 
     def gone_class(self, last_ack: float, first_write: float | None = None) -> str:
         """``evicted`` when the store evicted keys after the session's last acknowledged turn, else ``expired``
-        when keys under the template carry TTLs and the store may have expired a key since the session's first
-        write, else ``vanished``: a key the store never expired did not expire (a Redis that restarted without
-        persistence, keys under a 1-hour TTL, lost sessions written a minute before)."""
+        when keys under the template carry TTLs, the store may have expired a key since the session's first
+        write and the session is older than the shortest TTL they were given, else ``vanished``: a key the store
+        never expired did not expire (a Redis that restarted without persistence, keys under a 1-hour TTL, lost
+        sessions written a minute before), nor did one deleted seconds after its first write under a 1-hour TTL
+        while other keys (rate limits) expired."""
         if self._evicted.rose_after(last_ack):
             return "evicted"
         if not self.ttl_in_use:
             return "vanished"
         if self.expiries and not self._expired.rose_after(last_ack if first_write is None else first_write):
+            return "vanished"
+        if self.ttl_floor is not None and self.ttl_at - (last_ack if first_write is None else first_write) < \
+                self.ttl_floor:  # younger than any TTL the store's keys were given: deleted, not expired
             return "vanished"
         return "expired"
 

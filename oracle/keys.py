@@ -35,6 +35,7 @@ SCAN_LIMIT = 2_000_000   # keys looked at per database, at most: a huge shared s
 MESSAGE_KEYS = 200       # names of one session's keys collected to tell one key per message from a few per session
 TTL_SCAN_CALLS = 200     # SCAN calls (of 1,000 slots) looking for a key under the template that carries a TTL
 TTL_SAMPLE = 1_000       # keys under the template whose TTL is asked
+IDLE_CLOCK_S = 1.0       # OBJECT IDLETIME counts whole seconds of a clock Redis updates 10 times a second
 COUNTERS = ("expired_keys", "evicted_keys")
 SHARED_KEYS, SHARED_ENTRIES, SHARED_BYTES = 50, 200, 65536  # how much of which keys find_in_shared_keys reads
 TOKEN_BYTES = re.compile(rb"\b(gf[0-9a-f]{16})t[0-9]{1,6}\b")
@@ -518,7 +519,9 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
     for name in COUNTERS:
         samples[name].append((time.time(), int(info.get(name) or 0)))
     template = (options or getattr(reader, "options", None) or StoreOptions()).key_template
-    return {"ttl_in_use": ttl_seen or ttl_under(client, template)[0], "evictions": samples["evicted_keys"],
+    floor = ttl_floor(client, template)
+    return {"ttl_in_use": ttl_seen or floor is not None, "ttl_floor": floor, "ttl_at": time.time(),
+            "evictions": samples["evicted_keys"],
             "expiries": samples["expired_keys"],
             "counters_at_start": at_start}
 
@@ -529,9 +532,40 @@ def ttl_under(client: redis.Redis, template: str, cursor: int = 0, calls: int = 
     with TTLs, which say nothing of how this bot keeps histories. A huge store is sampled (``calls`` SCAN calls
     from ``cursor``), not walked: the run's telemetry looks a few calls at a time while the keys still exist
     (locustfiles/telemetry.py), since by the audit they may all have expired."""
+    lives, cursor = _template_ttls(client, template, cursor, calls)
+    return bool(lives), cursor
+
+
+def ttl_floor(client: redis.Redis, template: str) -> float | None:
+    """The shortest TTL, in seconds, any sampled key under the template was given: its TTL left plus how long it
+    has been idle (OBJECT IDLETIME: since its last read or write, so no longer than since the write that set
+    the TTL). A key that is gone younger than that cannot have expired. None when no sampled key has a TTL."""
+    lives, _ = _template_ttls(client, template)
+    return max(0.0, min(lives) - IDLE_CLOCK_S) if lives else None
+
+
+def _template_ttls(client: redis.Redis, template: str, cursor: int = 0,
+                   calls: int = TTL_SCAN_CALLS) -> tuple[list[float], int]:
+    """For up to TTL_SAMPLE keys under the template that carry a TTL, a lower bound of the TTL each was given
+    (``ttl_floor``); and the SCAN cursor to go on from."""
     try:
         if not (client.info("keyspace").get(f"db{_own_db(client)}") or {}).get("expires"):
-            return False, cursor
+            return [], cursor
+        pattern, keys = template_pattern(template), []
+        for _ in range(calls):
+            cursor, found = client.scan(cursor, match=pattern, count=1000)
+            keys += found
+            if not cursor or len(keys) >= TTL_SAMPLE:
+                break
+        pipe = client.pipeline(transaction=False)
+        for key in keys[:TTL_SAMPLE]:
+            pipe.pttl(key)
+            pipe.object("idletime", key)  # refused under an LFU eviction policy: the TTL left alone is a bound
+        replies = pipe.execute(raise_on_error=False)
+        return [ttl / 1000 + (idle if isinstance(idle, int) else 0)
+                for ttl, idle in zip(replies[0::2], replies[1::2]) if isinstance(ttl, int) and ttl >= 0], cursor
+    except redis.RedisError:
+        return [], cursor
         pattern, keys = template_pattern(template), []
         for _ in range(calls):
             cursor, found = client.scan(cursor, match=pattern, count=1000)

@@ -16,7 +16,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Iterator, Literal, Optional
+from typing import Annotated, Iterator, Literal, Optional
 
 import msgspec
 
@@ -251,6 +251,8 @@ class _Evidence(msgspec.Struct):
     ttl_in_use: bool = False
     evictions: list[tuple[float, int]] = []
     expiries: list[tuple[float, int]] = []
+    ttl_floor: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
+    ttl_at: Optional[float] = None
     missing_keys: Optional[dict] = None
 
 

@@ -358,6 +358,31 @@ def test_store_evidence_reads_the_evictions_the_run_s_telemetry_sampled(tmp_path
     assert gone.gone_class(105.0) == "evicted" and gone.gone_class(125.0) == "vanished"
 
 
+def test_a_key_deleted_younger_than_the_ttl_its_store_gives_is_vanished_though_other_keys_expired(tmp_path, redis_server):
+    """A bot whose histories carry a 1-hour TTL and a sweeper that DELs them after 3 s idle, on a Redis whose
+    rate-limit keys expire every second: its lost sessions were `expired` ("key expiry"), and with
+    `--gate expired=off` (the TTL is by design) the run PASSed with nearly every turn gone. A session younger
+    than the shortest TTL the store's keys under the template were given cannot have expired."""
+    import time
+
+    from oracle.verdict import parse_gates
+
+    world = build_world(simple_specs(6), start=time.time() - 20, seed=3)  # sessions a few seconds old
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    store_with_langchain(redis_server.url, world, ttl=3600)
+    client = redis_server.client()
+    expired = int(client.info("stats")["expired_keys"])
+    client.set("ratelimit:user-1", "1", px=1)  # not under the template: expires (the counter rises)
+    wait_until(lambda: int(client.info("stats")["expired_keys"]) > expired, what="a rate-limit key to expire")
+    swept = world.order[:2]
+    client.delete(*[f"message_store:{s}" for s in swept])
+    summary = audit_run(run, StoreOptions(url=redis_server.url), gates=parse_gates("strict,expired=off"))
+    assert summary["anomalies"] == {"vanished": 2}
+    assert summary["verdict"]["result"] == "fail"
+    assert 3590 < json.loads((run / "store" / "meta.json").read_text())["evidence"]["ttl_floor"] <= 3600
+
+
 def test_only_keys_under_the_template_with_a_ttl_make_a_gone_session_expired(tmp_path, redis_server):
     """A shared staging Redis holds other applications' caches with TTLs; one of them made every session of a bot
     that never wrote its history "expired" (the key's TTL ran out), not "vanished". Only a TTL on a key under the
