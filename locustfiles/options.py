@@ -478,9 +478,12 @@ class Settings:
         if not get("message_field"):
             raise OptionError("--message-field must not be empty")
         cookie = str(get("session_from") or "").startswith("cookie:")  # the cookie carries it
-        if not (get("session_field") or get("session_header") or cookie or SESSION in str(get("chat_path", ""))):
+        headers = get("header") or []
+        placed = SESSION in str(get("chat_path", "")) + str(get("body") or "") + "".join(
+            map(str, headers if isinstance(headers, list) else [headers]))  # a bearer token the bot issued
+        if not (get("session_field") or get("session_header") or cookie or placed):
             raise OptionError("the session id must go somewhere: set --session-field or --session-header, or put "
-                              f"{SESSION} in --chat-path")
+                              f"{SESSION} in --chat-path, a --header value or --body")
         check_request(get)
         check_config_files(get)
         timeout = parse_duration(get("timeout", 30.0), "timeout", limit=durations.DAY)

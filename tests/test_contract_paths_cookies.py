@@ -16,6 +16,8 @@ Run one bot: ``python tests/test_contract_paths_cookies.py --port P --mode MODE`
                 three characters, e:{...}, d:{...}
     reissue     POST /chat {"conversation_id", "message"} answers {"conversation_id", "reply"} with a new id every
                 turn, its history moved to it (a chain of response ids, as the Responses API's previous_response_id)
+    bearer      POST /login answers {"access_token": "tN"}; POST /chat {"message"} with Authorization: Bearer tN:
+                the token is the conversation (an API whose login issues a token per chat), 401 without it
     stream-events  POST /chat {"session_id", "message"} answers as LangServe's /stream_events: server-sent
                 events, each piece of three characters sent three times, once per level of the chain
                 (on_chat_model_stream, then on_chain_stream of the sequence and of the history wrapper)
@@ -54,6 +56,9 @@ def make_app(mode: str):
             said = histories.get(unquote(path[len("/history/"):]))
             start("200 OK" if said is not None else "404 Not Found", [("Content-Type", "application/json")])
             return [json.dumps({"messages": said or []}).encode()]
+        if mode == "bearer" and path == "/login":
+            start("200 OK", [("Content-Type", "application/json")])
+            return [json.dumps({"access_token": f"t{next(counter)}"}).encode()]
         body = json.loads(environ["wsgi.input"].read())
         cookies = dict(c.strip().partition("=")[::2] for c in environ.get("HTTP_COOKIE", "").split(";") if "=" in c)
         headers = [("Content-Type", "application/json")]
@@ -62,6 +67,11 @@ def make_app(mode: str):
             session = session or (f"ab/cd+{next(counter)}==" if mode == "pad" else f"s{next(counter)}")
             value = f'"{session}"' if mode == "pad" else session
             headers.append(("Set-Cookie", f"sid={value}; Path=/; HttpOnly" + ("; Secure" if mode == "secure" else "")))
+        elif mode == "bearer":
+            session = environ.get("HTTP_AUTHORIZATION", "").removeprefix("Bearer ")
+            if session not in histories and not re.fullmatch(r"t\d+", session):
+                start("401 Unauthorized", [("Content-Type", "application/json")])
+                return [b'{"error": "log in first"}']
         elif mode == "reissue":
             session = f"c{next(counter)}"
             histories[session] = histories.pop(body.get("conversation_id") or "", [])
@@ -153,6 +163,16 @@ def test_a_reply_that_echoes_the_plant_is_warned_about(tmp_path):
     warnings = re.findall(r"the reply to a probe holds the user's own plant.*", done.output)
     assert len(warnings) == 1 and "--reply-field 'history.*.content'" in warnings[0] and \
         "history.-1.content" in warnings[0], done.output[-3000:]
+
+
+def test_a_token_the_bot_issued_goes_in_a_header_and_nowhere_else(tmp_path):
+    """A bot whose login issues a bearer token per conversation: --header 'Authorization: Bearer {session}' with no
+    session field was refused ("the session id must go somewhere"), though the header carries it."""
+    done = run(tmp_path, "bearer", "--start-path", "/login", "--session-from", "reply:access_token",
+               "--header", "Authorization: Bearer {session}", "--session-field", "")
+    assert done.returncode == 0 and verdict(done) == "pass", done.output[-3000:]
+    issued = {r["bot_session"] for r in answered(done)}
+    assert issued and all(re.fullmatch(r"t\d+", i) for i in issued), issued
 
 
 def test_a_secure_session_cookie_goes_back_over_plain_http(tmp_path):
