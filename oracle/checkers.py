@@ -689,7 +689,8 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
     do not fit the store). Its own user entries' turns in stored order (None: not journaled), by the majority of
     neighbouring pairs in real-time order (one acknowledged before the other was sent; a burst's pair has no
     order, as in ``check_reordered``): "ordered" (ascending) or "reversed" (descending: a list read with the wrong
-    --direction) or "blob reversed" (a JSON blob newest first); no such pair: "held". None of its own: "roles"
+    --direction) or "blob reversed" (a JSON blob newest first) or "http reversed" (an HTTP history API's default
+    order, newest first); no such pair: "held". None of its own: "roles"
     and their names when its tokens are in entries of roles neither user nor assistant (the wrong --user-role);
     "untokened" when it has user entries but none carries any token (the bot rewrites messages); "undecodable"
     when no entry decodes and none is a pickle (another format than JSON); "swapped" when no user entry starts
@@ -706,7 +707,7 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
         if decoded.corrupt and not decoded.messages and not any("pickle" in c["reason"] for c in decoded.corrupt):
             return "undecodable"
         return None
-    if raw.type not in ("list", "string"):
+    if raw.type not in ("list", "string", "http"):
         return "held"
     up = down = 0
     for a, b in zip(turns, turns[1:]):
@@ -715,7 +716,7 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
         up += a.received is not None and a.received <= b.sent
         down += b.received is not None and b.received <= a.sent
     if down > up:
-        return "reversed" if raw.type == "list" else "blob reversed"
+        return {"list": "reversed", "string": "blob reversed"}.get(raw.type, f"{raw.type} reversed")
     return "ordered" if up > down else "held"
 
 

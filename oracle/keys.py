@@ -64,7 +64,7 @@ def check_layout(order: Counter, options: StoreOptions, live: bool) -> None:
             f"({', '.join(options.user_roles)}) nor an assistant role ({', '.join(options.assistant_roles)}) at "
             f"{options.role_field!r}. {again[:1].upper() + again[1:]}pass the roles the bot stores (--user-role, "
             "--assistant-role) or where it keeps them (--role-field). Nothing was judged.")
-    held = order["ordered"] + order["reversed"] + order["held"] + order["blob reversed"]  # own user entries found
+    held = order["ordered"] + order["reversed"] + order["held"] + order["blob reversed"] + order["http reversed"]
     if order["swapped"] >= 2 and not held:
         raise TemplateMismatch(
             f"in none of the {order['swapped']} sessions with user entries does one start with the message the "
@@ -120,6 +120,12 @@ def check_layout(order: Counter, options: StoreOptions, live: bool) -> None:
             "first; the audit reads a blob's list oldest first (--direction is the order of a Redis list), so every "
             "session would be 'reordered'. Read them with --reader (a function from session ids to histories, "
             "oldest first). Nothing was judged.")
+    if order["http reversed"] >= 2 and not order["ordered"]:
+        raise TemplateMismatch(
+            f"every one of the {order['http reversed']} histories from --http-url with two or more stored turns "
+            "lists them newest first; the audit reads an HTTP history oldest first, so every session would be "
+            "'reordered'. Ask the API for oldest first (its order parameter in --http-url, e.g. ?order=asc), or read "
+            "it with --reader (a function from session ids to histories, oldest first). Nothing was judged.")
     if order["reversed"] < 2 or order["ordered"]:
         return
     other = "rpush" if options.direction == "lpush" else "lpush"

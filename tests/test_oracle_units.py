@@ -13,6 +13,7 @@ from conftest import http_server
 from oracle.audit import audit_run
 from oracle.decode import Shape, decode_session
 from oracle.history import read_journal
+from oracle.keys import TemplateMismatch
 from oracle.metrics import wilson
 from oracle.store import RawSession, StoreOptions
 import support_oracle
@@ -187,6 +188,20 @@ def test_http_reader(tmp_path, http_store):
     summary = audit_run(tmp_path, StoreOptions(http_url=url))
     assert finding_keys(tmp_path) == expected and summary["store"]["reader"] == "http"
     assert audit_run(tmp_path)["metrics"] == summary["metrics"]  # and again from the snapshot
+
+
+def test_an_http_history_api_that_lists_newest_first_is_no_verdict_not_every_session_reordered(tmp_path, http_store):
+    """A correct bot whose history API answers newest first (its default order): every session was 'reordered',
+    a false FAIL, where a Redis list or a JSON blob so is refused naming the order."""
+    world = build_world(simple_specs(4), seed=7)
+    _Histories.store = {s: [m for _, m in world.stored[s]][::-1] for s in world.order}
+    write_journal(tmp_path, world.records)
+    url = f"http://127.0.0.1:{http_store.server_port}/sessions/{{session}}/history"
+    with pytest.raises(TemplateMismatch, match="histories from --http-url with two or more stored turns lists them "
+                                               "newest first.*its order parameter in --http-url"):
+        audit_run(tmp_path, StoreOptions(http_url=url))
+    _Histories.store = {s: [m for _, m in world.stored[s]] for s in world.order}  # ?order=asc
+    assert audit_run(tmp_path, StoreOptions(http_url=url))["anomalies"] == {}
 
 
 def test_function_reader(tmp_path):
