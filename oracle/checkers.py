@@ -314,10 +314,13 @@ def check_duplicated_replies(session: str, by_turn: dict[int, Turn], decoded: De
     those by count: a footer bot's stored reply may equal another turn's). Each copy goes to the latest ok turn with that
     reply whose user entry precedes it (else the first such turn); turns holding two copies or more are the
     findings, at most the surplus of them. The answers to another session's messages stored here (a misroute,
-    ``_replies_to_others``) are not this session's replies and are not counted."""
+    ``_replies_to_others``) are not this session's replies and are not counted, nor is what the bot stored before
+    the first user entry (a welcome stored at the thread's creation, which may be the text of a later reply)."""
     ok = sorted((t for t in by_turn.values() if t.outcome == "ok"), key=lambda t: t.turn)
     journaled = Counter(t.reply for t in ok)
-    theirs = _replies_to_others(decoded, v)
+    first_user = next((index for index, role, _ in decoded.messages if role == USER), None)
+    theirs = _replies_to_others(decoded, v) | {  # and what the bot said before anyone spoke (a stored welcome)
+        index for index, role, _ in decoded.messages if role == ASSISTANT and first_user is not None and index < first_user}
     as_sent = _as_journaled(decoded, theirs, ok, journaled)  # index -> the journaled reply the entry is
     answers = list(as_sent.values())
     stored = Counter(text for text in answers if text in journaled)

@@ -97,6 +97,17 @@ def test_replies_matched_only_by_count_are_no_duplicates():
     assert "duplicated" not in {f["class"] for f in found}
 
 
+def test_a_welcome_stored_before_the_first_message_is_no_copy_of_a_later_reply_of_its_text():
+    """A bot that stores "How can I help you today?" when the thread is created, and answers small talk with the
+    same line: the welcome was counted a second copy of that turn's reply (a false FAIL, 349 duplicated)."""
+    welcome = "How can I help you today?"
+    turns = [turn(0, "Noted."), turn(1, welcome), turn(2, "Bye.")]
+    stored = [("human", 0), ("ai", "Noted."), ("human", 1), ("ai", welcome), ("human", 2), ("ai", "Bye.")]
+    assert judge(turns, [("ai", welcome)] + stored) == []
+    twice = stored[:4] + [("ai", welcome)] + stored[4:]  # the reply itself written twice is still found
+    assert classes(judge(turns, [("ai", welcome)] + twice)) == [("duplicated", 1)]
+
+
 def test_empty_replies_stored_twice_are_not_judged():
     turns = [turn(0, ""), turn(1, "Sure.")]
     assert judge(turns, [("human", 0), ("ai", ""), ("ai", ""), ("human", 1), ("ai", "Sure.")]) == []
