@@ -70,10 +70,18 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
     search = TOKEN_RE.search
     position = 0
     merged: dict[int, tuple[int, int]] = {}
+    untokened = None  # own message without its token -> turn: a cleaned copy stored beside the message
     for index, text in decoded.users:
         m = search(text)
-        if m is None:
-            continue  # not a goldfish message (no token): nothing to judge it by
+        if m is None:  # not a goldfish message (no token): nothing to judge it by, unless it is a turn's message
+            if by_turn and untokened is None:  # with the token taken out (a copy cleaned for embeddings), stored
+                untokened = _untokened(by_turn)  # besides the message itself: a second copy of that turn
+            turn = untokened.get(text.strip()) if untokened else None
+            if turn is not None and turn in v.copies:
+                v.own.append((position, turn, index))
+                v.copies[turn] += 1
+                position += 1
+            continue
         source, turn = m.group(1), int(m.group(2))
         scan_from = m.end()
         if (source != session or turn in v.copies) and text.count("gf") > 1:
@@ -122,6 +130,16 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
             if value is not None:
                 v.strays.append((index, value, text, role))
     return v
+
+
+def _untokened(by_turn: dict[int, Turn]) -> dict[str, int]:
+    """Each journaled message with its [gf...tN] token taken out -> its turn (a text two turns share: neither)."""
+    out: dict[str, int | None] = {}
+    for t in by_turn.values():
+        text = TOKEN_RE.sub("", t.message or "", count=1).replace("[]", "", 1).strip()
+        if text:
+            out[text] = None if text in out else t.turn
+    return {text: turn for text, turn in out.items() if turn is not None}
 
 
 def _later_tokens(session: str, index: int, text: str, start: int, source: str, turn: int, position: int,

@@ -108,6 +108,21 @@ def test_a_welcome_stored_before_the_first_message_is_no_copy_of_a_later_reply_o
     assert classes(judge(turns, [("ai", welcome)] + twice)) == [("duplicated", 1)]
 
 
+def test_a_message_stored_again_without_its_token_is_a_second_copy_of_it():
+    """A bot that stores each user message twice, the second copy with the [gf...tN] tag cleaned off (for its
+    embeddings): the model sees every message twice, and the run PASSed, the copy being 'no goldfish message'."""
+    turns = [turn(0, "Hi."), turn(1, "Sure.")]
+    entries = [json.dumps(e) for e in (lc("human", turns[0].message), lc("human", "hello 0"), lc("ai", "Hi."),
+                                       lc("human", turns[1].message), lc("ai", "Sure."))]
+    raw = RawSession(S, f"message_store:{S}", True, None, entries)
+    found = check_session(S, turns, raw, decode_session(raw, Shape(StoreOptions())), {S: turns}).findings
+    assert classes(found) == [("duplicated", 0)]
+    alone = [json.dumps(e) for e in (lc("human", "hello 0"), lc("ai", "Hi."))]  # a note of the bot's own: no turn's
+    raw = RawSession(S, f"message_store:{S}", True, None, [json.dumps(lc("human", turns[0].message))] + alone[1:] + [
+        json.dumps(lc("human", "hello 7")), json.dumps(lc("human", turns[1].message)), json.dumps(lc("ai", "Sure."))])
+    assert check_session(S, turns, raw, decode_session(raw, Shape(StoreOptions())), {S: turns}).findings == []
+
+
 def test_empty_replies_stored_twice_are_not_judged():
     turns = [turn(0, ""), turn(1, "Sure.")]
     assert judge(turns, [("human", 0), ("ai", ""), ("ai", ""), ("human", 1), ("ai", "Sure.")]) == []
