@@ -9,7 +9,8 @@ so memory stays flat on long runs.
 A nonce (a fact's value) is matched in any case, in recall and in cross-talk alike: a bot may
 lower-case what it says as it may lower-case what it stores (the audit's stored-plant check,
 oracle/checkers.py ``check_facts``, ignores case the same way), and with any dash for its hyphen: a model
-that typesets "8892–X7Q4" with an en dash recalled it. Tokens are matched as written.
+that typesets "8892–X7Q4" with an en dash recalled it. A recall also takes a space or nothing for the hyphen
+("8892 X7Q4"); cross-talk looks for the value as planted (with a dash). Tokens are matched as written.
 """
 from __future__ import annotations
 
@@ -69,11 +70,16 @@ def crosstalk(reply: str, session: str, plants: PlantRegistry) -> list[str]:
 
 
 def recall(reply: str | None, nonce: str, *more: str) -> bool:
-    """The reply holds ``nonce`` or one of ``more``, in any case and with any dash (the reply is read once)."""
+    """The reply holds ``nonce`` or one of ``more``, in any case, with any dash, a space or nothing between its two
+    halves ("8892 X7Q4", "8892X7Q4": a model reformatting an identifier still recalled it; the reply is read once)."""
     if not reply:
         return False
     text = as_written(reply).lower()
-    return nonce.lower() in text or any(n.lower() in text for n in more)
+    return any(value in text for n in (nonce, *more) for value in _spellings(n.lower()))
+
+
+def _spellings(nonce: str) -> tuple[str, ...]:
+    return (nonce, nonce.replace("-", " ", 1), nonce.replace("-", "", 1)) if "-" in nonce else (nonce,)
 
 
 class Fact(NamedTuple):

@@ -169,7 +169,7 @@ def test_crosstalk_by_token_and_by_nonce_but_not_own():
     for dash in "\u2010\u2011\u2013\u2014\u2212\uff0d":  # typeset: the value recalled, its hyphen a dash
         assert recall(f"Your x is 1111{dash}aaaa.", "1111-AAAA"), dash
         assert crosstalk(f"Your x is 2222{dash}BBBB.", other, plants) == [me], dash
-    assert not recall("Your x is 1111 AAAA.", "1111-AAAA") and not recall("Your x is 1111_AAAA.", "1111-AAAA")
+    assert recall("Your x is 1111 AAAA.", "1111-AAAA") and not recall("Your x is 1111_AAAA.", "1111-AAAA")
 
 
 def test_error_classification_is_jepsen_style():

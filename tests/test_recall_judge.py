@@ -208,6 +208,15 @@ def test_recall_ignores_case_of_the_value():
     assert not recall(None, "8892-X7Q4") and not recall("", "8892-X7Q4")
 
 
+def test_recall_takes_a_space_or_nothing_for_the_hyphen():
+    """A model that reformats the identifier ("8892 X7Q4", "8892X7Q4") recalled it: every probe was amnesia, a
+    false FAIL. The halves must still be the value's, next to each other."""
+    assert recall("Your postcode is 8892 X7Q4.", "8892-X7Q4") and recall("postcode: 8892x7q4", "8892-X7Q4")
+    assert recall("It was 5555-AAAA, sorry: 8892 x7q4.", "1111-BBBB", "8892-X7Q4")  # an info plant's value
+    assert not recall("8892 and X7Q4 are both codes.", "8892-X7Q4")
+    assert not recall("Your postcode is 8892 X7Q5.", "8892-X7Q4")
+
+
 def test_a_lower_cased_leak_of_another_sessions_value_is_cross_talk():
     plants = PlantRegistry(capacity=10)
     me, other = new_session_id(), new_session_id()
