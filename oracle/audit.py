@@ -187,6 +187,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         if linked.window:
             found.extend([window_warning(linked.window)])
         found.extend(unspanned(tally, context.faults) if tally.totals["answered"] else [])
+        found.extend(tally.far_turns(folder.audit / "sessions.csv.tmp"))  # turns days off the rest: a wrong clock
         result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
                                window_s, recovery_s, sum(r.entries for r in results), linked.misrouted, found,
                                sum(r.unreadable for r in results))

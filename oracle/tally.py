@@ -17,10 +17,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 LATENCY_MIN, LATENCY_RATIO, LATENCY_BINS = 1e-4, 1.05, 400  # 0.1 ms .. ~8 hours, bins 5% apart
+FAR_S = 3600.0  # turns this far (or the bulk's own length, when longer) from the bulk of the run are warned of
 MAX_WINDOWS = 800_000  # ~1.3 GB of rows: 46 days of 5-s windows
 # per-window columns, in this order
 WINDOW_COUNTS = ("acked", "errors", "probes", "probes_failed", "lost", "crosstalk")
@@ -56,14 +58,19 @@ class Windows:
         self.start: int | None = None  # the first window in use
         self.end: int | None = None    # the last
         self._base = 0                 # the window of the buffers' first row
-        self._counts = np.zeros((0, len(WINDOW_COUNTS)), np.int64)
+        self._counts = np.zeros((0, len(WINDOW_COUNTS) + 1), np.int64)  # and last, every turn (``turns``)
         self._latency = np.zeros((0, LATENCY_BINS), np.int32)
         self.steps: Counter = Counter()  # (window, step) -> turns
 
     @property
     def counts(self) -> np.ndarray:
         """(windows, WINDOW_COUNTS): a view of the rows in use."""
-        return self._counts[self._rows()]
+        return self._counts[self._rows(), :len(WINDOW_COUNTS)]
+
+    @property
+    def turns(self) -> np.ndarray:
+        """(windows,): every turn that completed in each window, ok or not (``far_turns``)."""
+        return self._counts[self._rows(), -1]
 
     @property
     def latency(self) -> np.ndarray:
@@ -109,6 +116,7 @@ class Windows:
         n = len(self.counts)
         for c, values in enumerate(columns):
             self.counts[:, c] += np.bincount(rows, weights=values, minlength=n).astype(np.int64)[:n]
+        self.turns[:] += np.bincount(rows, minlength=n)[:n]
         if len(latency_index):
             np.add.at(self.latency, (latency_index - self.start, latency_bin), 1)
         known = ~np.isnan(steps)
@@ -119,7 +127,7 @@ class Windows:
             return
         self._cover(other.start, other.end)
         at = other.start - self.start
-        self.counts[at:at + len(other.counts)] += other.counts
+        self._counts[self._rows()][at:at + len(other.counts)] += other._counts[other._rows()]
         self.latency[at:at + len(other.latency)] += other.latency
         self.steps.update(other.steps)
 
@@ -214,6 +222,112 @@ class Tally:
         self.first_sent = _min(self.first_sent, other.first_sent)
         self.last_done = _max(self.last_done, other.last_done)
         self.first_ack = _min(self.first_ack, other.first_ack)
+
+
+    def far_turns(self, sessions: Path | None = None) -> list[str]:
+        """A warning per group of turns far from the bulk of the run (``far_groups``), naming when they completed,
+        how far off, and (from ``sessions``, the audit's sessions.csv) their sessions; a warning too when the first
+        turn was sent far before the bulk (its reply came back with it). They are judged and counted as the
+        others (nothing recorded is dropped), but the run's span runs to them: its throughput (acknowledged turns
+        over first to last turn) comes out near 0 and windows.csv has a row per window of the empty gap between.
+
+        Why: one turn from a worker whose clock was 20 days ahead PASSed with "throughput 0.0 acked turns/s" and
+        345,605 windows, with no word of it."""
+        w, groups = self.windows, self.far_groups()
+        if w.start is None:
+            return []
+        found = []
+        bulk = next((g for g in groups if g["bulk"]), None)
+        for g in groups:
+            if g["bulk"]:
+                continue
+            off = bulk["start"] - g["end"] if g["end"] <= bulk["start"] else g["start"] - bulk["end"]
+            side = "before" if g["end"] <= bulk["start"] else "after"
+            named = _sessions_between(sessions, g["start"], g["end"]) if sessions is not None else []
+            who = (f" (session{'s' if len(named) > 1 else ''} {', '.join(named[:3])}"
+                   f"{f' and {len(named) - 3:,} more' if len(named) > 3 else ''})") if named else ""
+            one = g["turns"] == 1
+            found.append(f"journal: {g['turns']:,} turn{'' if one else 's'}{who} completed between "
+                         f"{_at(g['start'])} and {_at(g['end'])}, {_duration(off)} {side} the other "
+                         f"{bulk['turns']:,} turns ({_at(bulk['start'])} to {_at(bulk['end'])}): a worker's clock "
+                         f"off, or a hand-edited line. {'It is' if one else 'They are'} judged with the rest, but the "
+                         f"run's span is stretched "
+                         f"to {_duration(self.last_done - self.first_sent)}: the throughput is over all of it and "
+                         f"windows.csv has {len(w.counts):,} rows. Fix the clock (or the line) and audit again")
+        if bulk is not None and self.first_sent is not None and \
+                self.first_sent < groups[0]["start"] - max(FAR_S, bulk["end"] - bulk["start"]):
+            named = _sessions_between(sessions, self.first_sent, self.first_sent, "first_sent") \
+                if sessions is not None else []
+            who = f" (session {named[0]})" if named else ""
+            found.append(f"journal: a turn{who} was sent at {_at(self.first_sent)}, "
+                         f"{_duration(groups[0]['start'] - self.first_sent)} before the run's turns completed "
+                         f"(from {_at(groups[0]['start'])}): a worker's clock off, or a hand-edited line; the run's "
+                         f"span and its throughput run from it. Fix the clock (or the line) and audit again")
+        return found
+
+    def far_groups(self) -> list[dict]:
+        """The turns by completion time in groups apart by more than FAR_S of windows without a turn, in time
+        order, each {"start", "end" (epochs of its first and last window), "turns", "bulk"}. The group with the
+        most turns is the bulk, and takes in every group it is no farther from than FAR_S or its own length
+        (a long run may pause for longer than an hour); the groups left are far from the run."""
+        w = self.windows
+        if w.start is None:
+            return []
+        turns = w.turns
+        used = np.flatnonzero(turns)
+        if len(used) == 0:
+            return []
+        apart = np.diff(used) * self.window_s  # from a used window's start to the next one's
+        cuts = np.flatnonzero(apart > FAR_S) + 1
+        firsts, lasts = np.r_[0, cuts], np.r_[cuts - 1, len(used) - 1]
+        sizes = np.add.reduceat(turns[used], firsts)
+        start = (w.start + used[firsts]) * self.window_s
+        end = (w.start + used[lasts] + 1) * self.window_s
+        lo = hi = int(np.argmax(sizes))
+        while True:
+            reach = max(FAR_S, end[hi] - start[lo])
+            if lo > 0 and start[lo] - end[lo - 1] <= reach:
+                lo -= 1
+            elif hi < len(sizes) - 1 and start[hi + 1] - end[hi] <= reach:
+                hi += 1
+            else:
+                break
+        groups = [{"start": float(start[k]), "end": float(end[k]), "turns": int(sizes[k]), "bulk": False}
+                  for k in range(len(sizes)) if not lo <= k <= hi]
+        groups.append({"start": float(start[lo]), "end": float(end[hi]), "turns": int(sizes[lo:hi + 1].sum()),
+                       "bulk": True})
+        return sorted(groups, key=lambda g: g["start"])
+
+
+def _sessions_between(sessions: Path, start: float, end: float, column: str | None = None) -> list[str]:
+    """The sessions of sessions.csv whose first turn was sent, or last reply received, in [start, end] (one
+    ``column`` when given); [] when the file cannot be read (the warning then names no session)."""
+    import pandas as pd
+
+    found: list[str] = []
+    columns = [column] if column else ["first_sent", "last_received"]
+    try:
+        for chunk in pd.read_csv(sessions, usecols=["session", *columns], dtype={"session": str},
+                                 keep_default_na=False, chunksize=100_000):
+            times = chunk[columns].apply(pd.to_numeric, errors="coerce")
+            hit = ((times >= start) & (times <= end)).any(axis=1)
+            found += chunk["session"][hit].tolist()
+    except (OSError, ValueError):
+        return []
+    return found
+
+
+def _at(epoch: float) -> str:
+    from oracle.timeline import at
+
+    return at(epoch)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:,.0f} s"
 
 
 def _min(a, b):

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from contracts.jsonl import read_jsonl
+from contracts.jsonl import line_chunks, printable, problem, report, torn
 from contracts.runfolder import RunFolder
 from contracts.timeline import telemetry_sample
 
@@ -21,13 +21,18 @@ STORE_COLUMNS = ("used_memory", "maxmemory", "evicted_keys", "expired_keys", "co
 MB = 1024 * 1024
 
 
-def load(run_dir: str | Path, problems: list[str] | None = None) -> pd.DataFrame:
+def load(run_dir: str | Path, problems: list[str] | None = None, span=None) -> pd.DataFrame:
     """One row per sample: time, users, store_ok, store_error, the store columns, keys and expires
-    (every db), and ``rss:<process>`` per Locust process (bytes). Empty when the run has no telemetry."""
+    (every db), and ``rss:<process>`` per Locust process (bytes). Empty when the run has no telemetry.
+    ``span``: the run's (oracle.report_data.run_span); a sample far outside it is left out, all of them in one
+    warning in ``problems`` naming the file and its lines."""
     path = RunFolder(run_dir).telemetry
-    rows = []
-    for rec in read_jsonl(path, telemetry_sample, problems=[] if problems is None else problems) \
-            if path.is_file() else []:
+    problems = [] if problems is None else problems
+    rows, far = [], []
+    for number, rec in _samples(path, problems) if path.is_file() else ():
+        if span is not None and span.far(float(rec["time"])):
+            far.append((number, float(rec["time"])))
+            continue
         store = rec.get("store") if isinstance(rec.get("store"), dict) else None
         dbs = (store or {}).get("keyspace") or {}
         row = {"time": float(rec.get("time") or 0), "users": rec.get("users"), "store_ok": store is not None,
@@ -37,8 +42,35 @@ def load(run_dir: str | Path, problems: list[str] | None = None) -> pd.DataFrame
                "expires": sum(int(d.get("expires") or 0) for d in dbs.values()) if store else None}
         row.update({f"rss:{name}": value for name, value in (rec.get("rss") or {}).items()})
         rows.append(row)
+    if far:
+        problems.append(_far_warning(path, far, span))
     frame = pd.DataFrame(rows, columns=None if rows else ["time", "store_ok", *STORE_COLUMNS])
     return frame.sort_values("time", ignore_index=True) if rows else frame
+
+
+def _samples(path: Path, problems: list[str]):
+    """(line number, sample) of telemetry.jsonl, as contracts.jsonl.read_jsonl reads it (a bad line is one
+    file:line problem, a torn last line skipped), with each sample's line number for ``load``'s warning."""
+    for before, lines, last in line_chunks(path):
+        for i, raw in enumerate(lines):
+            if not raw.strip():
+                continue
+            try:
+                yield before + i + 1, telemetry_sample(raw)
+            except ValueError as exc:
+                if not torn(raw, last and i == len(lines) - 1):
+                    report(problems, problem(path, before + i + 1, exc, raw))
+
+
+def _far_warning(path: Path, far: list[tuple[int, float]], span) -> str:
+    from oracle.timeline import at
+
+    lines = ", ".join(str(n) for n, _ in far[:5]) + (f" and {len(far) - 5:,} more" if len(far) > 5 else "")
+    times = [t for _, t in far]
+    when = f"at {at(times[0])}" if len(times) == 1 else f"from {at(min(times))} to {at(max(times))}"
+    return (f"{printable(path)}: line{'s' if len(far) > 1 else ''} {lines}: {len(far):,} sample"
+            f"{'s' if len(far) > 1 else ''} {when} far outside the run ({at(span.start)} to {at(span.end)}, give or "
+            f"take {span.slack:,.0f} s): a wrong clock or a hand-edited line; left out of the telemetry chart")
 
 
 def counter_growth(frame: pd.DataFrame, column: str, start: float | None = None, end: float | None = None) -> int:
@@ -63,7 +95,10 @@ def chart(data, out: Path) -> Path | None:
     from oracle import charts
     import matplotlib.pyplot as plt
 
-    t = load(data.path, data.warnings)  # a bad line is one file:line warning in the report
+    from oracle.report_data import run_span
+
+    span = run_span(data.run, data.windows, RunFolder(data.path).run_json, [])  # its own warnings: load_run's
+    t = load(data.path, data.warnings, span)  # a bad line, or samples far outside the run: warnings in the report
     if t.empty:
         return None
     x = t["time"].to_numpy(float) - data.t0
