@@ -61,6 +61,37 @@ def _backend_kwargs(args) -> dict:
     return kw
 
 
+def _given(left_out: str):
+    """argparse type of an option whose empty value can only be an unset variable (``--state-dir "$DIR"``): refused,
+    where it silently meant the default (``--state-dir ''`` acted on the stack in ./.stack, not the one meant)."""
+    def check(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"the value is empty (an unset variable?): give one, or leave the option "
+                                             f"out (then {left_out})")
+        return text
+    return check
+
+
+def _new_dirs(path: str) -> list[Path]:
+    """The folders making ``path`` would create, deepest first."""
+    new, here = [], Path(path).absolute()
+    while not here.exists() and here != here.parent:
+        new.append(here)
+        here = here.parent
+    return new
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    """Remove the folders this command made (deepest first) while they are empty: a dry run, a validation or a
+    run refused before it started left an empty results/chaos-<time>/ each time. A folder holding anything
+    stays."""
+    for folder in dirs:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
 def cmd_validate(args) -> int:
     if args.targets or args.state_dir:  # where the local backend's targets are (without --backend a state dir
         args.backend = args.backend or "local"  # was ignored: "ok")
@@ -78,9 +109,13 @@ def cmd_validate(args) -> int:
     if args.backend or args.toxiproxy:   # a Toxiproxy named on the command line is checked, with or without a backend
         _check_toxiproxy(plan, args.toxiproxy)
     if args.backend:
-        controller = Controller(plan, make_backend(args.backend, **options),
-                                _run_folder(args.run_dir or "/tmp"), toxiproxy=args.toxiproxy)
-        skips = controller.predicted_skips(controller.validate())
+        new = _new_dirs(args.run_dir or "/tmp")
+        try:
+            controller = Controller(plan, make_backend(args.backend, **options),
+                                    _run_folder(args.run_dir or "/tmp"), toxiproxy=args.toxiproxy)
+            skips = controller.predicted_skips(controller.validate())
+        finally:
+            _remove_empty(new)  # validating writes nothing there
         print(f"{args.plan}: ok against backend {args.backend}"
               + (f"; {len(skips)} occurrence(s) will be skipped:" if skips else ""))
         for skip in shown(skips):
@@ -95,13 +130,21 @@ def cmd_run(args) -> int:
         raise PlanError([f"{args.plan}: the plan repeats forever; give it a 'duration' to run it standalone"])
     _check_toxiproxy(plan, args.toxiproxy)
     backend = make_backend(args.backend, **options)
-    run_dir = _run_folder(args.run_dir or f"results/chaos-{time.strftime('%Y%m%d-%H%M%S')}")
-    ctl = Controller(plan, backend, run_dir, toxiproxy=args.toxiproxy)
-    if args.dry_run:
-        print(f"dry run of {args.plan} on backend {backend.name} (nothing is touched):")
-        print("\n".join(ctl.dry_run()))
-        return 0
+    path = args.run_dir or f"results/chaos-{time.strftime('%Y%m%d-%H%M%S')}"
+    new = _new_dirs(path)
+    try:
+        run_dir = _run_folder(path)
+        ctl = Controller(plan, backend, run_dir, toxiproxy=args.toxiproxy)
+        if args.dry_run:
+            print(f"dry run of {args.plan} on backend {backend.name} (nothing is touched):")
+            print("\n".join(ctl.dry_run()))
+            return 0
+        return _run(args, plan, backend, ctl, run_dir)
+    finally:  # a dry run, or a run refused before its start (a plan the backend refuses), recorded nothing there
+        _remove_empty(new)
 
+
+def _run(args, plan, backend, ctl, run_dir) -> int:
     def interrupt(signum, _frame):
         if signum == signal.SIGHUP:  # the terminal closed: heal all the same, printing to the run folder
             detach_output(RunFolder(run_dir).hangup_log)
@@ -230,11 +273,15 @@ def main(argv=None) -> int:
         s = sub.add_parser(name)
         s.add_argument("plan", nargs=None if name == "run" else "?")
         s.add_argument("--backend", choices=sorted(REGISTRY), default="local" if name == "run" else None)
-        s.add_argument("--state-dir", help="local backend: the stack's state dir (default .stack)")
-        s.add_argument("--targets", metavar="FILE", help="local backend: your own processes, named in a targets file")
+        s.add_argument("--state-dir", type=_given("$REFBOT_STATE_DIR or .stack"),
+                       help="local backend: the stack's state dir (default $REFBOT_STATE_DIR or .stack)")
+        s.add_argument("--targets", metavar="FILE", type=_given("the stack's state dir"),
+                       help="local backend: your own processes, named in a targets file")
         s.add_argument("--backend-opt", action="append", metavar="KEY=VALUE",
                        help="backend constructor option (e.g. namespace=chat for kubernetes)")
-        s.add_argument("--run-dir", help="where chaos.jsonl and chaos/outstanding.json go")
+        s.add_argument("--run-dir", type=_given("results/chaos-<time>" if name == "run"
+                                                else "/tmp: validating writes nothing"),
+                       help="where chaos.jsonl and chaos/outstanding.json go")
         s.add_argument("--toxiproxy", type=_toxiproxy_option, help="Toxiproxy API URL for toxic faults")
         if name == "run":
             s.add_argument("--dry-run", action="store_true", help="print what would be touched; touch nothing")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -20,8 +21,8 @@ from chaos.backends import REGISTRY as CHAOS_BACKENDS
 from contracts import codec, durations, redact
 from locustfiles.contract import (BODY_FORMATS, METHODS, POLL_FIELD, REPLY_FORMATS, SESSION, SESSION_SOURCES,
                                   PathError, check_fields, set_dotted)
-from oracle import (AuditOptionError, StoreOptions, add_gate_options, add_store_options, audit_option_names, gates,
-                    store_options)
+from oracle import (AuditOptionError, NotEmpty, StoreOptions, add_gate_options, add_store_options, audit_option_names,
+                    gates, store_options)
 
 if TYPE_CHECKING:
     from oracle import Gates
@@ -33,6 +34,17 @@ _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RF
 
 class OptionError(ValueError):
     """An option value that cannot work; the message names the option."""
+
+
+def check_label(label: str) -> str:
+    """A label is printed by ``oracle compare`` and ``trend`` and names the run folder: one line of text. A line
+    break or an escape sequence in it could forge a verdict line or clear the terminal's."""
+    bad = next((c for c in label if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
+    if bad is not None:
+        what = ", a line break" if bad in "\n\r\u2028\u2029" else ""
+        raise OptionError(f"--label: {redact.text(label)[:80]!r} holds a control character (U+{ord(bad):04X}{what}): "
+                          "give one line of printable text")
+    return label
 
 
 # what run.json records of the options (Settings.public(), the target): each must be UTF-8 text
@@ -74,12 +86,18 @@ def add_arguments(parser) -> None:
         return lambda *names, include_in_web_ui=True, is_secret=False, **kw: add(
             group, *names, ui=include_in_web_ui, secret=is_secret, **kw)
 
-    add("run", "--label", default="dev", help="release label recorded in run.json, e.g. v1.4.2")
-    add("run", "--script", default="", help="conversation script YAML (default locustfiles/scripts/support.yaml)")
-    add("run", "--think", default="0", help="seconds between turns: 0.5 or a range 0.2-1.0")
-    add("chaos", "--chaos", default="", help="chaos plan YAML, armed from its beginning at each test start")
-    add("chaos", "--chaos-backend", default="local", help="chaos backend: local, docker, kubernetes")
-    add("chaos", "--stack-state", default=".stack/state.json",
+    # NotEmpty: an empty value (an unset variable) is refused, naming the option, where it was the default
+    add("run", "--label", default="dev", action=NotEmpty, left_out="the label dev",
+        help="release label recorded in run.json, e.g. v1.4.2 (one line of printable text)")
+    add("run", "--script", default="", action=NotEmpty, left_out="the default script",
+        help="conversation script YAML (default locustfiles/scripts/support.yaml)")
+    add("run", "--think", default="0", action=NotEmpty, left_out="no think time",
+        help="seconds between turns: 0.5 or a range 0.2-1.0")
+    add("chaos", "--chaos", default="", action=NotEmpty, left_out="no chaos plan is armed",
+        help="chaos plan YAML, armed from its beginning at each test start")
+    add("chaos", "--chaos-backend", default="local", action=NotEmpty, left_out="the local backend",
+        help="chaos backend: local, docker, kubernetes")
+    add("chaos", "--stack-state", default=".stack/state.json", action=NotEmpty, left_out=".stack/state.json",
         help="stack state file of the local backend, or a targets file (.yaml) naming your own processes")
     # the verdict's gates, the same as `python -m oracle audit`'s (oracle/options.py). The errors gate judges
     # failed requests (allowed only while a chaos fault is in force), so goldfish sets Locust's
@@ -119,17 +137,18 @@ def add_arguments(parser) -> None:
         help="turns go over a WebSocket (ws:// or wss:// to --host's --chat-path), one per conversation: each turn "
              "a text frame of the JSON body, its reply the first frame holding --reply-field (json, or a whole "
              "frame: text)")
-    add("contract", "--start-body", default="", help="the JSON object --start-path is sent (default {})")
-    add("contract", "--body", default="",
+    add("contract", "--start-body", default="", action=NotEmpty, left_out="{}",
+        help="the JSON object --start-path is sent (default {})")
+    add("contract", "--body", default="", action=NotEmpty, left_out="no constant fields",
         help="a JSON object every request body starts from (constant fields: a model, LangServe's config); the "
              "message and session id are set into it")
-    add("contract", "--chat-method", default="POST",
+    add("contract", "--chat-method", default="POST", action=NotEmpty, left_out="POST",
         help="the turn's HTTP method: POST, PUT, PATCH, or GET (the fields then go in the query string, "
              "/get?msg=...: a Flask request.args bot)")
-    add("contract", "--body-format", default="json",
+    add("contract", "--body-format", default="json", action=NotEmpty, left_out="json",
         help="how the request body is sent: json, or form (application/x-www-form-urlencoded: flat fields, a "
              "Flask request.form or Twilio-webhook bot)")
-    add("contract", "--reply-format", default="json",
+    add("contract", "--reply-format", default="json", action=NotEmpty, left_out="json",
         help="how the reply comes back: json (at --reply-field), text (the whole body), sse (server-sent events) "
              "or ndjson (JSON lines): a stream's pieces are put together; xml (TwiML), ai-sdk (the Vercel AI SDK "
              "data stream: its 0: text parts)")
@@ -147,7 +166,7 @@ def add_arguments(parser) -> None:
     add("contract", "--timeout", type=float, default=30.0, help="seconds before a turn is given up (journaled info)")
     add("contract", "--header", action="append", default=[], ui=False,
         help="extra request header 'Name: value' (repeatable; a list in a config file)")
-    add("run", "--run-dir", default="", ui=False,
+    add("run", "--run-dir", default="", ui=False, action=NotEmpty, left_out="results/<UTC time>-<label>",
         help="the first test's run folder (default results/<UTC time>-<label>); later tests in the same "
              "process get <run-dir>-2, -3, ...")
     add("shape", "--step-users", type=int, default=0, ui=False, help="users added per load step (enables the step shape)")
@@ -493,7 +512,7 @@ class Settings:
         if (step_users > 0) != (steps > 0):
             raise OptionError("--step-users and --steps go together (both > 0 to enable the step shape)")
         _check_run_time(get, shaped=step_users > 0)
-        label = str(get("label") or "dev")
+        label = check_label(str(get("label") or "dev"))
         headers = dict(parse_header(h) for h in (get("header") or []))
         session_header = str(get("session_header") or "")
         if clash := next((h for h in headers if session_header and h.lower() == session_header.lower()), None):

@@ -7,6 +7,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     journal_verdict(run_dir, gates)        the verdict from the journal alone (no store read)
     render_report(run_dir) -> Path         report.html and its charts
     add_store_options / add_gate_options   the audit's options, for any parser (Locust's too)
+    NotEmpty                               an argparse action refusing an empty value (an unset variable)
     store_options(values) / gates(values)  those options parsed
     reach_store(options)                   reach the store they name now (before a run's load)
     headline, rule_line                    the verdict in words
@@ -30,7 +31,7 @@ _WHERE = {
     "store_options": ("oracle.options", "store_options"), "gates": ("oracle.options", "gates"),
     "reach_store": ("oracle.options", "reach_store"),
     "audit_option_names": ("oracle.options", "option_names"),
-    "AuditOptionError": ("oracle.options", "OptionError"),
+    "AuditOptionError": ("oracle.options", "OptionError"), "NotEmpty": ("oracle.options", "NotEmpty"),
     "headline": ("oracle.verdict", "headline"), "rule_line": ("oracle.verdict", "rule_line"),
     "NOTHING_ACKNOWLEDGED": ("oracle.verdict", "NOTHING_ACKNOWLEDGED"),
     "verdict_exit_code": ("oracle.verdict", "exit_code"),

@@ -25,12 +25,17 @@ class NotEmpty(argparse.Action):
 
     Why: an empty value is an unset shell variable (``--store-url $STORE_URL``), and it meant no store: a Locust
     run was judged from its journal alone and passed, and ``oracle audit RUN --store-url ''`` re-judged the old
-    snapshot, exit 0, while ``--gate ''`` was refused."""
+    snapshot, exit 0, while ``--gate ''`` was refused. ``left_out``: what leaving the option out gives (Locust's
+    options that use it too say theirs: "no chaos plan is armed")."""
+
+    def __init__(self, *args, left_out: str = "no store is read", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.left_out = left_out
 
     def __call__(self, parser, namespace, values, option_string=None):
         if not str(values).strip():
             raise argparse.ArgumentError(self, "the value is empty (an unset variable?): give one, or leave the "
-                                               "option out (then no store is read)")
+                                               f"option out (then {self.left_out})")
         setattr(namespace, self.dest, values)
 
 
