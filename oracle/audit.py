@@ -294,6 +294,16 @@ def _own_outputs(folder: RunFolder) -> None:
         if path.is_symlink():
             raise SnapshotError(f"{path} is a symbolic link (to {os.readlink(path)}): the audit would write through "
                                 "it and replace what it points to; replace it by this run's own, or remove it")
+    # a table that cannot be replaced (a folder in its place) failed the audit half way, after the store was read
+    # again: some tables new beside an old verdict. Refused before anything is read
+    parts = folder.audit / "parts"
+    if folder.audit.exists() and not folder.audit.is_dir() or parts.exists() and not parts.is_dir():
+        raise SnapshotError(f"{parts if folder.audit.is_dir() else folder.audit} is not a folder: the audit writes "
+                            "its files there; move it away and audit again")
+    blocked = next((path for name in AUDIT_OUTPUTS for path in (folder.audit / name, folder.audit / f"{name}.tmp")
+                    if path.is_dir()), None)
+    if blocked is not None:
+        raise SnapshotError(f"{blocked} is a folder: the audit writes a table there; move it away and audit again")
 
 
 def _quiet_judge(audit_pid: int) -> None:

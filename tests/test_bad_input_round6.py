@@ -5,6 +5,9 @@ silently read otherwise than written.
   whether Locust's users raised exceptions), but report, compare and trend read the same run as a plain PASS
   (exit 0), even when the torn run.json had recorded user exceptions. They now say NOT TRUSTED (compare exit 3,
   trend "untrusted"), as for a run whose users raised exceptions.
+- failed_reaudit_mixes_tables: a folder where a table goes (audit/windows.csv) failed the audit half way, after
+  the snapshot and two tables were replaced: new findings beside the old PASS summary. Refused before anything is
+  read, naming it.
 - redis_port0: `--store-url redis://127.0.0.1:0/0` was read on port 6379 (redis-py's default for port 0): the audit
   judged whatever Redis listened there, or blamed 6379. Refused, naming the host (never the password).
 Real run folders (journal, snapshot, audit made by the suite's helpers), the CLI as users run it.
@@ -53,7 +56,6 @@ def test_a_torn_run_json_is_not_trusted_by_report_compare_and_trend_as_it_is_by_
     runs = trend.stdout.split("per release")[0].splitlines()[2:]  # per run: the torn run's label is unknown
     assert [" untrusted " in line for line in runs if line.strip()] == [True, False], trend.stdout  # torn first
     assert sum(" pass " in line for line in runs) == 1, trend.stdout
-    assert oracle_cli("compare", passing, base).returncode == 0  # the same run, whole: a plain PASS
 
 
 @pytest.mark.parametrize("url, named", [
@@ -68,3 +70,25 @@ def test_a_store_url_on_port_0_is_refused_not_read_on_6379(passing, tmp_path, ur
     audit = oracle_cli("audit", run, "--store-url", url)
     assert audit.returncode == 2, audit.stdout + audit.stderr
     assert named in audit.stderr and "6379:" not in audit.stderr and "secret" not in audit.stderr, audit.stderr
+
+
+@pytest.mark.parametrize("blocked", ["audit/windows.csv", "audit/summary.json", "audit/sessions.csv.tmp",
+                                     "audit/parts", "audit"])
+def test_an_audit_table_that_cannot_be_replaced_is_refused_before_anything_is_read(passing, tmp_path, blocked):
+    """audit/windows.csv a folder: the re-audit read the store again, replaced the snapshot, anomalies.jsonl and
+    sessions.csv, then failed on windows.csv ('cannot read windows.csv.tmp'), leaving the old PASS summary beside
+    the new findings. Now refused first, naming it; every file of the earlier audit as it was."""
+    run = Path(shutil.copytree(passing, tmp_path / "run"))
+    path = run / blocked
+    if blocked in ("audit/parts", "audit"):  # a file where the audit's folder goes
+        shutil.rmtree(path, ignore_errors=True)
+        path.write_text("not a folder")
+    else:  # a folder where a table goes
+        path.unlink(missing_ok=True)
+        path.mkdir()
+        (path / "keep").write_text("x")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    audit = oracle_cli("audit", run)
+    assert audit.returncode == 2, audit.stdout + audit.stderr
+    assert f"{path} is {'not a folder' if blocked in ('audit/parts', 'audit') else 'a folder'}" in audit.stderr
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before  # nothing written, nothing left
