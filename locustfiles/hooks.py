@@ -90,6 +90,9 @@ def _check_host(environment) -> None:
         _bad(f"--host {host!r} is not a URL: {exc}")
     if url.scheme not in ("http", "https") or not url.hostname:
         _bad(f"--host {host!r} is not an http:// or https:// URL with a host name")
+    if url.query or url.fragment or host.rstrip().endswith(("?", "#")):  # the chat path goes after it: every turn 404
+        _bad(f"--host {host!r} holds a query or a fragment ('?...', '#...'): each turn's path is added after it, so "
+             "no turn would reach the bot; give scheme://host[:port][/prefix], and constant fields in --body")
 
 
 def _bad(why: str) -> None:

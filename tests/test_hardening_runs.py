@@ -210,6 +210,8 @@ def test_a_first_turn_in_flight_when_locust_is_killed_is_journaled_and_audited_a
     ("http://127.0.0.1:99999", "is not a URL: Port out of range"),
     ("127.0.0.1:8000", "is not an http:// or https:// URL with a host name"),
     ("ftp://127.0.0.1:8000", "is not an http:// or https:// URL with a host name"),
+    ("http://127.0.0.1:8000?key=1", "holds a query or a fragment"),  # every turn went to /?key=1/chat: 404
+    ("http://127.0.0.1:8000/#top", "holds a query or a fragment"),
 ])
 def test_a_target_no_turn_can_reach_stops_the_run_at_init(host, fragment, tmp_path):
     """Found only after the load before: a traceback from Locust per user, thousands of exceptions in the users,
