@@ -572,27 +572,3 @@ def _template_ttls(client: redis.Redis, template: str, cursor: int = 0,
                 for ttl, idle in zip(replies[0::2], replies[1::2]) if isinstance(ttl, int) and ttl >= 0], cursor
     except redis.RedisError:
         return [], cursor
-        pattern, keys = template_pattern(template), []
-        for _ in range(calls):
-            cursor, found = client.scan(cursor, match=pattern, count=1000)
-            keys += found
-            if not cursor or len(keys) >= TTL_SAMPLE:
-                break
-        pipe = client.pipeline(transaction=False)
-        for key in keys[:TTL_SAMPLE]:
-            pipe.pttl(key)
-        return any(ttl >= 0 for ttl in pipe.execute()), cursor
-    except redis.RedisError:
-        return False, cursor
-        pattern, cursor, keys = template_pattern(template), 0, []
-        for _ in range(TTL_SCAN_CALLS):
-            cursor, found = client.scan(cursor, match=pattern, count=1000)
-            keys += found
-            if not cursor or len(keys) >= TTL_SAMPLE:
-                break
-        pipe = client.pipeline(transaction=False)
-        for key in keys[:TTL_SAMPLE]:
-            pipe.pttl(key)
-        return any(ttl >= 0 for ttl in pipe.execute())
-    except redis.RedisError:
-        return False
