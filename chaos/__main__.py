@@ -20,6 +20,7 @@ from chaos.faults import TOXIC
 from chaos.plan import PlanError, load_plan, toxiproxy_url
 from chaos.toxiproxy import Toxiproxy, ToxiproxyError
 from contracts import codec, redact
+from contracts.console import not_empty
 from contracts.durations import parse_duration
 from contracts.runfolder import RunFolder, detach_output
 from targets import file as targets_file, registry
@@ -59,17 +60,6 @@ def _backend_kwargs(args) -> dict:
                          f"{name['targets']} (your own processes, whose state goes to the targets file's state_dir) "
                          f"both say which processes chaos acts on: give one")
     return kw
-
-
-def _given(left_out: str):
-    """argparse type of an option whose empty value can only be an unset variable (``--state-dir "$DIR"``): refused,
-    where it silently meant the default (``--state-dir ''`` acted on the stack in ./.stack, not the one meant)."""
-    def check(text: str) -> str:
-        if not text.strip():
-            raise argparse.ArgumentTypeError(f"the value is empty (an unset variable?): give one, or leave the option "
-                                             f"out (then {left_out})")
-        return text
-    return check
 
 
 def _new_dirs(path: str) -> list[Path]:
@@ -273,13 +263,13 @@ def main(argv=None) -> int:
         s = sub.add_parser(name)
         s.add_argument("plan", nargs=None if name == "run" else "?")
         s.add_argument("--backend", choices=sorted(REGISTRY), default="local" if name == "run" else None)
-        s.add_argument("--state-dir", type=_given("$REFBOT_STATE_DIR or .stack"),
+        s.add_argument("--state-dir", type=not_empty("$REFBOT_STATE_DIR or .stack"),
                        help="local backend: the stack's state dir (default $REFBOT_STATE_DIR or .stack)")
-        s.add_argument("--targets", metavar="FILE", type=_given("the stack's state dir"),
+        s.add_argument("--targets", metavar="FILE", type=not_empty("the stack's state dir"),
                        help="local backend: your own processes, named in a targets file")
         s.add_argument("--backend-opt", action="append", metavar="KEY=VALUE",
                        help="backend constructor option (e.g. namespace=chat for kubernetes)")
-        s.add_argument("--run-dir", type=_given("results/chaos-<time>" if name == "run"
+        s.add_argument("--run-dir", type=not_empty("results/chaos-<time>" if name == "run"
                                                 else "/tmp: validating writes nothing"),
                        help="where chaos.jsonl and chaos/outstanding.json go")
         s.add_argument("--toxiproxy", type=_toxiproxy_option, help="Toxiproxy API URL for toxic faults")

@@ -1,7 +1,8 @@
 """The command-line entry points' console: output a terminal or log cannot encode is escaped, never a crash;
-SIGTERM ends a command as Ctrl-C does, with its clean-up and message."""
+SIGTERM ends a command as Ctrl-C does, with its clean-up and message; an empty option value is refused."""
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import threading
@@ -44,3 +45,15 @@ def sigterm_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def not_empty(left_out: str):
+    """argparse type of an option whose empty value can only be an unset variable (``--state-dir "$DIR"``): refused,
+    where it silently meant the default (``--state-dir ''`` acted on the stack in ./.stack, not the one meant).
+    ``left_out``: what leaving the option out gives."""
+    def check(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"the value is empty (an unset variable?): give one, or leave the option "
+                                             f"out (then {left_out})")
+        return text
+    return check

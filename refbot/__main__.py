@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 
+from contracts.console import not_empty
 from refbot.config import ConfigError, MODES
 
 MODE_HELP = "memory mode: " + ", ".join(f"{m}:N" if p else m for m, p in MODES.items())
@@ -45,24 +46,13 @@ def _stack_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait-ms", type=float, default=100.0, help="WAIT's timeout in ms (default 100)")
 
 
-def _given(left_out: str):
-    """argparse type of an option whose empty value can only be an unset variable: ``--state-dir "$DIR"`` with
-    $DIR unset silently meant the default stack (``down --state-dir ''`` stopped the one in ./.stack)."""
-    def check(text: str) -> str:
-        if not text.strip():
-            raise argparse.ArgumentTypeError(f"the value is empty (an unset variable?): give one, or leave the option "
-                                             f"out (then {left_out})")
-        return text
-    return check
-
-
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m refbot", description="The reference chatbot and its local stack.")
     sub = top.add_subparsers(dest="command", required=True)
     state_help = "state directory (default $REFBOT_STATE_DIR or .stack)"
     p_up = sub.add_parser("up", help="start redis-server, N bot replicas and HAProxy")
     _stack_flags(p_up)
-    state_dir = _given("$REFBOT_STATE_DIR or .stack")
+    state_dir = not_empty("$REFBOT_STATE_DIR or .stack")
     p_up.add_argument("--state-dir", type=state_dir, help=state_help)
     p_down = sub.add_parser("down", help="stop everything `up` started")
     p_down.add_argument("--state-dir", type=state_dir, help=state_help)
@@ -70,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
     p_status.add_argument("--state-dir", type=state_dir, help=state_help)
     p_demo = sub.add_parser("demo", help="up, a scripted conversation through HAProxy, down")
     _stack_flags(p_demo)
-    p_demo.add_argument("--state-dir", type=_given("a temporary one"),
+    p_demo.add_argument("--state-dir", type=not_empty("a temporary one"),
                         help="state directory (default: a temporary one)")
     p_serve = sub.add_parser("serve", help="serve one bot replica (flags override REFBOT_* env vars)")
     for flag, env in [("--host", "REFBOT_HOST"), ("--port", "REFBOT_PORT"), ("--mode", "REFBOT_MODE"),
