@@ -11,13 +11,17 @@ rules as the audit, oracle/verdict.py), 3 when it holds them but its Locust user
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import sys
 import tempfile
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from scipy.stats import fisher_exact, mannwhitneyu
 
+from contracts import codec
 from contracts.runfolder import write_text
 from oracle import charts
 from oracle.report_data import RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run, rate
@@ -25,6 +29,56 @@ from oracle.report_format import html_target_problem, ms, number, pct
 
 WORSE, BETTER, SAME, UNMEASURED = "worse", "better", "no significant change", "not measured"
 PERF_MARGIN = 0.10  # relative change below which throughput/latency differences are not called
+
+
+def printable(text) -> str:
+    """Text read from a run folder (a label, a folder name, a message quoting them) as a terminal shows it, on one
+    line: a control character (a line break, a carriage return, ESC, DEL...) or another invisible one is written
+    escaped (``\\n``, ``\\x1b``, ``\\u202e``), never sent raw, so a label cannot forge a "verdict:" line or clear
+    the screen. Also used by trend and for the HTML pages (where such characters are invisible)."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def with_printable_label(run: RunData) -> RunData:
+    """``run`` with its label (run.json's, else the summary's, else the folder's name) made printable."""
+    return dataclasses.replace(run, run={**run.run, "label": printable(run.label)})
+
+
+def run_identity(path) -> tuple[Path, tuple | None]:
+    """What makes two folders one run: the same folder (its resolved path), or the same run id and start in its
+    run.json (a copy, a backup: the Locust run writes both once). The second is None when run.json is missing,
+    unreadable or has no run id or valid start: then only the folder says which run it is."""
+    try:
+        where = Path(path).resolve()
+    except (OSError, RuntimeError):  # a loop of links: the path as given
+        where = Path(path).absolute()
+    try:
+        meta = codec.load_document(Path(path) / "run.json")
+    except (OSError, ValueError):  # codec.DecodeError is a ValueError
+        return where, None
+    rid, start = meta.get("run"), meta.get("start")
+    if not isinstance(rid, str) or not rid or isinstance(start, bool) or not isinstance(start, (int, float)) \
+            or not math.isfinite(start):
+        return where, None
+    return where, (rid, float(start))
+
+
+def same_run(first, second) -> str | None:
+    """How folder ``second`` holds the same run as ``first`` (for a message: "the same folder", "the same run id and
+    start..."), or None when they are two runs."""
+    (where_a, key_a), (where_b, key_b) = run_identity(first), run_identity(second)
+    if where_a == where_b:
+        return "the same folder" + ("" if Path(first) == Path(second) else f", {printable(where_a)}")
+    if key_a is not None and key_a == key_b:
+        try:
+            started = datetime.fromtimestamp(key_a[1], tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        except (OverflowError, OSError, ValueError):
+            started = f"{key_a[1]:g}"
+        return f"the same run id {printable(repr(key_a[0]))} and start {started} in run.json: a copy or a backup"
+    return None
 
 
 @dataclass
@@ -110,7 +164,7 @@ def candidate_verdict(summary: dict, args) -> dict:
 
 
 def format_table(base: RunData, cand: RunData, rows: list[Row]) -> str:
-    lines = [f"{cand.label} ({cand.path.name}) against base {base.label} ({base.path.name})",
+    lines = [f"{cand.label} ({printable(cand.path.name)}) against base {base.label} ({printable(base.path.name)})",
              f"  {'metric':<22}{'base':>20}{'candidate':>20}{'delta':>11}{'p-value':>10}  verdict"]
     for r in rows:
         p = "n/a" if r.p is None else f"{r.p:.2g}"
@@ -124,7 +178,8 @@ def trend_rows(runs: list[RunData], results: dict[str, list[Row]]) -> list[dict]
     for i, r in enumerate(runs):
         m = {k: rate(r.summary.get("metrics", {}).get(k)) for k in RATE_METRICS}
         worst = "base" if i == 0 else overall(results[r.path.as_posix()])
-        rows.append({"label": r.label, "run": r.path.name, "verdict": worst, "throughput": r.summary.get("throughput"),
+        rows.append({"label": printable(r.label), "run": printable(r.path.name), "verdict": worst,
+                     "throughput": r.summary.get("throughput"),
                      "p95": (r.summary.get("latency") or {}).get("p95"), **m})
     return rows
 
@@ -210,13 +265,13 @@ def main(argv: list[str] | None = None) -> int:
 
         for path in args.runs:
             ensure_audited(path, args.audit)
-        runs = [load_run(path) for path in args.runs]
+        runs = [with_printable_label(load_run(path)) for path in args.runs]
     except RunFolderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     base, last = runs[0], runs[-1]
     results = {r.path.as_posix(): compare_pair(base, r, args.alpha, args.margin) for r in runs[1:]}
-    warnings = like_for_like(runs) + [w for r in runs for w in r.warnings]
+    warnings = [printable(w) for w in like_for_like(runs) + [w for r in runs for w in r.warnings]]
     from oracle.verdict import GateError, cut_short, headline
 
     try:
@@ -224,7 +279,13 @@ def main(argv: list[str] | None = None) -> int:
     except GateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    breaches = judged["failed"]
+    for path in args.runs[1:]:  # after the runs are read (a damaged one is named for what is wrong with it), before
+        same = same_run(args.runs[0], path)  # any verdict or page: a gate comparing a run with itself proves nothing
+        if same:
+            print(f"error: the candidate {printable(path)} and the base {printable(args.runs[0])} are the same run "
+                  f"({same}): a run compared with itself proves nothing; give two different runs", file=sys.stderr)
+            return 2
+    breaches = [printable(b) for b in judged["failed"]]
     gate = overall(results[last.path.as_posix()])
     trend = trend_rows(runs, results)
     out = []
@@ -234,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         out += [format_trend(trend), ""]
     for r in runs[1:]:
         out += [format_table(base, r, results[r.path.as_posix()]), ""]
-    out.append(f"{last.label} on its own (gates {judged['gates']}): {headline(judged)}")
+    out.append(f"{last.label} on its own (gates {printable(judged['gates'])}): {printable(headline(judged))}")
     out += [f"  gate failed: {b}" for b in breaches]
     failed = gate == WORSE or bool(breaches)
     untrusted = None if failed else cut_short(last.run)

@@ -7,7 +7,8 @@ without a usable verdict (its audit failed or was interrupted: no valid audit/su
 night with no verdict: listed, with the reason, and the exit code is 2 (cannot judge, as everywhere
 in goldfish; never 1, a failed gate) unless ``--allow-no-verdict``. Each run is compared with the
 audited one before it by compare's rules (Fisher's exact test, ``--margin``); otherwise the exit
-code is 0 unless nothing could be read (2): a trend informs, ``oracle compare`` gates.
+code is 0 unless nothing could be read (2): a trend informs, ``oracle compare`` gates. A run given twice (the
+same folder, or a copy: the same run id and start in run.json) is counted once, with a note naming both.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from contracts import codec, redact
 from contracts.journal import MAX_EPOCH
 from contracts.runfolder import RunFolder, write_text
 from oracle import charts
-from oracle.compare import bad_statistics, compare_pair, trend_rows
+from oracle.compare import bad_statistics, compare_pair, printable, run_identity, same_run, trend_rows, \
+    with_printable_label
 from oracle.history import JournalError
 from oracle.report_data import (RATE_METRICS as POOLED, NotAudited, RunData, RunFolderError, load_run,
                                 mend_surrogates, rate)
@@ -45,7 +47,7 @@ class Unjudged:
 
     @property
     def label(self) -> str:
-        return str(self.run.get("label") or self.path.name)
+        return printable(self.run.get("label") or self.path.name)
 
 
 def run_meta(folder: RunFolder) -> dict | None:
@@ -88,7 +90,7 @@ def unjudged(path: Path, meta: dict | None, why: str) -> Unjudged:
             parts.append(f"its store snapshot is incomplete ({snapshot.get('error')})")
     except (OSError, SnapshotError):  # none, or damaged: the reason above says enough
         pass
-    return Unjudged(path, meta, redact.text("; ".join(parts)))
+    return Unjudged(path, meta, printable(redact.text("; ".join(parts))))
 
 
 def night(run: RunData | Unjudged) -> str:
@@ -99,19 +101,28 @@ def night(run: RunData | Unjudged) -> str:
 
 def load_runs(paths: list[str], audit: bool = False) -> tuple[list[RunData], list[Unjudged], list[str]]:
     """The audited runs among ``paths`` in start order, the runs that ended with no verdict, and a note for
-    each folder skipped (not a run, or a run still going)."""
+    each folder skipped (not a run, a run still going, or a run given twice)."""
     from oracle.report import ensure_audited
 
-    runs, failed, skipped, seen = [], [], [], set()
+    runs, failed, skipped, folders, ids = [], [], [], {}, {}
     for path in paths:
-        same = Path(path).resolve()
-        if same in seen:  # `trend R R/` or a glob that names a run twice: pooled once
-            skipped.append(f"{path}: named twice; counted once")
+        # `trend R R/`, a glob that names a run twice, a copy or a backup of an audited run beside it (the same run
+        # id and start in run.json): pooled once, or its counts would be there twice and its interval too narrow
+        where, key = run_identity(path)
+        if where in folders:
+            skipped.append(f"{path}: the same run as {folders[where]} ({same_run(folders[where], path)}): named "
+                           "twice; counted once")
             continue
-        seen.add(same)
+        folders[where] = path
         try:
             ensure_audited(path, audit)
-            runs.append(load_run(path))
+            run = with_printable_label(load_run(path))
+            if key in ids:  # a copy with no usable verdict is still listed, as a night with none
+                skipped.append(f"{path}: the same run as {ids[key]} ({same_run(ids[key], path)}); counted once")
+                continue
+            if key:
+                ids[key] = path
+            runs.append(run)
         except (NotAudited, JournalError) as exc:  # JournalError: --audit of a run whose journal is unusable
             why = str(exc) if isinstance(exc, NotAudited) else f"{path}: the audit failed: {exc}"
             folder = RunFolder(path)
@@ -151,7 +162,7 @@ def per_run(runs: list[RunData], alpha: float, margin: float, failed: list[Unjud
         result = of_summary(r.summary)["result"]
         row.update(night=night(r), result="untrusted" if result == "pass" and cut_short(r.run) else result,
                    vs_previous="-" if row["verdict"] == "base" else row["verdict"], start=r.run.get("start"))
-    rows += [{"label": u.label, "run": u.path.name, "verdict": "-", "throughput": None, "p95": None,
+    rows += [{"label": u.label, "run": printable(u.path.name), "verdict": "-", "throughput": None, "p95": None,
               **{m: rate(None) for m in POOLED}, "night": night(u), "result": NO_VERDICT, "vs_previous": "-",
               "start": u.run.get("start"), "reason": u.reason} for u in failed]
     return sorted(rows, key=lambda row: (float(row["start"] or 0), row["run"]))
@@ -232,10 +243,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --html {unsafe}", file=sys.stderr)
         return 2
     runs, failed, skipped = load_runs(args.runs, args.audit)
+    skipped = [printable(note) for note in skipped]  # they quote folder names: shown escaped, as labels are
     for note in skipped:
         print(f"skipped: {note}", file=sys.stderr)
     for note in unknown_starts(runs):
-        print(f"warning: {note}", file=sys.stderr)
+        print(f"warning: {printable(note)}", file=sys.stderr)
     if not runs and not failed:
         print("error: none of the folders is an audited run", file=sys.stderr)
         return 2

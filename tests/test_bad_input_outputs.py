@@ -187,12 +187,13 @@ def test_a_reaudit_on_a_full_disk_is_exit_2_blames_the_disk_and_leaves_no_tempor
 # ---- D1 (minor): compare / trend --html on a full disk --------------------------------------------------------
 @pytest.mark.parametrize("command", ["compare", "trend"])
 def test_html_on_a_full_disk_is_exit_2_and_leaves_the_earlier_page_whole(command, tmp_path, disk):
-    run = tmp_path / "run"
+    run, base = tmp_path / "run", tmp_path / "base"  # two runs: compare refuses a run compared with itself
     audited_run(run)
+    audited_run(base)
     out = disk.path / "out.html"
     out.write_text("<html>the earlier page</html>")
     disk.fill()
-    code, err = oracle_main(command, run, run, "--html", out, *(["--gate", "off"] if command == "compare" else []))
+    code, err = oracle_main(command, base, run, "--html", out, *(["--gate", "off"] if command == "compare" else []))
     assert code == 2, err
     assert f"{out}: No space left on device" in err
     assert out.read_text() == "<html>the earlier page</html>"
@@ -203,11 +204,12 @@ def test_html_on_a_full_disk_is_exit_2_and_leaves_the_earlier_page_whole(command
 @pytest.mark.parametrize("command", ["compare", "trend"])
 def test_html_to_a_fifo_is_exit_2_naming_it_not_a_hang(command, tmp_path):
     """Opening a FIFO for writing waits for a reader: compare and trend blocked forever."""
-    run = tmp_path / "run"
+    run, base = tmp_path / "run", tmp_path / "base"
     audited_run(run)
+    audited_run(base)
     fifo = tmp_path / "out.html"
     os.mkfifo(fifo)
-    done = oracle_cli(command, run, run, "--html", fifo, *(["--gate", "off"] if command == "compare" else []))
+    done = oracle_cli(command, base, run, "--html", fifo, *(["--gate", "off"] if command == "compare" else []))
     assert done.returncode == 2, done.stderr
     assert f"{fifo}: not a regular file but a FIFO" in done.stderr and "Traceback" not in done.stderr
 

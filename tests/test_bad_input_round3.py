@@ -224,10 +224,11 @@ def test_a_store_that_needs_a_password_says_to_give_it_in_the_url(tmp_path, redi
 @pytest.mark.parametrize("where", ["a directory", "no such folder"])
 def test_compare_html_that_cannot_be_written_names_the_option_and_prints_no_exit_0(tmp_path, where):
     """Was "... -> exit 0" printed, then "oracle compare: /tmp: Is a directory", exit 2."""
-    run = tmp_path / "run"
+    run, base = tmp_path / "run", tmp_path / "base"
     audited(run)
+    audited(base)
     target = tmp_path if where == "a directory" else Path("/proc/no-such-folder/out.html")
-    done = cli("oracle", "compare", "--html", target, run, run)
+    done = cli("oracle", "compare", "--html", target, base, run)
     assert done.returncode == 2, done.stdout + done.stderr
     assert_named(done.stderr, f"--html {target}", "Is a directory" if where == "a directory" else "No such file")
     assert "exit 0" not in done.stdout
