@@ -27,7 +27,7 @@ from contracts import codec
 from contracts.redis_url import CLIENT_NAME, redis_client
 from contracts.runfolder import RunFolder
 from locustfiles.journal import JournalFile
-from oracle import ttl_under
+from oracle import ttl_floor
 
 log = logging.getLogger("goldfish")
 
@@ -79,7 +79,7 @@ class Sampler:
         self.runner, self.interval = runner, interval
         self.client = store_client(store_url) if store_url else None
         self.template = template  # the key template, to look for TTLs under (None: not looked for)
-        self.template_ttl, self.ttl_cursor = False, 0  # a key under the template had a TTL; where SCAN goes on
+        self.ttl_floor, self.ttl_cursor = None, 0  # the shortest TTL a key under the template got; where SCAN goes on
         self.stopping = Event()
         self.samples = 0
         self.greenlet = gevent.spawn(self._loop)
@@ -92,10 +92,10 @@ class Sampler:
             try:
                 record["store"] = store_sample(self.client)
                 if self.template is not None:  # the audit's evidence that a gone key expired (oracle.keys)
-                    if not self.template_ttl:
-                        self.template_ttl, self.ttl_cursor = ttl_under(self.client, self.template, self.ttl_cursor,
-                                                                       TTL_CALLS)
-                    record["store"]["template_ttl"] = self.template_ttl
+                    if self.ttl_floor is None:
+                        self.ttl_floor, self.ttl_cursor = ttl_floor(self.client, self.template, self.ttl_cursor,
+                                                                    TTL_CALLS)
+                    record["store"]["template_ttl_floor"] = self.ttl_floor
             except (redis.RedisError, OSError) as exc:  # a stalled, restarting or refusing store: say so, go on
                 record["store_error"] = f"{type(exc).__name__}: {exc}"
             record["store_ms"] = round((time.monotonic() - started) * 1000, 1)

@@ -12,7 +12,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     reach_store(options)                   reach the store they name now (before a run's load)
     headline, rule_line                    the verdict in words
     load_faults(run_dir, problems)         chaos.jsonl paired into faults, as the audit pairs them
-    ttl_under(client, template, cursor)    keys under the template carry TTLs (the run's telemetry looks)
+    ttl_floor(client, template, cursor)    the shortest TTL keys under the template get (the telemetry looks)
     NOTHING_ACKNOWLEDGED                   the failed rule of a run the target acknowledged nothing of
     verdict_exit_code(verdict)             0 pass, 1 a gate failed, 2 nothing to judge (README "Exit codes")
     audit_option_names()                   the audit's options' attribute names
@@ -36,7 +36,7 @@ _WHERE = {
     "NOTHING_ACKNOWLEDGED": ("oracle.verdict", "NOTHING_ACKNOWLEDGED"),
     "verdict_exit_code": ("oracle.verdict", "exit_code"),
     "JournalError": ("oracle.history", "JournalError"), "TimelineError": ("oracle.timeline", "TimelineError"),
-    "TemplateMismatch": ("oracle.keys", "TemplateMismatch"), "ttl_under": ("oracle.keys", "ttl_under"),
+    "TemplateMismatch": ("oracle.keys", "TemplateMismatch"), "ttl_floor": ("oracle.keys", "ttl_floor"),
     "StoreOptions": ("oracle.store", "StoreOptions"), "Gates": ("oracle.verdict", "Gates"),
     "StoreError": ("oracle.store", "StoreError"), "SnapshotError": ("oracle.snapshot", "SnapshotError"),
     "FOLLOW_ENV": ("oracle.follow", "ENV"), "load_faults": ("oracle.timeline", "load_faults"),

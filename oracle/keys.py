@@ -512,11 +512,12 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
     if client is None:
         return {}
     info = _info(client)
-    samples, at_start, ttl_seen = {name: [] for name in COUNTERS}, None, False
+    samples, at_start, floors = {name: [] for name in COUNTERS}, None, []
     if folder.telemetry.exists():
         for record in read_jsonl(folder.telemetry, telemetry_sample, problems=[]):  # checked: time, store's numbers
             store = record.get("store") or {}
-            ttl_seen = ttl_seen or store.get("template_ttl") is True  # keys under the template had TTLs then
+            if isinstance(store.get("template_ttl_floor"), (int, float)):  # keys under the template had TTLs then
+                floors.append(float(store["template_ttl_floor"]))
             if at_start is None and all(isinstance(store.get(name), int) for name in COUNTERS):
                 at_start = {name: store[name] for name in COUNTERS}
             for name in COUNTERS:
@@ -525,29 +526,26 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
     for name in COUNTERS:
         samples[name].append((time.time(), int(info.get(name) or 0)))
     template = (options or getattr(reader, "options", None) or StoreOptions()).key_template
-    floor = ttl_floor(client, template)
-    return {"ttl_in_use": ttl_seen or floor is not None, "ttl_floor": floor, "ttl_at": time.time(),
+    now = ttl_floor(client, template)[0]
+    floor = min(floors + [now] if now is not None else floors, default=None)
+    return {"ttl_in_use": floor is not None, "ttl_floor": floor, "ttl_at": time.time(),
             "evictions": samples["evicted_keys"],
             "expiries": samples["expired_keys"],
             "counters_at_start": at_start}
 
 
-def ttl_under(client: redis.Redis, template: str, cursor: int = 0, calls: int = TTL_SCAN_CALLS) -> tuple[bool, int]:
-    """Whether some key under the key template carries a TTL, and the SCAN cursor to go on from (0: walked to the
-    end). Not the database's expiring keys as a whole: a shared staging Redis holds other applications' caches
-    with TTLs, which say nothing of how this bot keeps histories. A huge store is sampled (``calls`` SCAN calls
-    from ``cursor``), not walked: the run's telemetry looks a few calls at a time while the keys still exist
-    (locustfiles/telemetry.py), since by the audit they may all have expired."""
+def ttl_floor(client: redis.Redis, template: str, cursor: int = 0,
+              calls: int = TTL_SCAN_CALLS) -> tuple[float | None, int]:
+    """The shortest TTL, in seconds, any sampled key under the template was given (None: no sampled key has a
+    TTL), and the SCAN cursor to go on from (0: walked to the end). A key's TTL left plus how long it has been idle
+    (OBJECT IDLETIME: since its last read or write, so no longer than since the write that set the TTL), less a
+    second of the idle clock: a key gone younger than that cannot have expired. Not the database's expiring keys
+    as a whole: a shared staging Redis holds other applications' caches with TTLs, which say nothing of how this
+    bot keeps histories. A huge store is sampled (``calls`` SCAN calls from ``cursor``), not walked: the run's
+    telemetry looks a few calls at a time while the keys still exist (locustfiles/telemetry.py), since by the
+    audit they may all be gone."""
     lives, cursor = _template_ttls(client, template, cursor, calls)
-    return bool(lives), cursor
-
-
-def ttl_floor(client: redis.Redis, template: str) -> float | None:
-    """The shortest TTL, in seconds, any sampled key under the template was given: its TTL left plus how long it
-    has been idle (OBJECT IDLETIME: since its last read or write, so no longer than since the write that set
-    the TTL). A key that is gone younger than that cannot have expired. None when no sampled key has a TTL."""
-    lives, _ = _template_ttls(client, template)
-    return max(0.0, min(lives) - IDLE_CLOCK_S) if lives else None
+    return (max(0.0, min(lives) - IDLE_CLOCK_S) if lives else None), cursor
 
 
 def _template_ttls(client: redis.Redis, template: str, cursor: int = 0,

@@ -82,17 +82,43 @@ def test_ttls_seen_under_the_template_during_the_run_make_sessions_whose_keys_al
     keys = [f"message_store:{s}" for s in world.order]
     s = sampler.Sampler(run, local_runner, redis_server.url, interval=60, template="message_store:{session}")
     s.stop()  # its first sample and the one at the stop
-    assert {r["store"]["template_ttl"] for r in records(run)} == {False}
+    assert {r["store"]["template_ttl_floor"] for r in records(run)} == {None}
     for key in keys:
         client.pexpire(key, 300)
     s = sampler.Sampler(run, local_runner, redis_server.url, interval=60, template="message_store:{session}")
     s.stop()
-    assert records(run)[-1]["store"]["template_ttl"] is True
+    assert records(run)[-1]["store"]["template_ttl_floor"] is not None
     wait_until(lambda: not client.exists(*keys), what="every session's key to expire")
     summary = audit_run(run, StoreOptions(url=redis_server.url))
     assert summary["anomalies"] == {"expired": len(keys)}
     RunFolder(run).telemetry.unlink()  # the store alone, as before: nothing left to show a TTL
     assert audit_run(run, StoreOptions(url=redis_server.url))["anomalies"] == {"vanished": len(keys)}
+
+
+def test_keys_deleted_younger_than_the_ttl_the_telemetry_saw_are_vanished_though_none_is_left(
+        tmp_path, redis_server, local_runner):
+    """A sweeper that deletes every history under a 1-hour TTL, beside rate-limit keys that expire: with no key
+    left at the audit, the telemetry's TTL made them 'expired' (and --gate expired=off PASSed). The TTL it saw
+    (an hour) says sessions seconds old cannot have expired."""
+    import time as clock
+
+    from oracle.audit import audit_run
+    from oracle.store import StoreOptions
+    from support_oracle import build_world, simple_specs, store_with_langchain, write_journal
+
+    world = build_world(simple_specs(4), start=clock.time() - 20, seed=3)
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    store_with_langchain(redis_server.url, world, ttl=3600)
+    s = sampler.Sampler(run, local_runner, redis_server.url, interval=60, template="message_store:{session}")
+    s.stop()
+    assert 3590 < records(run)[-1]["store"]["template_ttl_floor"] <= 3600
+    client = redis_server.client()
+    client.set("ratelimit:u1", "1", px=1)  # the store expires keys all the same
+    client.delete(*[f"message_store:{s}" for s in world.order])
+    wait_until(lambda: client.get("ratelimit:u1") is None and int(client.info("stats")["expired_keys"]) > 0,
+               what="the rate-limit key to expire")
+    assert audit_run(run, StoreOptions(url=redis_server.url))["anomalies"] == {"vanished": 4}
 
 
 def test_a_stop_that_lands_during_a_sample_still_gets_a_sample_after_it(tmp_path, redis_server):
