@@ -62,10 +62,12 @@ def test_a_bot_that_loses_turns_fails_the_run_and_a_correct_one_passes(tmp_path,
 
 
 def test_locusts_own_exit_code_on_error_still_applies(tmp_path):
-    """35% failed requests with --exit-code-on-error 5 exit 5, as plain Locust would; without it
-    the errors gate fails the run (no fault was in force to excuse them)."""
+    """Failed requests with --exit-code-on-error 5 exit 5, as plain Locust would; without it the errors gate
+    fails the run (no fault was in force to excuse them). The flaky bot answers two requests in three with a
+    reply goldfish cannot read, so in lockstep every probe could be one of those (0 of 15 answered, once in CI):
+    the probe gate is off too, so the verdict holds and Locust's code is the one under test."""
     with chat_bot("flaky") as url:
-        run = run_locust(url, tmp_path / "run", "--exit-code-on-error", "5", "--gate", "errors=off",
+        run = run_locust(url, tmp_path / "run", "--exit-code-on-error", "5", "--gate", "errors=off,probe_amnesia=off",
                          "--script", quick_script(tmp_path), time_s="3s")
         assert run.returncode == 5, run.output[-3000:]
         assert "exit code 5: Locust's own (requests failed and --exit-code-on-error is set)" in run.output
