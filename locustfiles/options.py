@@ -54,6 +54,14 @@ RECORDED = ("run_dir", "label", "script", "think", "chaos", "chaos_backend", "st
             "reply_where", "poll_path", "websocket", "replica_header", "header", "step_duration", "host") + audit_option_names()
 
 
+def env_var(names) -> str:
+    """The environment variable of an option, as Locust names its own (``--store-url``: ``LOCUST_STORE_URL``):
+    a container or CI job configured through LOCUST_* variables had goldfish's ignored, so ``LOCUST_CHAOS`` armed
+    no plan and the run PASSed a chaos test without chaos."""
+    flag = next(n for n in names if n.startswith("--"))
+    return "LOCUST_" + flag[2:].upper().replace("-", "_")
+
+
 # --help groups, in the order they are listed (goldfish's options come after Locust's own)
 GROUPS = {
     "run": ("goldfish: the run", "what each test runs and where its run folder goes"),
@@ -77,6 +85,7 @@ def add_arguments(parser) -> None:
     groups = {key: parser.add_argument_group(title, description) for key, (title, description) in GROUPS.items()}
 
     def add(group: str, *names, ui: bool = True, secret: bool = False, **kw):
+        kw.setdefault("env_var", env_var(names))
         action = groups[group].add_argument(*names, **kw)
         action.include_in_web_ui, action.is_secret, action.is_required, action.is_multiple = ui, secret, False, False
         return action

@@ -263,9 +263,10 @@ def test_a_state_dir_alone_validates_the_plan_against_that_stack(tmp_path, capsy
 
 
 # ---- conversation scripts and goldfish's Locust options: the checks Locust's init runs -----------
-class LocustLikeParser(__import__("argparse").ArgumentParser):
-    """argparse with the web-UI flags Locust's parser takes (Locust itself is not imported here: it
-    monkey-patches ssl at import, which breaks the rest of this process; test_hardening_runs.py runs it)."""
+class LocustLikeParser(__import__("configargparse").ArgumentParser):
+    """configargparse (Locust's parser's base: environment variables, config files) with the web-UI flags Locust's
+    parser takes (Locust itself is not imported here: it monkey-patches ssl at import, which breaks the rest of this
+    process; test_hardening_runs.py runs it)."""
 
     def add_argument(self, *args, include_in_web_ui=None, is_secret=None, **kwargs):
         return super().add_argument(*args, **kwargs)

@@ -1,0 +1,68 @@
+"""Input the seventh round found handled wrongly.
+
+- goldfish's Locust options had no environment variables: a container or CI job configured through LOCUST_*
+  variables, as Locust's own options are, had ``LOCUST_CHAOS`` ignored (a chaos test ran without chaos and
+  PASSed), ``LOCUST_STORE_URL`` ignored (the default store audited). Each option now reads the variable Locust's
+  naming gives it; the command line wins over it, an empty one is refused as an empty option is.
+"""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from support_locust import CHATFILE, LOCUST
+from test_bad_input import LocustLikeParser
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+@pytest.fixture(scope="module")
+def parser():
+    from locustfiles import options
+
+    p = LocustLikeParser(prog="locust")
+    options.add_arguments(p)
+    return p
+
+
+# ---- 1. LOCUST_* environment variables ------------------------------------------------------------------------
+def test_goldfish_options_read_locusts_environment_variables(parser, monkeypatch):
+    from locustfiles.options import Settings
+
+    monkeypatch.setenv("LOCUST_CHAOS", "plans/restart.yaml")
+    monkeypatch.setenv("LOCUST_STORE_URL", "redis://127.0.0.1:7001/2")
+    monkeypatch.setenv("LOCUST_GATE", "lenient")
+    monkeypatch.setenv("LOCUST_NO_AUDIT", "true")
+    monkeypatch.setenv("LOCUST_HEADER", "X-Tenant: acme")
+    monkeypatch.setenv("LOCUST_LABEL", "v2.0")
+    settings = Settings.from_options(parser.parse_args([]))
+    assert settings.chaos == "plans/restart.yaml" and settings.label == "v2.0"
+    assert settings.no_audit and settings.headers == {"X-Tenant": "acme"}
+    assert settings.store.url == "redis://127.0.0.1:7001/2"
+    assert parser.parse_args([]).gate == "lenient"
+    # the command line wins over the variable
+    settings = Settings.from_options(parser.parse_args(["--chaos", "plans/pause.yaml", "--label", "v3"]))
+    assert settings.chaos == "plans/pause.yaml" and settings.label == "v3"
+
+
+def test_an_empty_environment_variable_is_refused_as_an_empty_option(parser, monkeypatch, capsys):
+    monkeypatch.setenv("LOCUST_CHAOS", "")
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args([])
+    assert exited.value.code == 2
+    assert "--chaos" in capsys.readouterr().err
+
+
+def test_a_real_locust_run_arms_the_plan_its_environment_names(tmp_path):
+    """LOCUST_CHAOS was ignored: the run went on without a plan. Naming a plan that does not exist shows it is
+    read: the run stops before any load, naming the plan, and leaves no run folder."""
+    run = tmp_path / "run"
+    done = subprocess.run([LOCUST, "-f", CHATFILE, "--headless", "-u", "1", "-r", "1", "-t", "2s",
+                           "--host", "http://127.0.0.1:9", "--no-audit", "--run-dir", str(run)],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={**__import__("os").environ, "LOCUST_CHAOS": str(tmp_path / "nightly-plan.yaml")})
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said[-2000:]
+    assert "nightly-plan.yaml" in said and "cannot read plan" in said, said[-2000:]
+    assert not run.exists()
