@@ -174,7 +174,9 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         raw = _concatenate(folder, "anomalies.raw", folder.audit / "anomalies.raw.tmp")
         _concatenate(folder, "sessions.csv", folder.audit / "sessions.csv.tmp", header=",".join(SESSION_COLUMNS) + "\n")
         read_at = writer.meta["read_start"] if live else meta.get("read_start")
-        linked = rootcause.link(raw, folder.audit / "anomalies.jsonl.tmp", journal, window_s, missing_keys, read_at)
+        outages = [(kinds[f.kind], f.start, f.end) for f in context.faults if kinds[f.kind] in rootcause.STORE_DOWN]
+        linked = rootcause.link(raw, folder.audit / "anomalies.jsonl.tmp", journal, window_s, missing_keys, read_at,
+                                outages)
         if linked.confirmed:
             add_confirmed_crosstalk(folder.audit / "sessions.csv.tmp", linked.confirmed, tally.totals)
         raw.unlink()

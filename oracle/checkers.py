@@ -203,7 +203,8 @@ def check_vanished(session: str, turns: list[Turn], raw: RawSession, gone_class)
     last = max(ok, key=lambda t: t.received or t.sent)
     cls = gone_class(last.received or last.sent, min(t.sent for t in turns))
     return [finding(cls, session, None, last.received or last.sent, key=raw.key, ok_turns=len(ok),
-                    last_ok_turn=last.turn, ttl_in_use=cls == "expired", ok_turn_numbers=[t.turn for t in ok])]
+                    last_ok_turn=last.turn, ttl_in_use=cls == "expired", ok_turn_numbers=[t.turn for t in ok],
+                    first_ok_sent=min(t.sent for t in ok))]
 
 
 def check_lost(session: str, turns: list[Turn], raw: RawSession, v: StoredView) -> list[dict]:

@@ -32,6 +32,12 @@ def explain(f: dict) -> str:
             return (f"{head}. It was written under session {went['session']}'s key {went['key']} instead (finding "
                     f"{went['finding']}): the bot misrouted this turn to another user's memory. One fault, counted "
                     "once, as cross-talk; the store itself lost nothing.")
+        down = e.get("store_down")
+        if down:
+            return (f"{head}. The turn was sent and answered while the store was down (a {down['kind']} fault from "
+                    f"{_t(down['from'])} to {_t(down['to'])}): the bot acknowledged a write it could not make then, "
+                    "answering as if it was saved (a store error swallowed). The store did not lose it; it never had "
+                    "it.")
         if e.get("read_after_s") is not None:
             return (f"{head}: the store lost an acknowledged write, or has not made it yet: it was acknowledged only "
                     f"{e['read_after_s']} s before the store was read. A bot that writes after it replies "
@@ -70,6 +76,12 @@ def explain(f: dict) -> str:
             return (f"{head} The bot also failed most recall probes, and no key of the store holds this run's "
                     "sessions: it does not keep the conversation in this store at all (memory in a process, "
                     "built per request, or written somewhere else).")
+        down = e.get("store_down")
+        if down:
+            return (f"{head} Every acknowledged turn of it was sent and answered while the store was down (a "
+                    f"{down['kind']} fault from {_t(down['from'])} to {_t(down['to'])}): the bot acknowledged writes "
+                    "it could not make then, answering as if they were saved (a store error swallowed). The store did "
+                    "not lose the conversation; it never had it.")
         if e.get("store_restarted"):
             return (f"{head} The Redis server restarted after this session's turns were acknowledged (when: "
                     "summary.json information.missing_keys) and did not keep them: a restart without (enough) "

@@ -28,6 +28,7 @@ MISROUTE = "misroute"
 GONE = ("vanished", "expired", "evicted")
 EXAMPLES = 5  # where a vanished session's turns went: this many shown
 LATE_S = 10.0  # a loss acknowledged this close to the store's read may be a write-behind bot's write not made yet
+STORE_DOWN = ("redis-restart",)  # fault kinds that stop the store (a failover is not one: it may lose writes)
 
 
 @dataclass
@@ -43,9 +44,10 @@ class Linked:
 
 
 def link(source: Path, target: Path, journal: Journal, window_s: float, missing_keys: dict | None,
-         read_at: float | None = None) -> Linked:
+         read_at: float | None = None, outages: list = ()) -> Linked:
     """Read raw findings from ``source``; write them linked and explained to ``target``. ``read_at``: when the
-    store was read (a loss acknowledged just before may be a write not made yet)."""
+    store was read (a loss acknowledged just before may be a write not made yet). ``outages``: (fault kind,
+    start, end) of the faults that took the store down (``STORE_DOWN``)."""
     landed: dict[tuple[str, int], tuple[str, str, str]] = {}  # (source session, turn) -> (session, key, finding id)
     missing: set = set()  # (session, turn) of acknowledged turns its own key does not hold
     replies_landed: dict = {}  # (source session, turn) -> where an assistant entry carrying its token was found
@@ -94,6 +96,8 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
                 _key_evidence(f, missing_keys)
                 if e.get("found_in_shared"):  # its history is in one key with other users': cross-talk, counted
                     out.confirmed[f["session"]] += 1
+            if f["class"] in GONE or f["class"] == "lost" and not e.get("altered"):
+                _acknowledged_while_down(f, outages)
             if f["class"] == "lost" and isinstance(read_at, (int, float)) and \
                     isinstance(e.get("received"), (int, float)) and 0 <= read_at - e["received"] < LATE_S:
                 e["read_after_s"] = round(read_at - e["received"], 1)
@@ -201,3 +205,17 @@ def _key_evidence(f: dict, missing_keys: dict | None) -> None:
         f["evidence"]["store_restarted"] = True
     elif missing_keys.get("bot_forgot") and not elsewhere and not found_in_shared:
         f["evidence"]["bot_forgot"] = True
+
+
+def _acknowledged_while_down(f: dict, outages: list) -> None:
+    """A lost turn (or a gone session) whose acknowledged turns were all sent and answered while a fault had the
+    store down: the bot answered writes it could not have made (a store error swallowed), which is not the store
+    losing them (a restart without persistence)."""
+    e = f["evidence"]
+    first, last = (e.get("sent"), e.get("received")) if f["class"] == "lost" else (e.get("first_ok_sent"), f["time"])
+    if not isinstance(first, (int, float)) or not isinstance(last, (int, float)):
+        return
+    for kind, start, end in outages:
+        if start <= first and last <= end:
+            e["store_down"] = {"kind": kind, "from": start, "to": end}
+            return

@@ -309,6 +309,37 @@ def test_a_redis_restart_without_persistence_is_reported_as_loss(tmp_path, redis
     assert "The Redis server restarted after this session's turns" in gone[0]["explanation"]
 
 
+def test_a_session_acknowledged_while_redis_was_down_is_explained_as_writes_never_made(tmp_path, redis_server):
+    """A bot that swallows store errors answers while Redis is down: the sessions it held then vanish with the
+    restart. They were explained as "a restart without (enough) persistence", blaming the store, which never had
+    them (a Redis with appendfsync always lost nothing). A session acknowledged before the fault keeps that
+    explanation."""
+    run, world = world_run(tmp_path, redis_server)
+    spans = {}
+    for r in world.records:
+        first, last = spans.get(r["session"], (float("inf"), float("-inf")))
+        spans[r["session"]] = (min(first, r["sent"]), max(last, r["received"] or r["sent"]))
+    down, (start, end) = max(spans.items(), key=lambda item: item[1][0])  # the session that began last
+    before = [s for s, (first, last) in spans.items() if first < start - 0.01]
+    assert before, "every session of the world overlaps the first one: no session to compare with"
+    with open(run / "chaos.jsonl", "w") as fh:
+        for event, at in (("apply", start - 0.01), ("recover", end + 0.01)):
+            fh.write(json.dumps({"fault": "crash#0", "kind": "redis-restart", "target": "redis", "instance": "redis",
+                                 "backend": "local", "event": event, "time": at, "outcome": "ok", "error": None,
+                                 "params": {"mode": "crash"}}) + "\n")
+    redis_server.stop()
+    time.sleep(1.1)  # the restart must be visibly later than the acknowledgements (uptime counts seconds)
+    redis_server.start()
+    audit_run(run, StoreOptions(url=redis_server.url))
+    gone = {f["session"]: f for f in read_findings(run) if f["class"] == "vanished"}
+    assert gone[down]["evidence"]["store_down"]["kind"] == "redis-restart"
+    assert "while the store was down (a redis-restart fault" in gone[down]["explanation"]
+    assert "never had it" in gone[down]["explanation"]
+    for session in before:
+        assert "store_down" not in gone[session]["evidence"]
+        assert "The Redis server restarted after this session's turns" in gone[session]["explanation"]
+
+
 
 def test_an_unreachable_target_is_exit_2_with_a_store_under_strict_gates(tmp_path, redis_server):
     """Every turn refused: nothing to judge, exit 2 (README). With --store-url the audit ran, and under strict the
