@@ -259,7 +259,8 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
 def _message_keys(client: redis.Redis, found: dict) -> tuple[str, list[str]] | None:
     """(pattern, example keys) when the bot keeps one key per message (``chat:{session}:<message id>``): the first
     found session's keys differ after its id in names the second's lack (2 or more; with no second, 3 or more),
-    so a template made of one of them would name one message. None when the names recur for each session
+    or in 3 or more numbers (a counter per session, ``msg:{session}:000001``, gives every session the same names),
+    so a template made of one of them would name one message. None when a few names recur for each session
     (``chat:{session}`` beside ``chat:{session}:meta``): then one of them is the template."""
     sessions = list(found)[:2]
     db, key = found[sessions[0]][0]
@@ -284,7 +285,9 @@ def _message_keys(client: redis.Redis, found: dict) -> tuple[str, list[str]] | N
     first, *other = names.values()
     own = sorted(first - (other[0] if other else set()))
     if len(own) < (2 if other else 3):
-        return None
+        own = sorted(name for name in first if re.fullmatch(r"[^0-9A-Za-z]+[0-9]+", name))  # ':000001', '-17'
+        if len(own) < 3:
+            return None
     joint = re.match(r"[^0-9A-Za-z]*", os.path.commonprefix(own)).group()  # ':' of ':<id>', ':<id>'
     return f"{prefix}{{session}}{joint}*", [f"{prefix}{sessions[0]}{name}" for name in own[:3]]
 

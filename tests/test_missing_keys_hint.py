@@ -50,3 +50,20 @@ def test_a_history_key_beside_a_metadata_key_is_still_suggested(tmp_path, redis_
     with pytest.raises(TemplateMismatch, match=r"try --key-template 'bot:\{session\}(:meta)?'") as err:
         audit_run(tmp_path, StoreOptions(url=redis_server.url, key_template="chat:{session}"))
     assert "one key per message" not in str(err.value)
+
+
+def test_one_key_per_message_numbered_by_a_counter_per_session_is_named(tmp_path, redis_server):
+    """``msg:<session>:000001`` from an INCR per session gives every session the same key names, which read as a
+    history key beside a metadata key: the audit suggested --key-template 'msg:{session}:000022', one message."""
+    world = journaled_world(tmp_path)
+    pipe = redis_server.client().pipeline()
+    for s in world.order:
+        for n, (_, m) in enumerate(world.stored[s], 1):
+            pipe.set(f"msg:{s}:{n:06d}", '{"role": "%s", "content": "%s"}' % (m["type"], m["data"]["content"]))
+        pipe.set(f"seq:{s}", len(world.stored[s]))
+    pipe.execute()
+    with pytest.raises(TemplateMismatch) as err:
+        audit_run(tmp_path, StoreOptions(url=redis_server.url, key_template="msg:{session}"))
+    message = str(err.value)
+    assert "try --key-template" not in message, message
+    assert "The bot keeps one key per message under 'msg:{session}:*'" in message, message
