@@ -59,6 +59,7 @@ log = logging.getLogger("goldfish")
 EXIT_OK, EXIT_GATE, EXIT_BAD, EXIT_AUDIT = 0, 1, 2, 3
 EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
 WARNINGS_SHOWN = 5  # the audit's warnings said at the end of a run (the rest are in audit/summary.json)
+SETTLE_SAID_S = 10.0  # a settle this long is announced
 IDLE, LOAD, HEAL, SETTLE, AUDIT, REPORT, DONE = "idle", "load", "heal", "settle", "audit", "report", "done"
 FINISHING = (SETTLE, AUDIT, REPORT)
 
@@ -645,7 +646,11 @@ class EndOfRun:
             self._say_verdict(online["verdict"], "online, from the journal: the store was not audited")
             run.verdict = online["verdict"]
             return EXIT_GATE if run.result == "fail" else EXIT_OK
-        gevent.sleep(max(0.0, s.settle - (time.monotonic() - started)))
+        wait = s.settle - (time.monotonic() - started)
+        if wait >= SETTLE_SAID_S:  # a long wait without a word looked like a hung run
+            say(f"settle: the audit reads the store in {wait:,.0f} s (--settle), at "
+                f"{time.strftime('%H:%M:%S', time.localtime(time.time() + wait))}")
+        gevent.sleep(max(0.0, wait))
         stop_follower(run)
         self._enter(run, AUDIT)
         code, summary = self.audit(s)

@@ -4,14 +4,20 @@
   variables, as Locust's own options are, had ``LOCUST_CHAOS`` ignored (a chaos test ran without chaos and
   PASSed), ``LOCUST_STORE_URL`` ignored (the default store audited). Each option now reads the variable Locust's
   naming gives it; the command line wins over it, an empty one is refused as an empty option is.
+- ``--settle 700h`` waited without a word: the run looked hung. A settle of 10 s or more is announced, with when
+  the audit will read the store.
 """
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 
 import pytest
 
-from support_locust import CHATFILE, LOCUST
+from conftest import wait_until
+from support_locust import CHATFILE, LOCUST, _kill_group, chat_bot, finish, locust_cmd
 from test_bad_input import LocustLikeParser
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -61,8 +67,30 @@ def test_a_real_locust_run_arms_the_plan_its_environment_names(tmp_path):
     done = subprocess.run([LOCUST, "-f", CHATFILE, "--headless", "-u", "1", "-r", "1", "-t", "2s",
                            "--host", "http://127.0.0.1:9", "--no-audit", "--run-dir", str(run)],
                           capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                          env={**__import__("os").environ, "LOCUST_CHAOS": str(tmp_path / "nightly-plan.yaml")})
+                          env={**os.environ, "LOCUST_CHAOS": str(tmp_path / "nightly-plan.yaml")})
     said = done.stdout + done.stderr
     assert done.returncode != 0, said[-2000:]
     assert "nightly-plan.yaml" in said and "cannot read plan" in said, said[-2000:]
     assert not run.exists()
+
+
+# ---- 2. a long settle is announced -------------------------------------------------------------------------------
+def test_a_long_settle_says_when_the_audit_will_read_the_store(tmp_path, redis_server):
+    run = tmp_path / "run"
+    err_file = tmp_path / "locust.err"
+    with chat_bot("memory") as url, open(err_file, "w") as err:
+        proc = subprocess.Popen(locust_cmd(url, run, "--store-url", redis_server.url, "--settle", "700h", users=2,
+                                           time_s="2s"), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err,
+                                text=True, start_new_session=True)
+        try:
+            wait_until(lambda: "settle: the audit reads the store in" in err_file.read_text(), timeout=60,
+                       what="the settle announced")
+            proc.send_signal(signal.SIGTERM)  # a signal during the settle still stops it (phase settle)
+            finish(proc, 60)
+        finally:
+            _kill_group(proc)
+    said = err_file.read_text()
+    assert "settle: the audit reads the store in 2,520,000 s (--settle)" in said or \
+        "settle: the audit reads the store in 2,519,99" in said, said[-2000:]
+    assert proc.returncode == 143
+    assert json.loads((run / "run.json").read_text())["interrupted"]["phase"] == "settle"
