@@ -279,12 +279,14 @@ def main(argv: list[str] | None = None) -> int:
     except GateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for path in args.runs[1:]:  # after the runs are read (a damaged one is named for what is wrong with it), before
-        same = same_run(args.runs[0], path)  # any verdict or page: a gate comparing a run with itself proves nothing
-        if same:
-            print(f"error: the candidate {printable(path)} and the base {printable(args.runs[0])} are the same run "
-                  f"({same}): a run compared with itself proves nothing; give two different runs", file=sys.stderr)
-            return 2
+    for at, path in enumerate(args.runs[1:], 1):  # after the runs are read (a damaged one is named for what is wrong
+        for earlier in args.runs[:at]:  # with it), before any verdict or page: a gate comparing a run with itself
+            same = same_run(earlier, path)  # proves nothing, and a candidate given twice is one run in the trend
+            if same:
+                what = "the base" if earlier == args.runs[0] else "the candidate"
+                print(f"error: the candidate {printable(path)} and {what} {printable(earlier)} are the same run "
+                      f"({same}): a run compared with itself proves nothing; give different runs", file=sys.stderr)
+                return 2
     breaches = [printable(b) for b in judged["failed"]]
     gate = overall(results[last.path.as_posix()])
     trend = trend_rows(runs, results)

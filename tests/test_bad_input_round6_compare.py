@@ -144,6 +144,14 @@ def test_compare_refuses_a_later_candidate_that_is_the_base(runs):
     assert "the same run" in err and str(base) in err and "copy" in err, err
 
 
+def test_compare_refuses_a_candidate_given_twice(runs):
+    """``compare BASE C C``: the trend showed one run as two releases."""
+    base, cand = runs("base"), runs("cand", other=True)
+    code, out, err = oracle_main("compare", base, cand, cand, "--gate", "off")
+    assert code == 2, (out, err)
+    assert "the same run" in err and "and the candidate" in err and str(cand) in err, err
+
+
 def test_compare_of_two_runs_still_compares(runs):
     base, cand = runs("base"), runs("cand", other=True)
     code, out, err = oracle_main("compare", base, cand, "--gate", "off")
