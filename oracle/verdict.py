@@ -142,7 +142,7 @@ def parse_gates(spec: str | None, where: str = "--gate") -> Gates:
     text = str(spec or "").strip() or "strict"
     limits = dict(PROFILES["strict"])
     set_by: dict[str, str] = {}  # gate -> the item that set it
-    items = [part.strip() for part in text.split(",")]
+    items = _items(text)
     for n, item in enumerate(items):
         if not item:  # `lenient,` / `a,,b`: a typo or an unset variable; the rest was used without a word
             raise GateError(f"{where} {short(text)}: an empty item (an unset variable?): remove the comma, or give a "
@@ -169,6 +169,17 @@ def parse_gates(spec: str | None, where: str = "--gate") -> Gates:
     return Gates(limits, text)
 
 
+def _items(text: str) -> list[str]:
+    """The comma-separated items of a --gate value; a gates file whose path holds a comma is one item
+    (``results/nightly,v2/gates.yaml,errors=off``): the split made it two pieces that were not files."""
+    pieces, items, i = text.split(","), [], 0
+    while i < len(pieces):
+        j = next((j for j in range(len(pieces), i + 1, -1) if Path(",".join(pieces[i:j]).strip()).is_file()), i + 1)
+        items.append(",".join(pieces[i:j]).strip())
+        i = j
+    return items
+
+
 def _gates_file(path: str, where: str) -> tuple[str | None, dict[str, Limit]]:
     """A YAML mapping ``gate: limit``; an optional ``profile:`` key names the base profile. Returns (the
     profile or None, the gates the file sets)."""
@@ -177,6 +188,9 @@ def _gates_file(path: str, where: str) -> tuple[str | None, dict[str, Limit]]:
     from contracts import yamldoc
 
     file = Path(path)
+    if file.exists() and not file.is_file():
+        raise GateError(f"{where}: {short(path)} is {'a folder' if file.is_dir() else 'not a regular file'}, not a "
+                        "gates file (a YAML mapping gate: limit)")
     if not file.is_file():
         raise GateError(f"{where}: {short(path)} is neither a profile ({', '.join(PROFILES)}), nor name=limit, "
                         "nor a gates file that exists")

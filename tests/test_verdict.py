@@ -71,6 +71,19 @@ def test_a_gates_file_naming_a_profile_goes_first_and_sets_no_gate_an_item_sets(
         parse_gates(f"strict,errors=1,{tmp_path / 'errors.yaml'}")
 
 
+def test_a_gates_file_whose_path_holds_a_comma_is_one_item(tmp_path):
+    """`--gate 'results/nightly,v2/gates.yaml'` was split at the comma: "neither a profile ... nor a gates file"."""
+    folder = tmp_path / "nightly,v2"
+    folder.mkdir()
+    (folder / "gates.yaml").write_text("errors: off\n")
+    assert parse_gates(str(folder / "gates.yaml")).limits["errors"].off
+    gates = parse_gates(f"{folder / 'gates.yaml'},corrupt=2")
+    assert gates.limits["errors"].off and str(gates.limits["corrupt"]) == "2"
+    assert parse_gates(f"corrupt=2,{folder / 'gates.yaml'}").limits["errors"].off
+    with pytest.raises(GateError, match="is a folder, not a gates file"):
+        parse_gates(str(tmp_path))
+
+
 def test_unknown_gate_names_its_item_and_the_known_ones():
     with pytest.raises(GateError, match=r"--gate 'lots=1': unknown gate 'lots' \(known: probe_amnesia, stored_loss"):
         parse_gates("lots=1")
