@@ -309,11 +309,12 @@ def _own_outputs(folder: RunFolder) -> None:
 
 
 def _quiet_judge(audit_pid: int) -> None:
-    """A judging process leaves signals to the audit's own process, which stops it: Ctrl-C reaches the whole
-    process group, and the SIGTERM handler it inherits made each judge print a traceback as it was stopped.
+    """A judging process leaves signals to the audit's own process, which stops it: Ctrl-C (and a closed terminal's
+    SIGHUP) reaches the whole process group, and the SIGTERM handler it inherits made each judge print a traceback as it was stopped.
     It dies with the audit (Linux's parent-death signal): an audit SIGKILLed (out of memory, a CI timeout) left
     its judges blocked on a store forever, holding the run's audit lock, so every later audit was refused."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal: the audit goes on (oracle/audit_cli.py)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

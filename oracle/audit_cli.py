@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
 from pathlib import Path
 
 from oracle.explain import NOT_SCANNED, journal_copy_line
 from contracts import codec, redact
 from contracts.console import interrupted_exit_code
-from contracts.runfolder import AuditBusy, RunFolder
+from contracts.runfolder import AuditBusy, RunFolder, detach_output
 from contracts.durations import DurationError, parse_duration
 from oracle.history import JournalError
 from oracle.keys import TemplateMismatch
@@ -137,6 +138,7 @@ def render(summary: dict, run: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    keep_on_after_hangup(RunFolder(args.run).hangup_log)
     try:
         return _audit(args)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM, often while a slow store is read: say how to finish
@@ -146,6 +148,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oracle audit: interrupted: the audit of {args.run} did not finish (the journal and any tables of an "
               f"earlier audit are kept); finish it with `{again}`", file=sys.stderr)
         return interrupted_exit_code(exc)
+
+
+def keep_on_after_hangup(log: Path) -> None:
+    """A closed terminal (an ssh session that drops under a soak's long audit) killed the audit, and with it minutes
+    of reading: it now goes on to its verdict and exit code, printing to the run folder's hangup.log."""
+    def hung_up(_signum, _frame):
+        detach_output(log)
+        print("oracle audit: SIGHUP: the terminal closed; the audit goes on, its output here", file=sys.stderr)
+
+    try:
+        signal.signal(signal.SIGHUP, hung_up)
+    except (ValueError, AttributeError):  # not the main thread (a library caller), or no SIGHUP (Windows)
+        pass
 
 
 def _audit(args) -> int:

@@ -205,6 +205,45 @@ def test_a_closed_terminal_stops_the_run_as_sigterm_does_heals_it_and_keeps_its_
     assert (run_dir / "audit" / "summary.json").exists()
 
 
+def test_a_closed_terminal_lets_a_running_audit_finish_with_its_output_in_hangup_log(tmp_path, redis_server):
+    """`python -m oracle audit` of a soak takes minutes; an ssh session that dropped under it killed it (SIGHUP).
+    The audit, in a terminal of its own, waits on a frozen Redis; the terminal closes; Redis thaws: the audit goes on
+    to its verdict, exit 0, its output in the run folder's hangup.log."""
+    import fcntl
+    import sys
+    import termios
+
+    import psutil
+
+    run, _ = world_run(tmp_path, redis_server)
+    terminal, its_end = os.openpty()
+    redis_pid = redis_server.proc.pid
+    os.kill(redis_pid, signal.SIGSTOP)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "oracle", "audit", str(run), "--store-url", redis_server.url,
+                                 "--jobs", "2"], cwd=tmp_path, stdin=its_end, stdout=its_end, stderr=its_end,
+                                start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        os.close(its_end)  # no reader of the terminal: one blocked in read() kept it open after os.close
+        try:  # connected to the store: its SIGHUP handler is in (set before the store is read)
+            wait_until(lambda: any(c.raddr and c.raddr.port == redis_server.port
+                                   for c in psutil.Process(proc.pid).net_connections()), timeout=60,
+                       what="the audit connecting to the frozen store")
+            os.close(terminal)  # the terminal is gone: the kernel sends its session SIGHUP
+            wait_until(lambda: (run / "hangup.log").exists(), timeout=30, what="hangup.log")
+        finally:
+            os.kill(redis_pid, signal.SIGCONT)
+        proc.wait(120)
+    finally:
+        os.kill(redis_pid, signal.SIGCONT)
+        _kill_group(proc)
+    log = (run / "hangup.log").read_text()
+    summary = json.loads((run / "audit" / "summary.json").read_text())
+    assert proc.returncode == 1 and summary["verdict"]["result"] == "fail", log[-3000:]  # the world's failed requests
+    assert "SIGHUP: the terminal closed; the audit goes on" in log and "Traceback" not in log
+    assert "\nFAIL — errors: 8 failed requests" in log and "tables in" in log, log[-3000:]
+
+
 def _drain(fd: int) -> bytes:
     """Read a pty's output until it closes (so the program never blocks writing to a full terminal)."""
     out = b""
