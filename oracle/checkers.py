@@ -64,8 +64,10 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
     other sessions' tokens in assistant entries that are none of this session's own journaled replies, and in entries of other
     roles, of sessions none of them quoted (what the client received was judged online): another session's
     reply, or a reply quoting its message, or a system or summary entry built from other users' messages,
-    written into this history. And entries with no token carrying another session's value (strays): an assistant's
-    recall answer filed here, or a system entry or a user-role note of "known facts" a shared extractor built."""
+    written into this history. And entries carrying a value none of this session's turns planted, in either case
+    (strays): an assistant's recall answer filed here, or a system entry, a user-role note or the user's own message
+    wrapped in a context of "known facts" a shared extractor built (rootcause counts the values another session of
+    the run planted)."""
     v = StoredView()
     search = TOKEN_RE.search
     position = 0
@@ -116,20 +118,27 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
     own_replies = {t.reply for t in by_turn.values() if t.reply} if by_turn else set()
     quoted = {m.group(1) for reply in own_replies if "gf" in reply for m in TOKEN_RE.finditer(reply)}
     moved = {(source, turn) for _, source, turn, _, _ in v.foreign}  # its answer with it is the same fault
-    own_values = {t.nonce for t in by_turn.values() if t.nonce} if by_turn else set()
+    own_values = {t.nonce.upper() for t in by_turn.values() if t.nonce} if by_turn else set()
+    foreign_at = {index for index, *_ in v.foreign}  # entries already judged another session's
     for index, role, text in decoded.messages:
-        if text in own_replies or role == USER and "gf" in text:
+        if text in own_replies or index in foreign_at:
             continue
         m = next((m for m in TOKEN_RE.finditer(text) if m.group(1) not in quoted and m.group(1) != session), None) \
-            if "gf" in text else None
+            if "gf" in text and role != USER else None
         if m is not None:  # another's reply, or a system or summary entry built from other users' messages
             if (m.group(1), int(m.group(2))) not in moved:
                 v.foreign.append((index, m.group(1), int(m.group(2)), text, role))
-        elif "gf" not in text and "-" in text:  # no token: a recall answer ("... is 8846-QANV.") filed here, or a
-            value = next((n for n in NONCE_RE.findall(text) if n not in own_values), None)  # note of known facts?
-            if value is not None:
+        elif "-" in text:  # a value no turn of this session planted: a recall answer ("... is 8846-QANV.") filed
+            value = _other_value(text, own_values)  # here, or a note of known facts a shared extractor built, in
+            if value is not None:  # any entry, the user's own message with its token included ("Context: ...")
                 v.strays.append((index, value, text, role))
     return v
+
+
+def _other_value(text: str, own_values: set) -> str | None:
+    """The first value in ``text`` (in either case: a bot may lowercase what it stores) that is not one of
+    ``own_values`` (upper case), upper-cased as planted; None when there is none."""
+    return next((n for n in NONCE_RE.findall(text.upper()) if n not in own_values), None)
 
 
 def _untokened(by_turn: dict[int, Turn]) -> dict[str, int]:
@@ -290,12 +299,12 @@ def check_leaked_replies(session: str, turns: list[Turn], key: str) -> list[dict
     made itself; one planted in another Locust process (``--processes``, workers) was missed, and the stored copy
     of the reply is this session's own. ``pending`` like ``check_stray_values``: counted once rootcause finds the
     plant in the whole journal. Turns already judged cross-talk online are not judged twice."""
-    own = {t.nonce for t in turns if t.nonce}
+    own = {t.nonce.upper() for t in turns if t.nonce}
     out = []
     for t in turns:
         if t.outcome != "ok" or not t.reply or t.crosstalk or "-" not in t.reply:
             continue
-        value = next((n for n in NONCE_RE.findall(t.reply) if n not in own and n not in (t.message or "")), None)
+        value = _other_value(t.reply, own | set(NONCE_RE.findall((t.message or "").upper())))
         if value is not None and len(out) < MAX_CROSSTALK:
             out.append(finding("crosstalk", session, t.turn, t.received, source_session=None, source_turn=None,
                                source_value=value, entry_index=None, key=key, source_journaled=None,

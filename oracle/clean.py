@@ -1,14 +1,14 @@
 """Proving a whole batch of stored sessions clean at C speed: the audit's fast path.
 
 Almost every session of a healthy run is clean: the key exists, it holds exactly the
-acknowledged turns' user entries in turn order (a plant's with the value it planted), each
-followed by its journaled reply, and nothing else. ``prove_clean`` checks that for a whole
+acknowledged turns' messages as they were sent, in turn order (a plant's with the value it
+planted), each followed by its journaled reply, and nothing else. ``prove_clean`` checks that for a whole
 batch with a few C-level list operations over all of its messages (msgspec decodes each entry to role and text, then lists
 are compared), and only the sessions it cannot prove go through the exact decoder and
 checkers. It is conservative: anything unusual (an undecodable or oddly shaped entry, a stored
-``info`` or ``fail`` turn, a stranger's token, a text that does not start with its token or holds
-another token after it (a message merged into the entry, another user's appended), ok turns sent out of
-turn order) is just "not proven", and the exact path decides, so a proof
+``info`` or ``fail`` turn, a stranger's token, a user entry that is not the message sent (a message
+merged into it, another user's appended, a context of other users' facts wrapped around it), ok turns
+sent out of turn order) is just "not proven", and the exact path decides, so a proof
 never changes a result (tests/test_oracle_fastpaths.py runs both ways on damaged worlds).
 """
 from __future__ import annotations
@@ -21,7 +21,8 @@ from contracts.journal import Turn, planted
 from oracle.store import RawSession
 from contracts.tokens import SESSION_RE
 
-SENT, TURN, REPLY, ROLE = (operator.attrgetter(name) for name in ("sent", "turn", "reply", "role"))
+SENT, TURN, REPLY, MESSAGE, ROLE = (operator.attrgetter(name) for name in ("sent", "turn", "reply", "message",
+                                                                          "role"))
 MAX_TURN = 1_000_000  # a "[<session>t<n>]" prefix is exactly the token regex's first match below this
 
 
@@ -44,6 +45,7 @@ def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: 
     roles: list = []
     texts: list = []
     want_replies: list = []
+    want_messages: list = []
     want_prefixes: list = []
     candidates: list = []  # (batch index, first message, ok turns)
     plants: list = []      # (candidate, its user entry's place among the users, the value it planted)
@@ -66,6 +68,7 @@ def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: 
         roles += map(ROLE, elements)
         texts += map(shape.text_of, elements)
         want_replies += map(REPLY, ok)
+        want_messages += map(MESSAGE, ok)
         want_prefixes += [f"[{raw.session}t{n}]" for n in numbers]
     if not candidates:
         return BatchProof(clean, decoded)
@@ -77,7 +80,8 @@ def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: 
     if altered:
         candidates = [c for n, c in enumerate(candidates) if n not in altered]
     if users == [USER] * len(users) and answers == [ASSISTANT] * len(answers) and answer_texts == want_replies \
-            and all(map(str.startswith, user_texts, want_prefixes)) and _one_token_each(user_texts):
+            and user_texts == want_messages and all(map(str.startswith, user_texts, want_prefixes)) and \
+            _one_token_each(user_texts):
         for i, _, _ in candidates:
             clean[i] = True
         return BatchProof(clean, decoded)
@@ -85,8 +89,8 @@ def prove_clean(batch: list[RawSession], journal: dict[str, list[Turn]], shape: 
         a, b = first // 2, first // 2 + count
         prefixes = want_prefixes[a:b]
         clean[i] = users[a:b] == [USER] * count and answers[a:b] == [ASSISTANT] * count and \
-            answer_texts[a:b] == want_replies[a:b] and all(map(str.startswith, user_texts[a:b], prefixes)) and \
-            _one_token_each(user_texts[a:b])
+            answer_texts[a:b] == want_replies[a:b] and user_texts[a:b] == want_messages[a:b] and \
+            all(map(str.startswith, user_texts[a:b], prefixes)) and _one_token_each(user_texts[a:b])
     return BatchProof(clean, decoded)
 
 

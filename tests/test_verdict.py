@@ -622,6 +622,46 @@ def test_another_session_s_value_in_a_note_of_known_facts_is_cross_talk(tmp_path
     assert "known facts" in f["explanation"] and summary["verdict"]["result"] == FAIL
 
 
+@pytest.mark.parametrize("how", ["user entry wrapped", "user entry appended", "note quoting the message",
+                                 "note lower-cased"])
+def test_another_session_s_value_beside_this_session_s_own_token_is_cross_talk(tmp_path, how):
+    """One module-level facts dict shared by every user, its note stored in each history around the user's own
+    message ("Context: known facts ... Question: [token] ..."), after it, or in a system note that quotes the
+    user's last message: the entry carries the session's own token, so it was never read for values: 366 of 366
+    sessions held other users' values and the run PASSed. Lower-cased, the values were not even seen."""
+    world = _recall_world()
+    a, b = world.order
+    plant = next(r for r in world.records if r["session"] == a and r["kind"] == "plant")
+    note = f"Known facts: {plant['fact']}: {plant['nonce']}."
+    at, entry = next((i, m) for i, (t, m) in enumerate(world.stored[b]) if m["type"] == "human")
+    text = entry["data"]["content"]
+    if how == "user entry wrapped":
+        world.stored[b][at] = (world.stored[b][at][0], lc("human", f"Context: {note}\nQuestion: {text}"))
+    elif how == "user entry appended":
+        world.stored[b][at] = (world.stored[b][at][0], lc("human", f"{text}\n{note}"))
+    else:
+        wrote = f"{note} The user just said: {text}"
+        world.stored[b].insert(at + 2, (None, lc("system", wrote.lower() if how == "note lower-cased" else wrote)))
+    summary = _audit(tmp_path, world)
+    (f,) = [f for f in read_findings(tmp_path) if f["class"] == "crosstalk"]
+    assert f["session"] == b and (f["evidence"]["source_session"], f["evidence"]["source_turn"]) == (a, plant["turn"])
+    assert f["evidence"]["source_value"] == plant["nonce"] and summary["verdict"]["result"] == FAIL
+
+
+def test_a_reply_telling_another_session_s_value_in_lower_case_is_cross_talk(tmp_path):
+    """The reply as the client got it, lower-cased by the bot: the value pattern read upper case only."""
+    world = _recall_world()
+    a, b = world.order
+    plant = next(r for r in world.records if r["session"] == a and r["kind"] == "plant")
+    turn = next(r for r in world.records if r["session"] == b and r["outcome"] == "ok" and r["kind"] == "chatter")
+    turn["reply"] = f"by the way, {plant['nonce'].lower()} is on file."
+    world.stored[b] = [(t, lc("ai", turn["reply"]) if t == turn["turn"] and m["type"] == "ai" else m)
+                       for t, m in world.stored[b]]
+    _audit(tmp_path, world, gates="lenient")
+    found = [f for f in read_findings(tmp_path) if f["class"] == "crosstalk"]
+    assert [f["evidence"]["source_value"] for f in found] == [plant["nonce"]], found
+
+
 @pytest.mark.parametrize("text", ["Between 1999-2000 we shipped 4821-ABCD.", "Your {fact} is {own}."])
 def test_a_value_no_other_session_planted_is_no_cross_talk(text, tmp_path):
     """A value-shaped string in an extra assistant entry that no turn of the run planted (an LLM's year range),
