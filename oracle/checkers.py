@@ -78,7 +78,7 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
         if m is None:  # not a goldfish message (no token): nothing to judge it by, unless it is a turn's message
             if by_turn and untokened is None:  # with the token taken out (a copy cleaned for embeddings), stored
                 untokened = _untokened(by_turn)  # besides the message itself: a second copy of that turn
-            turn = untokened.get(text.strip()) if untokened else None
+            turn = untokened.get(_words(text)) if untokened else None
             if turn is not None and turn in v.copies:
                 v.own.append((position, turn, index))
                 v.copies[turn] += 1
@@ -142,13 +142,24 @@ def _other_value(text: str, own_values: set) -> str | None:
 
 
 def _untokened(by_turn: dict[int, Turn]) -> dict[str, int]:
-    """Each journaled message with its [gf...tN] token taken out -> its turn (a text two turns share: neither)."""
+    """Each journaled message with its [gf...tN] token taken out, as ``_words`` reads it -> its turn (a text two
+    turns share: neither)."""
     out: dict[str, int | None] = {}
     for t in by_turn.values():
-        text = TOKEN_RE.sub("", t.message or "", count=1).replace("[]", "", 1).strip()
+        text = _words(TOKEN_RE.sub("", t.message or "", count=1).replace("[]", "", 1))
         if text:
             out[text] = None if text in out else t.turn
     return {text: turn for text, turn in out.items() if turn is not None}
+
+
+_LABEL = re.compile(r"\s*[^\W\d_]{1,12}\s*:\s*")  # "Q: ", "User: ", "Human:" before a message
+_NOT_WORD = re.compile(r"[\W_]+")
+
+
+def _words(text: str) -> str:
+    """A message as a copy cleaned of its token reads alike: read as ``_plain`` does (case, white space, Unicode
+    forms, markup), without punctuation, and without a short label before it ("Q: ", "User: ")."""
+    return _NOT_WORD.sub("", _plain(_LABEL.sub("", text, count=1) if _LABEL.match(text) else text))
 
 
 def _later_tokens(session: str, index: int, text: str, start: int, source: str, turn: int, position: int,

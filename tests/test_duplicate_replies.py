@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
+
 
 from contracts.journal import Turn
 from contracts.tokens import make_token
@@ -121,6 +123,19 @@ def test_a_message_stored_again_without_its_token_is_a_second_copy_of_it():
     raw = RawSession(S, f"message_store:{S}", True, None, [json.dumps(lc("human", turns[0].message))] + alone[1:] + [
         json.dumps(lc("human", "hello 7")), json.dumps(lc("human", turns[1].message)), json.dumps(lc("ai", "Sure."))])
     assert check_session(S, turns, raw, decode_session(raw, Shape(StoreOptions())), {S: turns}).findings == []
+
+
+@pytest.mark.parametrize("copy", ["HELLO 0", "hello   0", "Q: hello 0", "hello 0.", "User:hello, 0!"],
+                         ids=["upper-case", "white-space", "labelled", "punctuation", "label-and-punctuation"])
+def test_a_message_stored_again_cleaned_more_than_of_its_token_is_still_a_second_copy(copy):
+    """The cleaned copy also lower-cased, its spaces changed, a "Q: " put before it or its full stop dropped: only
+    an exact copy was seen, and these PASSed with every message stored twice (bot hunt 6: dup_cleaned_*)."""
+    turns = [turn(0, "Hi."), turn(1, "Sure.")]
+    entries = [json.dumps(e) for e in (lc("human", turns[0].message), lc("human", copy), lc("ai", "Hi."),
+                                       lc("human", turns[1].message), lc("ai", "Sure."))]
+    raw = RawSession(S, f"message_store:{S}", True, None, entries)
+    found = check_session(S, turns, raw, decode_session(raw, Shape(StoreOptions())), {S: turns}).findings
+    assert classes(found) == [("duplicated", 0)]
 
 
 def test_empty_replies_stored_twice_are_not_judged():
