@@ -36,15 +36,17 @@ class OptionError(ValueError):
     """An option value that cannot work; the message names the option."""
 
 
-def check_label(label: str) -> str:
-    """A label is printed by ``oracle compare`` and ``trend`` and names the run folder: one line of text. A line
-    break or an escape sequence in it could forge a verdict line or clear the terminal's."""
-    bad = next((c for c in label if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
+def check_line(value: str, option: str) -> str:
+    """One line of printable text, for an option that is printed back: ``--label`` (by ``oracle compare`` and
+    ``trend``, and it names the run folder) and ``--run-dir`` (by Locust's end-of-run lines, ``oracle audit`` and
+    every message naming a run file). A line break or an escape sequence in it could forge a verdict line
+    (``goldfish: PASS, exit code 0`` under a failed run) or recolour or clear the terminal's."""
+    bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
     if bad is not None:
         what = ", a line break" if bad in "\n\r\u2028\u2029" else ""
-        raise OptionError(f"--label: {redact.text(label)[:80]!r} holds a control character (U+{ord(bad):04X}{what}): "
+        raise OptionError(f"{option}: {redact.text(value)[:80]!r} holds a control character (U+{ord(bad):04X}{what}): "
                           "give one line of printable text")
-    return label
+    return value
 
 
 # what run.json records of the options (Settings.public(), the target): each must be UTF-8 text
@@ -128,7 +130,10 @@ def add_arguments(parser) -> None:
         help="dotted JSON path of the user message in the request (a number indexes a list: messages.0.content)")
     add("contract", "--session-field", default=DEFAULT_SESSION_FIELD,
         help="dotted JSON path of the session id in the request body (empty: not in the body)")
-    add("contract", "--session-header", default="", help="send the session id in this header instead of the body")
+    # an empty --session-header or --replica-header means nothing the option left out does not (an unset variable)
+    add("contract", "--session-header", default="", action=NotEmpty,
+        left_out="the session id goes where --session-field says",
+        help="send the session id in this header instead of the body")
     add("contract", "--session-from", default="",
         help="the bot issues the session id: reply:FIELD (dotted path in the reply), header:NAME or cookie:NAME of "
              "its response (header:Location: the URL's last path segment). A conversation's first turn is sent "
@@ -169,7 +174,7 @@ def add_arguments(parser) -> None:
              "the dotted PATH is VALUE: LangServe's /stream_events sends each token once per level of the chain, "
              "event=on_chat_model_stream keeps the model's; type=response.output_text.delta (OpenAI's Responses); "
              "PATH!=VALUE: those whose value is not VALUE or is absent (Gemini's parts: thought!=true)")
-    add("contract", "--replica-header", default="",
+    add("contract", "--replica-header", default="", action=NotEmpty, left_out="no replica is journaled",
         help="response header naming the replica that answered (e.g. X-Refbot-Replica): journaled per turn, "
              "and failed probes are broken down by it")
     add("contract", "--timeout", type=float, default=30.0, help="seconds before a turn is given up (journaled info)")
@@ -521,7 +526,8 @@ class Settings:
         if (step_users > 0) != (steps > 0):
             raise OptionError("--step-users and --steps go together (both > 0 to enable the step shape)")
         _check_run_time(get, shaped=step_users > 0)
-        label = check_label(str(get("label") or "dev"))
+        label = check_line(str(get("label") or "dev"), "--label")
+        check_line(str(get("run_dir") or ""), "--run-dir")
         headers = dict(parse_header(h) for h in (get("header") or []))
         session_header = str(get("session_header") or "")
         if clash := next((h for h in headers if session_header and h.lower() == session_header.lower()), None):

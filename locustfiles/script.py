@@ -29,6 +29,9 @@ from contracts.tokens import NONCE_RE, TOKEN_RE
 from contracts.yamldoc import show
 
 FACT_RE = re.compile(r"^[a-z]+( [a-z]+)*$")
+# the plant sentence "My <fact> is <value>." is read back by ending the fact at its first " is " (refbot/model.py's
+# PLANT_RE, and any bot that splits on the verb): the word "is" after a fact's first word ends it early
+SPLIT_WORD = "is"
 # any case: "what is my secret code" reads as a probe to a bot as much as "What is my ..." does
 LOOKS_LIKE_GRAMMAR = re.compile(r"\bMy [a-z ]+ is |\bWhat is my\b", re.IGNORECASE)
 KINDS = ("plant", "probe", "chatter", "burst", "think")
@@ -132,6 +135,8 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Script:
             fact = _scalar(value)
             if not fact or not FACT_RE.match(fact):
                 bad(value or node, field_name, f"fact {show(fact)} must be lower-case words, e.g. `order number`")
+            if why := ambiguous_fact(fact):
+                bad(value, field_name, why)
             if kind == "probe" and fact not in planted:
                 bad(value, field_name, f"probes {show(fact)} before any step plants it")
             planted.add(fact)
@@ -169,6 +174,23 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Script:
             f"{turns} turns per conversation is more than a token can number ({MAX_TURNS})")
     sha = hashlib.sha256(text.encode()).hexdigest()
     return Script(name=name, path=path, sha=sha, steps=tuple(steps) * repeat, chatter=chatter)
+
+
+def ambiguous_fact(fact: str) -> str | None:
+    """Why the plant sentence of ``fact`` cannot be read back as that fact (None when it can).
+
+    The grammar (docs/CONTRACTS.md "Message grammar") ends a plant's fact at its first " is ": a fact holding the
+    word "is" after its first word (``name is bob``) plants "My name is bob is 0534-V0WX.", which reads as fact
+    ``name`` with the value ``bob is 0534-V0WX``, so a correct bot answers every probe of it "I don't know" and
+    the run FAILs. A probe ("What is my <fact>?") ends at the "?", which a fact cannot hold; a first word "is"
+    (``is open``) follows "My " and reads back whole."""
+    words = fact.split(" ")
+    if SPLIT_WORD not in words[1:]:
+        return None
+    read = " ".join(words[:words.index(SPLIT_WORD, 1)])
+    return (f"fact {show(fact)} holds the word {SPLIT_WORD!r}, which makes the plant sentence ambiguous: "
+            f"\"My {fact} is <value>.\" reads as fact {show(read)} (the fact ends at the first ' is '), so a correct "
+            "bot would fail every probe of it; rename the fact without that word")
 
 
 def _scalar(node) -> str | None:
