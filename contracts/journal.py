@@ -98,11 +98,16 @@ def in_flight(turn: Turn) -> Turn:
                 bot_session=turn.bot_session)
 
 
-def one_per_turn(turns: list[Turn]) -> tuple[list[Turn], list[int]]:
+def one_per_turn(turns: list[Turn], conflicts: list | None = None) -> tuple[list[Turn], list[int]]:
     """One session's records in turn order, one per turn, and the turn numbers journaled twice.
 
     A record with an outcome supersedes the in-flight record of the same turn (not a repeat); of
-    any other repeat the first is kept. ``turns`` already in order with no repeat is returned as is."""
+    any other repeat the first is kept. ``turns`` already in order with no repeat is returned as is.
+
+    ``conflicts``, when given, receives ``(turn, kept, other)`` for each turn with two outcome records that
+    DISAGREE (outcome, verdict, reply, sent...: two different answers to one question, which no run writes:
+    a damaged journal), once per turn, and such a turn is not among the repeats; an exact copy of a record (a
+    worker's copy merged twice) stays a repeat, harmless. Without it, every repeat is a repeat, as before."""
     numbers = [t.turn for t in turns]
     if all(map(operator.lt, numbers, numbers[1:])):
         return turns, []
@@ -110,12 +115,27 @@ def one_per_turn(turns: list[Turn]) -> tuple[list[Turn], list[int]]:
         return turns[1:], []  # the usual shape: the first turn's invocation, then each outcome in order
     kept: dict[int, Turn] = {}
     repeated = []
+    conflicting: set[int] = set()
     for t in sorted(turns, key=lambda t: (t.turn, t.in_flight)):  # stable: the first outcome first
-        if t.turn not in kept:
+        first = kept.get(t.turn)
+        if first is None:
             kept[t.turn] = t
-        elif not t.in_flight:
+        elif t.in_flight:
+            continue  # superseded by the outcome kept (or the same invocation again)
+        elif conflicts is not None and t != first:  # ``first`` is an outcome too: outcomes sort first
+            if t.turn not in conflicting:
+                conflicting.add(t.turn)
+                conflicts.append((t.turn, first, t))
+        else:
             repeated.append(t.turn)
+    if conflicting:
+        repeated = [n for n in repeated if n not in conflicting]
     return list(kept.values()), repeated
+
+
+def differences(a: Turn, b: Turn) -> list[str]:
+    """The fields in which two records of one turn differ, in the record's field order."""
+    return [name for name in Turn.__struct_fields__ if getattr(a, name) != getattr(b, name)]
 
 
 _encode = msgspec.json.Encoder().encode

@@ -624,6 +624,11 @@ class EndOfRun:
                 "before it, not the whole run's; free the space and run the test again")
             return EXIT_AUDIT
         started = time.monotonic()
+        try:  # the journal is whole now (the load stopped, workers' batches in): its size, so that an audit of a
+            # journal that lost lines since is refused (oracle.audit.require_whole_journal), not a verdict of part
+            record(run, journal={"bytes": RunFolder(s.run_dir).journal_bytes()})
+        except OSError as exc:  # a shard that cannot be stat'ed: journal_verdict below says what is wrong
+            log.warning("cannot measure the journal of %s: %s", s.run_dir, exc)
         try:
             online = journal_verdict(s.run_dir, s.gates)
         except TimelineError as exc:  # it would excuse failed requests that nothing may have excused
@@ -643,6 +648,8 @@ class EndOfRun:
             if s.store is None or s.no_audit:
                 return EXIT_BAD  # with a store, the audit still looks: refused turns stored anyway are a finding
         if s.store is None or s.no_audit:
+            for problem in online["problems"][:WARNINGS_SHOWN]:  # a turn journaled twice that disagrees...: why
+                say(f"warning: {problem}")  # the unreadable gate fails (the audit says them in its own output)
             self._say_verdict(online["verdict"], "online, from the journal: the store was not audited")
             run.verdict = online["verdict"]
             return EXIT_GATE if run.result == "fail" else EXIT_OK

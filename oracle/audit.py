@@ -75,8 +75,8 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
     journal = Journal.open(folder.path)
     journal_bytes = folder.journal_bytes()  # before reading it: a journal still growing is not all judged
     journal.require_records()  # before the store or its snapshot: without a journal there is nothing to judge
+    problems: list[str] = require_whole_journal(folder, journal_bytes)  # before anything is read or replaced
     _own_outputs(folder)
-    problems: list[str] = []
     faults, steps = load_faults(folder.path, problems), load_steps(folder.path, problems)
     problems += filter(None, [idle_plan(folder.path, faults)])
     live = store is not None
@@ -222,6 +222,44 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                              ("windows.csv", folder.windows_csv), ("summary.json", folder.summary)):
             (folder.audit / f"{name}.tmp").replace(target)  # the tables as a set: never new ones beside an old verdict
     return result
+
+
+def require_whole_journal(folder: RunFolder, now: int) -> list[str]:
+    """JournalError when the journal holds fewer bytes (``now``: ``RunFolder.journal_bytes``, the shards and the
+    workers' copies) than the run recorded in run.json as it ended (``journal.bytes``: locustfiles/endofrun.py),
+    or than the earlier audit of this folder judged (audit/summary.json's ``journal.bytes``): lines were lost
+    since (a partial copy, a cut or edited shard), and judging what is left is a verdict of part of the run,
+    which replaced the earlier summary with a PASS. Nothing is read or replaced then. A journal that grew is
+    fine (a worker's own copy brought in after a killed master: the audit reads it). Returns warnings: a
+    recorded size that is not a whole number of bytes (an edited file) is not used, and said so.
+    A run.json or summary that does not record the size (an older goldfish), or cannot be read, checks nothing."""
+    warnings, recorded = [], []
+    for path, where in ((folder.run_json, "run.json recorded as the run ended"),
+                        (folder.summary, "the earlier audit of this folder judged (audit/summary.json)")):
+        try:
+            document = codec.load_document(path) if path.is_file() else {}
+        except (OSError, codec.DecodeError):  # judged elsewhere (a damaged run.json is NO VERDICT at its end)
+            continue
+        journal = document.get("journal")
+        size = journal.get("bytes") if isinstance(journal, dict) else None
+        if size is None:
+            continue
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            warnings.append(f"{path}: journal.bytes {codec.short(size)} is not a whole number of bytes; whether the "
+                            "journal lost lines since cannot be told from it")
+            continue
+        recorded.append((size, path, where))
+    if not recorded:
+        return warnings
+    size, path, where = max(recorded, key=lambda r: r[0])
+    if now < size:
+        raise JournalError(
+            f"{folder.journal}: the journal holds {now:,} bytes (its shards and the workers' copies), fewer than the "
+            f"{size:,} bytes {where} ({path}): it lost lines since (a partial copy, a cut or edited shard), and a "
+            "verdict of what is left would be a verdict of part of the run. Nothing was judged or replaced: the "
+            "earlier audit tables and snapshot are as they were. Put the whole journal back (from a backup, or the "
+            f"workers' own copies in {folder.workers}) and audit again")
+    return warnings
 
 
 def refused_command(exc: BaseException) -> str | None:
@@ -384,13 +422,13 @@ def _peak_rss() -> dict:
 def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: float = 5.0) -> dict:
     """The verdict from the journal alone, when the store is not audited: what the clients saw online
     (failed probes, cross-talk in replies, failed requests no fault explains); the gates that need the
-    store are "not measured". Returns ``{"turns", "observed", "verdict"}``. Streams: flat memory.
+    store are "not measured". Returns ``{"turns", "observed", "verdict", "problems", "problems_total"}`` (the
+    journal's warnings: the first 100 texts and their count). Streams: flat memory.
     Raises JournalError without a turn, TimelineError (one of them) on a damaged chaos timeline."""
     import numpy as np
 
-    from contracts.journal import decode_chunk, decode_line
-    from contracts.jsonl import read_chunks
     from oracle.attribution import intervals, overlapping
+    from oracle.history import decode_turns, join_pieces
 
     folder = RunFolder(run_dir)
     journal = Journal.open(folder.path)
@@ -400,7 +438,6 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
     counts = Counter()
     span = [float("inf"), float("-inf")]  # the first send and the last answer: where this run's faults lie
     leaked: set = set()
-    in_flight: dict = {}  # (session, turn) -> a first turn's in-flight record, until its outcome comes
 
     def count(turns: list) -> None:
         if not turns:
@@ -422,18 +459,34 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
             if t.crosstalk:
                 leaked.add(t.session)
 
-    bad: list[str] = []  # counted and let go chunk by chunk: a journal of garbage is not held in memory
-    for shard in journal.shards:
-        for _, turns in read_chunks(shard, decode_chunk, decode_line, problems=bad):
-            counts["unreadable"] += len(bad)
-            bad.clear()
-            for t in turns:
-                if t.in_flight:
-                    in_flight[(t.session, t.turn)] = t
-                else:
-                    in_flight.pop((t.session, t.turn), None)
-            count([t for t in turns if not t.in_flight])
-    count(list(in_flight.values()))  # a process stopped with these turns in flight: indeterminate
+    # session by session, as the audit reads it (flat memory: only the conversations still open and a batch are
+    # held), so a turn is counted once: an outcome supersedes its in-flight record, a session whose lines come in
+    # pieces (its user went on, then a line of it came) is put together within a batch as the audit's judge does,
+    # and a turn journaled twice with records that disagree is a journal line that is not a turn, as in the audit
+    # (oracle.history.decode_turns; before, both records were counted and the verdict depended on which came)
+    found, batch = Problems(), []
+
+    def flush() -> None:
+        by: dict[str, list] = {}
+        for entry in batch:
+            turns, texts, unreadable = decode_turns(entry)
+            if turns and entry.session in by:
+                turns, more, joined = join_pieces(entry, by[entry.session], turns)
+                texts, unreadable = texts + more, unreadable + joined
+            counts["unreadable"] += unreadable
+            found.extend(texts)
+            if turns:
+                by[entry.session] = turns
+        count([t for turns in by.values() for t in turns])
+        batch.clear()
+
+    for _, entry in journal.completed():
+        batch.append(entry)
+        if len(batch) >= 1000:  # sessions, as the audit's --batch: one array pass per batch, not per session
+            flush()
+    flush()
+    counts["unreadable"] += journal.unreadable  # lines that name no session
+    found.merge(journal.problems)
     if not counts["total"]:
         from oracle.history import JournalError
         raise JournalError(f"{folder.journal} holds no valid journal records")
@@ -449,4 +502,5 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
     judged["root_causes"] = verdict.root_causes({}, 0, observed["probe_amnesia"]["count"], counts["leaked"])
     turns = {k: int(counts[k]) for k in ("total", "ok", "fail", "info", "errors", "probes_answered", "probes_failed",
                                          "crosstalk_replies")}
-    return {"turns": turns, "observed": observed, "verdict": judged}
+    return {"turns": turns, "observed": observed, "verdict": judged,
+            "problems": found.texts, "problems_total": found.total}

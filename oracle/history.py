@@ -17,7 +17,8 @@ from typing import Any, Iterator, Optional
 
 import msgspec
 
-from contracts.journal import RecordError, Turn, decode_chunk, decode_line, one_per_turn
+from contracts import codec
+from contracts.journal import RecordError, Turn, decode_chunk, decode_line, differences, one_per_turn
 from contracts.jsonl import cr_only_note, line_chunks, problem, torn
 from contracts.runfolder import RunFolder, open_regular
 
@@ -312,7 +313,8 @@ def _why(raw: bytes) -> RecordError:
 
 def decode_turns(entry: SessionLines) -> tuple[list[Turn], list[str], int]:
     """A completed session's turns, in turn order, each turn once; the problems found; and how many
-    of its lines are not a turn."""
+    of its lines are not a turn (a turn journaled twice with records that disagree counts as one such line:
+    ``repeats``)."""
     problems: list[str] = []
     unreadable = 0
     turns = decode_chunk([raw for _, raw in entry.lines])
@@ -324,9 +326,38 @@ def decode_turns(entry: SessionLines) -> tuple[list[Turn], list[str], int]:
             except RecordError as exc:
                 unreadable += 1
                 problems.append(problem(entry.shard, number, exc, raw))
-    turns, repeated = one_per_turn(turns)  # turn order; an outcome supersedes its in-flight record
-    problems += [f"journal: session {entry.session} turn {n} journaled twice; kept the first" for n in repeated]
-    return turns, problems, unreadable
+    conflicts: list = []
+    turns, repeated = one_per_turn(turns, conflicts)  # turn order; an outcome supersedes its in-flight record
+    problems += repeats(entry.shard, entry.session, repeated, conflicts)
+    return turns, problems, unreadable + len(conflicts)
+
+
+def repeats(shard: str, session: str, repeated: list[int], conflicts: list) -> list[str]:
+    """The problems of a session's turns journaled twice (``contracts.journal.one_per_turn``): an exact copy of a
+    record is harmless (a worker's copy merged twice), a warning; two outcome records of one turn that disagree
+    are damage, the journal's own contradiction, each such turn counted as a journal line that is not a turn
+    (the ``unreadable`` gate): which of them is the truth cannot be told, and keeping the first made the verdict
+    depend on the order of the lines (a probe's ``pass`` then ``amnesia`` PASSed, the other way round FAILed)."""
+    texts = [f"journal: session {session} turn {n} journaled twice; kept the first" for n in repeated]
+    for n, kept, other in conflicts:
+        fields = differences(kept, other)
+        shown = ", ".join(f"{name} {codec.short(getattr(kept, name))} then {codec.short(getattr(other, name))}"
+                          for name in fields[:4]) + (f" and {len(fields) - 4} more" if len(fields) > 4 else "")
+        texts.append(f"{shard}: session {session} turn {n} is journaled twice with records that disagree ({shown}): "
+                     "the journal contradicts itself, so this turn cannot be judged; counted as a journal line that "
+                     "is not a turn (the unreadable gate), the first record judged in its place")
+    return texts
+
+
+def join_pieces(entry: SessionLines, earlier: list[Turn], turns: list[Turn]) -> tuple[list[Turn], list[str], int]:
+    """A session whose lines came in pieces (its user went on, then back to it): ``earlier``'s turns and this
+    piece's judged as one. Returns the turns, the problems and how many turns count as unreadable lines
+    (``repeats``)."""
+    conflicts: list = []
+    turns, repeated = one_per_turn(sorted(earlier + turns, key=lambda t: t.turn), conflicts)
+    problems = [f"journal: session {entry.session}'s lines are not together in {entry.shard} (its user started "
+                "another session in between); judged as one"] + repeats(entry.shard, entry.session, repeated, conflicts)
+    return turns, problems, len(conflicts)
 
 
 def read_journal(run_dir: str | Path) -> tuple[dict[str, list[Turn]], list[str]]:

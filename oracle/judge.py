@@ -33,7 +33,7 @@ from oracle.attribution import first_fault_after, overlapping
 from oracle.checkers import check_leaked_replies, check_session, pending
 from oracle.clean import prove_clean
 from oracle.decode import Shape, decode_session
-from oracle.history import Journal, Problems, SessionLines, decode_turns
+from oracle.history import Journal, Problems, SessionLines, decode_turns, join_pieces, repeats
 from oracle.keys import SessionSet
 from oracle.snapshot import SnapshotError, session_lines, snapshot_lines, snapshot_session
 from oracle.redis_reader import digest
@@ -44,9 +44,8 @@ from oracle.tally import Tally
 from oracle.verdict import BY_DESIGN
 
 GONE_SAMPLE = 20
-_SENT, _RECEIVED, _OUTCOME, _KIND, _VERDICT, _CROSSTALK, _STEP, _BOT_SESSION, _TURN = map(
-    operator.attrgetter, ("sent", "received", "outcome", "kind", "verdict", "crosstalk", "step", "bot_session",
-                          "turn"))
+_SENT, _RECEIVED, _OUTCOME, _KIND, _VERDICT, _CROSSTALK, _STEP, _BOT_SESSION = map(
+    operator.attrgetter, ("sent", "received", "outcome", "kind", "verdict", "crosstalk", "step", "bot_session"))
 
 
 @dataclass(frozen=True)
@@ -271,17 +270,17 @@ class _Partition:
             if decoded is not None:
                 turns = decoded[at:at + len(e.lines)]
                 at += len(e.lines)
-                turns, repeated = one_per_turn(turns)  # turn order; an outcome supersedes its in-flight record
-                problems = [f"journal: session {e.session} turn {n} journaled twice; kept the first"
-                            for n in repeated]
+                conflicts: list = []  # two records of one turn that disagree: damage, counted as unreadable
+                turns, repeated = one_per_turn(turns, conflicts)  # turn order; an outcome supersedes its in-flight
+                problems = repeats(e.shard, e.session, repeated, conflicts)
+                self.result.unreadable += len(conflicts)
             else:
                 turns, problems, unreadable = decode_turns(e)
                 self.result.unreadable += unreadable
             if turns and e.session in turns_by:  # its lines came in pieces (its user went on, then back to it)
-                turns, repeated = one_per_turn(sorted(turns_by[e.session] + turns, key=_TURN))
-                problems.append(f"journal: session {e.session}'s lines are not together in {e.shard} (its user "
-                                "started another session in between); judged as one")
-                problems += [f"journal: session {e.session} turn {n} journaled twice; kept the first" for n in repeated]
+                turns, more, unreadable = join_pieces(e, turns_by[e.session], turns)
+                problems += more
+                self.result.unreadable += unreadable
             self.result.problems.extend(problems)
             if turns:
                 turns_by[e.session] = turns

@@ -280,8 +280,8 @@ def _verdict_disagrees(v) -> str | None:
 def _of_another_journal(summary: dict, folder: RunFolder, warnings: list[str] | None = None) -> str | None:
     """Why a summary is not the verdict of the run in its folder: the journal's size differs from the one it
     judged. Grown: ``oracle audit`` ran while the load went on, which then stopped with no verdict of its own, or
-    lines were appended since. Shrunk: lines lost or a shard replaced since the audit. Either way the verdict is
-    of another journal than the one in the folder: audit again. A size that is not a whole number (a damaged
+    lines were appended since: audit again. Shrunk: lines lost or a shard replaced since the audit: the audit
+    refuses it too (``oracle.audit.require_whole_journal``), so the message says to put the journal back. A size that is not a whole number (a damaged
     summary) is refused too; a summary that does not record it (an older goldfish) is warned about in
     ``warnings``: whether its journal changed since cannot be told.
 
@@ -302,9 +302,11 @@ def _of_another_journal(summary: dict, folder: RunFolder, warnings: list[str] | 
     if now > recorded:
         return (f"the journal has grown since this audit ({recorded:,} bytes judged, {now:,} now): it was audited "
                 "before its journal changed (while the run was still going, or lines were added since): audit again")
-    if now < recorded:
-        return (f"the journal has shrunk since this audit ({recorded:,} bytes judged, {now:,} now): it was audited "
-                "before its journal changed (lines lost or a shard replaced since): audit again")
+    if now < recorded:  # the audit refuses this journal too (oracle.audit.require_whole_journal): no "audit again"
+        return (f"the journal has shrunk since this audit ({recorded:,} bytes judged, {now:,} now): it lost lines "
+                "since (a partial copy, a cut or edited shard), so this verdict is not of the journal in the folder, "
+                "and an audit of what is left is refused. Put the whole journal back (from a backup, or the "
+                f"workers' own copies in {folder.workers}); the report then renders this audit as it is")
     return None
 
 
@@ -363,6 +365,8 @@ def load_run(path: str | Path) -> RunData:
     if disagree:  # an edited summary: its badge would say what its own rules do not
         raise NotAudited(f"{summary_file}: {disagree} - re-run `python -m oracle audit {path}`")
     other = _of_another_journal(summary, folder, warnings)
+    if other and other.startswith("the journal has shrunk"):  # auditing again is refused: say what helps
+        raise NotAudited(f"{summary_file}: {other}")
     if other:  # a PASS of half a run, or of another run, is no verdict of this one
         raise NotAudited(f"{summary_file}: {other} - re-run `python -m oracle audit {path}` (with --store-url "
                          "while the store still holds the run)")

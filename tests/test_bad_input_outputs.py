@@ -99,7 +99,8 @@ def disk(tmp_path):
 def test_a_journal_emptied_after_the_audit_does_not_replace_the_breakdown(tmp_path):
     """The report rebuilt audit/breakdown.json whenever the journal was newer: an emptied journal turned the
     audit's 12 probes into 0, silently. The breakdown written after the audit is kept; and as the journal shrank
-    since the audit, the summary is no verdict of it: the report refuses, saying to audit again."""
+    since the audit, the summary is no verdict of it: the report refuses, saying to put the journal back (an
+    audit of what is left is refused too)."""
     from oracle import report
     from oracle.report_data import NotAudited
 
@@ -112,7 +113,7 @@ def test_a_journal_emptied_after_the_audit_does_not_replace_the_breakdown(tmp_pa
     shard.write_text("")
     later = (run / "audit" / "breakdown.json").stat().st_mtime + 10
     os.utime(shard, (later, later))
-    with pytest.raises(NotAudited, match="the journal has shrunk since this audit .* audit again"):
+    with pytest.raises(NotAudited, match="the journal has shrunk since this audit .* Put the whole journal back"):
         report.render(run)
     assert (run / "audit" / "breakdown.json").read_bytes() == before
 

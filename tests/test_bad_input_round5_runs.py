@@ -103,7 +103,7 @@ def test_a_summary_audited_before_its_journal_shrank_or_with_a_damaged_size_is_n
     assert compare.main([str(base), str(shrunk)]) == 2
     said = capsys.readouterr()
     assert "the journal has shrunk since this audit" in said.err + said.out
-    assert "audit again" in said.err + said.out
+    assert "Put the whole journal back" in said.err + said.out
     other = _audited_run(tmp_path, "other")
     assert compare.main([str(other), str(base)]) in (0, 1)  # an unchanged journal: its verdict
 
