@@ -732,7 +732,9 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
     neighbouring pairs in real-time order (one acknowledged before the other was sent; a burst's pair has no
     order, as in ``check_reordered``): "ordered" (ascending) or "reversed" (descending: a list read with the wrong
     --direction) or "blob reversed" (a JSON blob newest first) or "http reversed" (an HTTP history API's default
-    order, newest first); no such pair: "held". None of its own: "roles"
+    order, newest first); no such pair: "held". "reply roles" and their names when no entry is of an assistant role
+    but replies the client got are in entries of other roles (the wrong --assistant-role); "no messages" when no
+    entry holds a text (no role at --role-field). None of its own: "roles"
     and their names when its tokens are in entries of roles neither user nor assistant (the wrong --user-role);
     "untokened" when it has user entries but none carries any token (the bot rewrites messages); "undecodable"
     when no entry decodes and none is a pickle (another format than JSON); "swapped" when no user entry starts
@@ -741,6 +743,12 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
     if decoded.users and not any(text.startswith(own) for _, text in decoded.users) and \
             any(kind == ASSISTANT and text.startswith(own) for _, kind, text in decoded.messages):
         return "swapped"
+    if decoded.messages and not any(text for _, _, text in decoded.messages):
+        return "no messages"  # every entry an item with no role at --role-field (a field the entries lack)
+    replies = {t.reply for t in turns if t is not None and t.reply}
+    if replies and decoded.other_roles and not any(kind == ASSISTANT for _, kind, _ in decoded.messages) and \
+            any(kind == OTHER and text in replies for _, kind, text in decoded.messages):
+        return "reply roles", tuple(sorted(map(str, decoded.other_roles)))
     if not turns:
         if decoded.other_roles and any(kind == OTHER and own in text for _, kind, text in decoded.messages):
             return "roles", tuple(sorted(map(str, decoded.other_roles)))

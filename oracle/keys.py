@@ -54,9 +54,26 @@ def check_layout(order: Counter, options: StoreOptions, live: bool) -> None:
     --direction (every session would be 'reordered'); or no user entry anywhere, the tokens in entries of other
     roles (every turn would be 'lost')."""
     again = "" if live else "read the store again with --store-url and "
-    held_by = [(key[1], n) for key, n in order.items() if isinstance(key, tuple)]  # ("roles", names)
+    held_by = [(key[1], n) for key, n in order.items() if isinstance(key, tuple) and key[0] == "roles"]
+    replied_by = [(key[1], n) for key, n in order.items() if isinstance(key, tuple) and key[0] == "reply roles"]
     sessions = sum(n for _, n in held_by)
-    if sessions >= 2 and not (order["ordered"] or order["reversed"] or order["held"]):
+    judged = order["ordered"] or order["reversed"] or order["held"]
+    if order["no messages"] >= 2 and not judged and not sessions and not replied_by:
+        raise TemplateMismatch(
+            f"no entry of the {order['no messages']} sessions with stored entries holds a role at --role-field "
+            f"{options.role_field!r} (each read as an item with no text, not a message): the entries keep their role "
+            f"elsewhere. {again[:1].upper() + again[1:]}pass the field that holds it (--role-field; LangChain's "
+            "RedisChatMessageHistory: type, the default) and the text's (--content-field). Nothing was judged.")
+    replied = sum(n for _, n in replied_by)
+    if replied >= 2 and not judged:
+        names = sorted({name for roles, _ in replied_by for name in roles})
+        raise TemplateMismatch(
+            f"in none of the {replied} sessions with stored replies is one of an assistant role "
+            f"({', '.join(options.assistant_roles)} at {options.role_field!r}): the replies the client got are in "
+            f"entries of role {', '.join(map(repr, names))}, so every turn would be 'unanswered'. "
+            f"{again[:1].upper() + again[1:]}pass the role the bot stores its replies under (--assistant-role "
+            f"{names[0]}). Nothing was judged.")
+    if sessions >= 2 and not judged:
         names = sorted({name for roles, _ in held_by for name in roles})
         raise TemplateMismatch(
             f"none of the {sessions} sessions with stored entries holds a user entry: their messages (the "

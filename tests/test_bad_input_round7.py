@@ -4,6 +4,10 @@
   variables, as Locust's own options are, had ``LOCUST_CHAOS`` ignored (a chaos test ran without chaos and
   PASSed), ``LOCUST_STORE_URL`` ignored (the default store audited). Each option now reads the variable Locust's
   naming gives it; the command line wins over it, an empty one is refused as an empty option is.
+- a store read with options that miss its roles FAILed a correct bot: replies under a role not given as an
+  assistant role (``bot``) were 'unanswered', every one; a --role-field the entries lack ('role' for LangChain's
+  'type') read every entry as an item with no text, and every turn was 'lost'. Both are exit 2 now, naming the
+  option, as a wrong --user-role already was;
 - ``--settle 700h`` waited without a word: the run looked hung. A settle of 10 s or more is announced, with when
   the audit will read the store.
 """
@@ -94,3 +98,39 @@ def test_a_long_settle_says_when_the_audit_will_read_the_store(tmp_path, redis_s
         "settle: the audit reads the store in 2,519,99" in said, said[-2000:]
     assert proc.returncode == 143
     assert json.loads((run / "run.json").read_text())["interrupted"]["phase"] == "settle"
+
+
+# ---- 3. options that miss the store's roles ---------------------------------------------------------------------
+def _world_stored(tmp_path, reply_role: str = "ai"):
+    import time
+
+    from support_oracle import build_world, lc, simple_specs, write_journal, write_snapshot
+
+    world = build_world(simple_specs(4), start=time.time() - 60, seed=9)
+    for s in world.order:
+        world.stored[s] = [(t, lc(reply_role, m["data"]["content"]) if m["type"] == "ai" else m)
+                           for t, m in world.stored[s]]
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    return world
+
+
+def test_replies_under_a_role_not_given_are_named_not_unanswered(tmp_path):
+    from oracle.audit import audit_run
+    from oracle.keys import TemplateMismatch
+
+    _world_stored(tmp_path, reply_role="bot")
+    with pytest.raises(TemplateMismatch, match=r"entries of role 'bot'.*--assistant-role bot"):
+        audit_run(tmp_path)
+    s = audit_run(tmp_path, shape={"assistant_roles": ("ai", "bot")})
+    assert "unanswered" not in s["anomalies"], s["anomalies"]
+
+
+def test_a_role_field_the_entries_lack_is_named_not_every_turn_lost(tmp_path):
+    from oracle.audit import audit_run
+    from oracle.keys import TemplateMismatch
+
+    _world_stored(tmp_path)
+    with pytest.raises(TemplateMismatch, match=r"holds a role at --role-field 'role'.*--role-field"):
+        audit_run(tmp_path, shape={"role_field": "role"})
+    assert "lost" not in audit_run(tmp_path)["anomalies"]
