@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from oracle.decode import ASSISTANT, OTHER, USER, Decoded
+from contracts import codec
 from contracts.journal import planted
 from oracle.history import Turn
 from oracle.store import RawSession
@@ -574,10 +575,29 @@ def _plain(text: str) -> str:
     """Read alike: HTML entities and tags, Markdown's emphasis, code and heading marks (a page renders the stored
     Markdown), Unicode forms, case, runs of white space and white space before a punctuation mark (an answer's
     text blocks, "1237-JPWT" then ".", joined by the client with a line end and by the store with nothing), and
-    lone surrogates (a reply cut inside an emoji, which the client journals as "?")."""
-    text = _TAG.sub("", _BLOCK_TAG.sub(" ", html.unescape(text))).translate(_MARKUP)
+    lone surrogates (a reply cut inside an emoji, which the client journals as "?"); and a JSON object stored as
+    the text (``{"answer": ..., "sources": [...]}``) as its string values, escapes read (a quote is stored ``\\"``)."""
+    text = _TAG.sub("", _BLOCK_TAG.sub(" ", html.unescape(_json_strings(text)))).translate(_MARKUP)
     text = unicodedata.normalize("NFKC", text.encode("utf-8", "replace").decode("utf-8")).casefold()
     return _SPACE_BEFORE_MARK.sub(r"\1", " ".join(text.split()))
+
+
+def _json_strings(text: str) -> str:
+    """The string values of a JSON object stored as a message's text, in order, joined by spaces; else the text."""
+    if not (text.startswith("{") and text.endswith("}")):
+        return text
+    try:
+        document = codec.loads(text)
+    except codec.DecodeError:
+        return text
+    strings, todo = [], [document]
+    while todo:
+        value = todo.pop()
+        if isinstance(value, str):
+            strings.append(value)
+        elif isinstance(value, (dict, list)):
+            todo += reversed(list(value.values()) if isinstance(value, dict) else value)
+    return " ".join(strings)
 
 
 def _each_reply_follows(ok_stored, by_turn, decoded: Decoded, v: StoredView) -> bool:

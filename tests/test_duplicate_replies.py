@@ -138,6 +138,17 @@ def test_a_message_stored_again_cleaned_more_than_of_its_token_is_still_a_second
     assert classes(found) == [("duplicated", 0)]
 
 
+def test_a_reply_stored_as_a_json_object_with_its_sources_is_the_reply():
+    """A RAG bot stores {"answer": ..., "sources": [...]} as the text: a reply holding a quote is stored with the
+    quote escaped (\\"), and 3,366 replies of a correct bot were 'unanswered' (bot hunt 6: reply_json_content)."""
+    turns = [turn(0, 'He said "hi" to you.'), turn(1, "Sure.")]
+    stored = [json.dumps({"answer": t.reply, "sources": ["kb/greetings.md"]}) for t in turns]
+    entries = [json.dumps(e) for e in (lc("human", turns[0].message), lc("ai", stored[0]),
+                                       lc("human", turns[1].message), lc("ai", stored[1]))]
+    raw = RawSession(S, f"message_store:{S}", True, None, entries)
+    assert check_session(S, turns, raw, decode_session(raw, Shape(StoreOptions())), {S: turns}).findings == []
+
+
 def test_empty_replies_stored_twice_are_not_judged():
     turns = [turn(0, ""), turn(1, "Sure.")]
     assert judge(turns, [("human", 0), ("ai", ""), ("ai", ""), ("human", 1), ("ai", "Sure.")]) == []
