@@ -78,7 +78,6 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
     problems: list[str] = require_whole_journal(folder, journal_bytes)  # before anything is read or replaced
     _own_outputs(folder)
     faults, steps = load_faults(folder.path, problems), load_steps(folder.path, problems)
-    problems += filter(None, [idle_plan(folder.path, faults)])
     live = store is not None
     if live:
         reader = make_reader(store)
@@ -169,6 +168,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                              f"{kept[1:]}; {again}") from exc
         raise
     check_faults(folder.path, faults, tally.first_sent, tally.last_done, problems)
+    problems += filter(None, [idle_plan(folder.path, faults, tally.last_done)])
     read_s = time.perf_counter() - clock
     with _tables_or_nothing(folder):
         raw = _concatenate(folder, "anomalies.raw", folder.audit / "anomalies.raw.tmp")

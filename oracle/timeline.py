@@ -13,7 +13,7 @@ from pathlib import Path
 
 from contracts import codec
 from contracts.jsonl import printable, read_jsonl
-from contracts.runfolder import RunFolder, open_regular
+from contracts.runfolder import RunFolder
 from contracts.timeline import chaos_event, load_step
 from oracle.history import JournalError
 
@@ -95,10 +95,11 @@ def load_faults(run_dir: Path, problems: list[str] | None = None) -> list[Fault]
     return sorted(faults, key=lambda f: f.start)
 
 
-def idle_plan(run_dir: Path, faults: list[Fault]) -> str | None:
+def idle_plan(run_dir: Path, faults: list[Fault], load_end: float | None = None) -> str | None:
     """A warning when run.json names a chaos plan and no fault of it was applied (each due after the load ended,
     or none could apply), or when some of its faults were never applied (due after the load ended: ``at: 60s`` in
-    a 12 s run): a PASS of such a run says nothing of surviving them, and nothing else would say so."""
+    a 12 s run): a PASS of such a run says nothing of surviving them, and nothing else would say so. ``load_end``:
+    when the load's last turn ended (the tally's), named beside the faults due after it."""
     try:
         meta = codec.load_document(RunFolder(run_dir).run_json)
         plan = meta.get("plan")
@@ -109,13 +110,13 @@ def idle_plan(run_dir: Path, faults: list[Fault]) -> str | None:
     if not faults:
         return (f"chaos: the plan {plan} applied no fault during the run (each was due after the load ended, or "
                 "none could apply): this verdict says nothing of surviving faults")
-    return _never_applied(run_dir, meta, plan)
+    return _never_applied(run_dir, meta, plan, load_end)
 
 
 LATE_SHOWN = 8  # faults of the plan named in the warning; the rest are counted
 
 
-def _never_applied(run_dir: Path, meta: dict, plan: str) -> str | None:
+def _never_applied(run_dir: Path, meta: dict, plan: str, end: float | None) -> str | None:
     """The plan's fault occurrences that chaos.jsonl has no apply of (neither applied nor skipped), named by id with
     when each was due, beside when the load ended. The plan is the copy run.json keeps (``plan_text``, read when the
     test started: the file may have changed since); a run.json without it, or one that no longer parses, says
@@ -142,39 +143,12 @@ def _never_applied(run_dir: Path, meta: dict, plan: str) -> str | None:
         named.append(f"{fid}#{k0} ({kind}) due at +{first:g}s" if len(items) == 1 else
                      f"{fid}#{k0} to #{kn} ({kind}, {len(items)} occurrences) due from +{first:g}s to +{last:g}s")
     more = f" and {len(late) - LATE_SHOWN} more fault(s)" if len(late) > LATE_SHOWN else ""
-    end = load_end(run_dir)
     ended = (f"the load ended at +{end - start:.1f}s, at {at(end)}" if end is not None and end >= start else
              "the load ended before them")
     count = sum(len(items) for items in late.values())
     return (f"chaos: {count} of the {len(schedule)} fault occurrence(s) of the plan {plan} never applied: "
             f"{', '.join(named)}{more} after the test started at {at(start)}, but {ended}: this verdict says "
             "nothing of surviving them (a longer run, -t, or an earlier 'at' would test them)")
-
-
-TAIL_BYTES = 1 << 16  # the end of each journal shard read for the load's last turn
-
-
-def load_end(run_dir: Path) -> float | None:
-    """When the load ended: the latest time (``received``, else ``sent``) among the last lines of each journal
-    shard, read from its end (the journal's records are appended as turns end; the whole journal may be large)."""
-    end = None
-    for shard in RunFolder(run_dir).shards():
-        try:
-            with open_regular(shard) as f:
-                size = f.seek(0, 2)
-                f.seek(max(0, size - TAIL_BYTES))
-                lines = f.read().splitlines()
-        except OSError:
-            continue
-        for line in lines[1:] if size > TAIL_BYTES else lines:  # the first may be a line's end
-            try:
-                record = codec.loads(line)
-            except ValueError:
-                continue
-            times = [record.get(k) for k in ("received", "sent")] if isinstance(record, dict) else []
-            if found := [t for t in times if _number(t)]:
-                end = max(found) if end is None else max(end, *found)
-    return end
 
 
 def _number(value) -> bool:

@@ -193,7 +193,7 @@ def test_a_plan_that_applied_every_fault_is_not_warned_about(tmp_path):
         (tmp_path / "chaos.jsonl").write_text("".join(
             json.dumps({"fault": f, "kind": "kill", "event": e, "time": start + 1 + t, "outcome": o}) + "\n"
             for f, e, o, t in events))
-        return idle_plan(tmp_path, load_faults(tmp_path))
+        return idle_plan(tmp_path, load_faults(tmp_path), start + 9.6)
 
     assert timeline(["a#0", "b#0", "b#1", "b#2"]) is None  # b#1 skipped: an apply with outcome error
     said = timeline(["a#0", "b#0"])
