@@ -32,3 +32,10 @@ def new_nonce(rng: random.Random | None = None) -> str:
 
 
 NONCE_RE = re.compile(r"\b[0-9]{4}-[A-Z0-9]{4}\b")
+
+
+def value_spellings(value: str) -> tuple[str, ...]:
+    """How a fact's value may be written back and still be the value: as planted, or with a space or nothing in
+    place of its dash ("8892 X7Q4", "8892X7Q4": a model's, or a store's that strips punctuation). Compare in one
+    case: the caller lower-cases both sides."""
+    return (value, value.replace("-", " ", 1), value.replace("-", "", 1)) if "-" in value else (value,)

@@ -18,7 +18,7 @@ import re
 from collections import OrderedDict
 from typing import NamedTuple
 
-from contracts.tokens import TOKEN_RE
+from contracts.tokens import TOKEN_RE, value_spellings
 
 DEFAULT_CAPACITY = 200_000
 # contracts.tokens.NONCE_RE in either case (a bot may answer "8892-x7q4"); the registry keys are upper case,
@@ -75,11 +75,7 @@ def recall(reply: str | None, nonce: str, *more: str) -> bool:
     if not reply:
         return False
     text = as_written(reply).lower()
-    return any(value in text for n in (nonce, *more) for value in _spellings(n.lower()))
-
-
-def _spellings(nonce: str) -> tuple[str, ...]:
-    return (nonce, nonce.replace("-", " ", 1), nonce.replace("-", "", 1)) if "-" in nonce else (nonce,)
+    return any(value in text for n in (nonce, *more) for value in value_spellings(n.lower()))
 
 
 class Fact(NamedTuple):

@@ -36,7 +36,7 @@ from contracts import codec
 from contracts.journal import planted
 from oracle.history import Turn
 from oracle.store import RawSession
-from contracts.tokens import NONCE_RE, TOKEN_RE
+from contracts.tokens import NONCE_RE, TOKEN_RE, value_spellings
 
 
 @dataclass
@@ -254,7 +254,7 @@ def check_facts(session: str, by_turn: dict[int, Turn], decoded: Decoded, v: Sto
         if t is None or t.outcome != "ok" or not planted(t):
             continue
         text = texts.get(index)
-        if isinstance(text, str) and t.nonce.lower() not in text.lower():
+        if isinstance(text, str) and not any(v in text.lower() for v in value_spellings(t.nonce.lower())):
             out.append(finding("lost", session, turn, t.sent, token=t.token, key=key, fact=t.fact, value=t.nonce,
                                stored=text[:160], altered=True, sent=t.sent, received=t.received))
     return out

@@ -424,22 +424,27 @@ def test_replies_stored_without_the_footer_the_api_adds_are_answers(tmp_path):
     assert finding_keys(tmp_path / "dropped") == {("unanswered", s, 1)}
 
 
-@pytest.mark.parametrize("damage", ["truncated", "redacted", "lowercased"])
+@pytest.mark.parametrize("damage", ["truncated", "redacted", "lowercased", "dash stripped", "dash a space"])
 def test_a_plant_stored_without_its_value_is_lost(damage, tmp_path):
     """A bot that stores each message cut to 32 characters, or with its digits masked (a PII scrub), keeps every
     token and no planted fact; it answered its probes from a cache, so nothing failed online: PASS. A stored plant
-    must hold the value it planted (in any case: a bot may lowercase what it stores)."""
+    must hold the value it planted (in any case: a bot may lowercase what it stores; and spelt as a recall may
+    spell it, with a space or nothing for the dash: a store that strips punctuation keeps the fact, and its every
+    plant was 'lost' while every probe was answered)."""
     world = build_world(simple_specs(3), seed=5)
     plants = {(r["session"], r["turn"]): r["nonce"] for r in world.records if r["kind"] == "plant"}
     for s in world.order:
         for turn, message in world.stored[s]:
             if message["type"] == "human" and (s, turn) in plants:
                 text = message["data"]["content"]
-                message["data"]["content"] = {"truncated": text[:32], "redacted": text.replace(plants[s, turn], re.sub(r"[0-9]", "#", plants[s, turn])),
-                                              "lowercased": text.lower()}[damage]
+                value = plants[s, turn]
+                message["data"]["content"] = {"truncated": text[:32], "redacted": text.replace(value, re.sub(r"[0-9]", "#", value)),
+                                              "lowercased": text.lower(),
+                                              "dash stripped": text.replace(value, value.replace("-", "").lower()),
+                                              "dash a space": text.replace(value, value.replace("-", " "))}[damage]
     ok = {(r["session"], r["turn"]) for r in world.records if r["outcome"] == "ok"}
     summary = _audit(tmp_path, world)
-    if damage == "lowercased":
+    if damage in ("lowercased", "dash stripped", "dash a space"):
         assert summary["anomalies"] == {}
         return
     assert summary["anomalies"] == {"lost": len(plants.keys() & ok)} and summary["verdict"]["result"] == FAIL
