@@ -22,18 +22,9 @@ import pytest
 
 from conftest import wait_until
 from support_locust import CHATFILE, LOCUST, _kill_group, chat_bot, finish, locust_cmd
-from test_bad_input import LocustLikeParser
+from test_bad_input_round6_options import parser  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-
-
-@pytest.fixture(scope="module")
-def parser():
-    from locustfiles import options
-
-    p = LocustLikeParser(prog="locust")
-    options.add_arguments(p)
-    return p
 
 
 # ---- 1. LOCUST_* environment variables ------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from support_locust import chat_bot, run_locust
-from test_bad_input import LocustLikeParser
+from test_bad_input_round6_options import _settings, parser  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -70,27 +70,6 @@ def test_a_script_with_an_ambiguous_fact_stops_locust_before_any_load(tmp_path):
 
 
 # ---- B. --run-dir with control characters; --session-header '' and --replica-header '' ---------------------------
-@pytest.fixture(scope="module")
-def parser():
-    from locustfiles import options
-
-    p = LocustLikeParser(prog="locust")
-    options.add_arguments(p)
-    return p
-
-
-def _settings(parser, argv, capsys):
-    from locustfiles.options import OptionError, Settings
-
-    try:
-        return Settings.from_options(parser.parse_args(argv)), 0, ""
-    except SystemExit as exc:
-        captured = capsys.readouterr()
-        return None, exc.code, captured.err + captured.out
-    except OptionError as exc:
-        return None, 2, str(exc)
-
-
 @pytest.mark.parametrize("run_dir", ["results/x" + FORGED, "results/x\x1b[2J", "results/x\r", "results/x\u2028y"],
                          ids=["forged-line", "escape", "cr", "line-separator"])
 def test_a_run_dir_with_a_control_character_is_refused(parser, capsys, run_dir):
