@@ -128,11 +128,12 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                     writer.write_foreign(record)
                 foreign.add(record)
             writer.meta["foreign"] = foreign.information()
-            if gone and hasattr(reader, "client"):
+            if gone and hasattr(reader, "client") or store.http_url and not sum(r.entries for r in results):
                 missing_keys = writer.meta["evidence"]["missing_keys"] = diagnose_missing_keys(
-                    reader.client, store, gone, sum(r.gone_count for r in results) >= ok_sessions, tally.first_ack,
-                    (tally.totals["failed_probes"], tally.totals["answered"]), sum(r.gone_count for r in results),
-                    evidence.get("counters_at_start"), sum(r.keys_seen for r in results))
+                    getattr(reader, "client", None), store, gone, sum(r.gone_count for r in results) >= ok_sessions,
+                    tally.first_ack, (tally.totals["failed_probes"], tally.totals["answered"]),
+                    sum(r.gone_count for r in results), evidence.get("counters_at_start"),
+                    sum(r.keys_seen for r in results), folder.run_json, sessions)
             writer.close(True, sessions)
         else:
             for record in read_foreign(folder.path):

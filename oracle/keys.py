@@ -54,32 +54,28 @@ def check_layout(order: Counter, options: StoreOptions, live: bool) -> None:
     --direction (every session would be 'reordered'); or no user entry anywhere, the tokens in entries of other
     roles (every turn would be 'lost')."""
     again = "" if live else "read the store again with --store-url and "
-    held_by = [(key[1], n) for key, n in order.items() if isinstance(key, tuple) and key[0] == "roles"]
-    replied_by = [(key[1], n) for key, n in order.items() if isinstance(key, tuple) and key[0] == "reply roles"]
-    sessions = sum(n for _, n in held_by)
+    first = again[:1].upper() + again[1:]  # the advice's start, as a sentence
+    sessions, names = _by_roles(order, "roles")
+    replied, reply_names = _by_roles(order, "reply roles")
     judged = order["ordered"] or order["reversed"] or order["held"]
-    if order["no messages"] >= 2 and not judged and not sessions and not replied_by:
+    if order["no messages"] >= 2 and not (judged or sessions or replied):
         raise TemplateMismatch(
             f"no entry of the {order['no messages']} sessions with stored entries holds a role at --role-field "
             f"{options.role_field!r} (each read as an item with no text, not a message): the entries keep their role "
-            f"elsewhere. {again[:1].upper() + again[1:]}pass the field that holds it (--role-field; LangChain's "
-            "RedisChatMessageHistory: type, the default) and the text's (--content-field). Nothing was judged.")
-    replied = sum(n for _, n in replied_by)
+            f"elsewhere. {first}pass the field that holds it (--role-field; LangChain's RedisChatMessageHistory: "
+            "type, the default) and the text's (--content-field). Nothing was judged.")
     if replied >= 2 and not judged:
-        names = sorted({name for roles, _ in replied_by for name in roles})
         raise TemplateMismatch(
             f"in none of the {replied} sessions with stored replies is one of an assistant role "
             f"({', '.join(options.assistant_roles)} at {options.role_field!r}): the replies the client got are in "
-            f"entries of role {', '.join(map(repr, names))}, so every turn would be 'unanswered'. "
-            f"{again[:1].upper() + again[1:]}pass the role the bot stores its replies under (--assistant-role "
-            f"{names[0]}). Nothing was judged.")
+            f"entries of role {', '.join(map(repr, reply_names))}, so every turn would be 'unanswered'. {first}pass "
+            f"the role the bot stores its replies under (--assistant-role {reply_names[0]}). Nothing was judged.")
     if sessions >= 2 and not judged:
-        names = sorted({name for roles, _ in held_by for name in roles})
         raise TemplateMismatch(
             f"none of the {sessions} sessions with stored entries holds a user entry: their messages (the "
             f"tokens the client sent) are in entries of role {', '.join(map(repr, names))}, neither a user role "
             f"({', '.join(options.user_roles)}) nor an assistant role ({', '.join(options.assistant_roles)}) at "
-            f"{options.role_field!r}. {again[:1].upper() + again[1:]}pass the roles the bot stores (--user-role, "
+            f"{options.role_field!r}. {first}pass the roles the bot stores (--user-role, "
             "--assistant-role) or where it keeps them (--role-field). Nothing was judged.")
     held = order["ordered"] + order["reversed"] + order["held"] + order["blob reversed"] + order["http reversed"]
     if order["swapped"] >= 2 and not held:
@@ -87,7 +83,7 @@ def check_layout(order: Counter, options: StoreOptions, live: bool) -> None:
             f"in none of the {order['swapped']} sessions with user entries does one start with the message the "
             f"client sent (its [gf...tN] token), but their assistant entries do: the roles read as the user's "
             f"({', '.join(options.user_roles)}) and the assistant's ({', '.join(options.assistant_roles)}) are the "
-            f"other way round. {again[:1].upper() + again[1:]}swap --user-role and --assistant-role; if the options "
+            f"other way round. {first}swap --user-role and --assistant-role; if the options "
             "are right, the bot stores every message under the other role, a bug of its own. Nothing was judged.")
     if order["untokened"] >= 2 and not held:
         raise TemplateMismatch(
@@ -191,9 +187,17 @@ class ForeignKeys:
 
 def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list[str], all_gone: bool,
                           first_ack: float | None, probes: tuple[int, int] = (0, 0), gone_count: int | None = None,
-                          at_start: dict | None = None, keys_seen: int = 0) -> dict:
+                          at_start: dict | None = None, keys_seen: int = 0, run_json=None,
+                          sessions: int = 0) -> dict | None:
     """Evidence about acknowledged sessions whose key does not exist; raises TemplateMismatch when
     the evidence says the oracle looks in the wrong place.
+
+    ``run_json``: the run's run.json, whose ``options.store.url`` is the store the run wrote to: every
+    acknowledged session gone from a store at another place (host, port, database, socket path) is the wrong
+    store, not a loss. ``client`` None: the HTTP reader (--http-url), called when not one of the ``sessions``
+    read came back with a message (each answered an empty list, or 404); it can look nowhere else, so the bot's
+    recall probes alone decide (``_http_all_empty``), and the result is None. Every acknowledged session 404
+    (``all_gone``) is left to the snapshot's own check (oracle/snapshot.py), which refuses it whatever the probes.
 
     ``gone``: a sample of such sessions, ``gone_count`` how many there are (default: the sample's size);
     ``all_gone``: no acknowledged session has a key at all; ``at_start``: the server's expired_keys and
@@ -207,6 +211,8 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     Returns ``{"found_elsewhere": {session: [keys]}, "restarted_at": epoch|None, "expired_keys",
     "evicted_keys", "bot_forgot": bool}``.
     """
+    if client is None:
+        return None if all_gone else _http_all_empty(options, sessions, gone_count or 0, probes)
     found, scanned = find_session_keys(client, gone[:SAMPLE])
     gone_count = len(gone) if gone_count is None else gone_count
     info = _info(client)
@@ -259,6 +265,17 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             "bot names each conversation's key by something other than the session id (a hash of it, another case), "
             "which no template can give: key histories by the id the client sends, or read them with --reader "
             "(a function from session ids to histories). Nothing was judged.")
+    recorded = _recorded_store_url(run_json)
+    if recorded is not None and not _same_store(options.url, recorded):
+        empty = _holds_no_key(client)
+        raise TemplateMismatch(
+            f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
+            f"{template!r} at {options.where()}, and that is not the store the run wrote to: its run.json records "
+            f"{_masked(recorded)} (options.store.url)"
+            f"{'; this store holds no key at all' if empty else ''}"
+            f"{f', and its server started after the run ({_ago(restarted_at)}), which would read as a restart that lost everything' if restarted else ''}"
+            f". Another store holds none of the run's histories, so it says nothing of a loss: audit with --store-url "
+            f"at the run's store ({_masked(recorded)}, with its password if it has one). Nothing was judged.")
     if not restarted and expired + evicted < gone_count and not forgot:
         raise TemplateMismatch(
             f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
@@ -271,6 +288,83 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             "names them (under an id of its own, in one hash per user, in one stream of events) is read with "
             "--reader (a function from session ids to histories). Nothing was judged.")
     return evidence
+
+
+def _http_all_empty(options: StoreOptions, sessions: int, not_found: int, probes: tuple[int, int]) -> None:
+    """TemplateMismatch when not one of the ``sessions`` read from --http-url came back with a message (each an
+    empty list, as many APIs answer an id they do not know, or 404/410: ``not_found`` of those with acknowledged
+    turns) and the bot remembered (at most FORGETFUL of its answered recall probes failed), so its memory is
+    somewhere this URL does not read: the same as every session answered 404 (oracle/snapshot.py). A bot that
+    forgot keeps no memory there, or anywhere: nothing raised, judged as a loss. An HTTP API tells nothing of
+    restarts, expiry or eviction; the probes are the evidence."""
+    failed, answered = probes
+    if sessions <= 0 or answered > 0 and failed > answered * FORGETFUL:
+        return None
+    remembered = (f"the bot remembered ({failed} of {answered} recall probes failed), so its memory is somewhere"
+                  if answered else "no recall probe says the bot forgot")
+    raise TemplateMismatch(
+        f"--http-url {options.where()} came back empty for every one of the {sessions} sessions of this run: not one "
+        f"message (an empty list{f', or 404/410 for {not_found} with acknowledged turns' if not_found else ''}; many "
+        f"APIs answer an id they do not know with an empty list), and {remembered}. It reads somewhere the bot does "
+        "not write, so the options are wrong (or the store was emptied): pass the URL of the bot's history API "
+        "that holds these sessions. Nothing was judged.")
+
+
+def _recorded_store_url(run_json) -> str | None:
+    """The store URL the run recorded (run.json ``options.store.url``, its password masked); None when there is
+    none or the file cannot be read (then nothing is compared)."""
+    if run_json is None:
+        return None
+    from contracts import codec
+    try:
+        url = codec.load_document(run_json)["options"]["store"]["url"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return url.strip() if isinstance(url, str) and url.strip() else None
+
+
+_LOOPBACK = ("localhost", "::1")
+
+
+def _store_place(url: str | None) -> tuple | None:
+    """Where a store URL points, passwords and options aside, as redis-py reads it: (host or socket path, port,
+    database); loopback names are one host. None when it does not parse, or for a Sentinel's URL (not compared)."""
+    try:
+        kw = redis.connection.parse_url(url.strip()) if url else None
+    except (ValueError, TypeError):
+        return None
+    if kw is None:
+        return None
+    host = str(kw.get("host", "")).lower()
+    host = "loopback" if host in _LOOPBACK or host.startswith("127.") else host
+    return (kw["path"], None) if kw.get("path") else (host, kw.get("port", 6379)), int(kw.get("db") or 0)
+
+
+def _same_store(given: str | None, recorded: str) -> bool:
+    """``given`` points at the store ``recorded`` names (True when either cannot be told)."""
+    here, there = _store_place(given), _store_place(recorded)
+    return here is None or there is None or here == there
+
+
+def _holds_no_key(client: redis.Redis) -> bool:
+    """No database of the server holds a key (INFO keyspace); False when it cannot be told."""
+    try:
+        keyspace = client.info("keyspace")
+    except redis.RedisError:
+        return False
+    return not any(isinstance(db, dict) and db.get("keys") for db in keyspace.values())
+
+
+def _masked(url: str) -> str:
+    from contracts import redact
+    return redact.url(url)
+
+
+def _by_roles(order: Counter, kind: str) -> tuple[int, list[str]]:
+    """How many sessions ``checkers.layout`` found ``kind`` ("roles": their tokens in entries of other roles;
+    "reply roles": their replies), and the role names it found them under."""
+    found = [(key[1], n) for key, n in order.items() if isinstance(key, tuple) and key[0] == kind]
+    return sum(n for _, n in found), sorted({name for roles, _ in found for name in roles})
 
 
 def _message_keys(client: redis.Redis, found: dict) -> tuple[str, list[str]] | None:
