@@ -279,8 +279,9 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     if not restarted and expired + evicted < gone_count and not forgot:
         raise TemplateMismatch(
             f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
-            f"{template!r} at {options.where()}, no key of the store holds their session ids (looked at "
-            f"{scanned:,} keys: {_examples(client)}), and nothing explains a loss: the server has been up since "
+            f"{template!r} at {options.where()}, no key of the store holds their session ids in its name (looked "
+            f"at the {scanned:,} keys named like one; the store holds {_examples(client)}), and nothing explains a "
+            "loss: the server has been up since "
             f"before the first acknowledged turn ({_ago(restarted_at)}), and the keys it expired ({expired}) and "
             f"evicted ({evicted}){' since the run began' if at_start else ''} are fewer than the missing sessions; and the bot remembered ({failed} of "
             f"{answered} recall probes failed), so its memory is somewhere. The template or --store-url does not "
@@ -553,8 +554,8 @@ def _examples(client: redis.Redis) -> str:
         keys = [k.decode("utf-8", "backslashreplace") if isinstance(k, bytes) else k
                 for _, k in zip(range(EXAMPLES), client.scan_iter(count=100))]
     except redis.RedisError:
-        return "could not list them"
-    return "for example " + ", ".join(keys) if keys else "the database is empty"
+        return "keys it could not list"
+    return "keys such as " + ", ".join(keys) if keys else "no key in this database"
 
 
 def _ago(epoch: float | None) -> str:
