@@ -746,6 +746,9 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
                          layout(session, raw, [by_turn.get(t) for _, t, _ in v.own], decoded))
 
 
+REPLY_IN_ENTRY_CHARS = 12  # a reply this long found inside an entry is that reply, not a word that happens to be there
+
+
 def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str | tuple | None:
     """How the key holds the session's turns (oracle/keys.py check_layout: every session so means the options
     do not fit the store). Its own user entries' turns in stored order (None: not journaled), by the majority of
@@ -753,7 +756,9 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
     order, as in ``check_reordered``): "ordered" (ascending) or "reversed" (descending: a list read with the wrong
     --direction) or "blob reversed" (a JSON blob newest first) or "http reversed" (an HTTP history API's default
     order, newest first); no such pair: "held". "reply roles" and their names when no entry is of an assistant role
-    but replies the client got are in entries of other roles (the wrong --assistant-role); "no messages" when no
+    but replies the client got are in entries of other roles (the wrong --assistant-role); "replies inside" when
+    no entry is of an assistant role but the replies are inside the stored entries (one entry per exchange, the
+    reply in a field of the user's entry); "no messages" when no
     entry holds a text (no role at --role-field). None of its own: "roles"
     and their names when its tokens are in entries of roles neither user nor assistant (the wrong --user-role);
     "untokened" when it has user entries but none carries any token (the bot rewrites messages); "undecodable"
@@ -766,9 +771,14 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
     if decoded.messages and not any(text for _, _, text in decoded.messages):
         return "no messages"  # every entry an item with no role at --role-field (a field the entries lack)
     replies = {t.reply for t in turns if t is not None and t.reply}
-    if replies and decoded.other_roles and not any(kind == ASSISTANT for _, kind, _ in decoded.messages) and \
-            any(kind == OTHER and text in replies for _, kind, text in decoded.messages):
-        return "reply roles", tuple(sorted(map(str, decoded.other_roles)))
+    if replies and not any(kind == ASSISTANT for _, kind, _ in decoded.messages):
+        if decoded.other_roles and any(kind == OTHER and text in replies for _, kind, text in decoded.messages):
+            return "reply roles", tuple(sorted(map(str, decoded.other_roles)))
+        long = [reply for reply in replies if len(reply) >= REPLY_IN_ENTRY_CHARS]
+        entries = [_json_strings(e.decode("utf-8", "replace") if isinstance(e, (bytes, bytearray)) else e)
+                   for e in raw.entries if isinstance(e, (str, bytes, bytearray))] if long else []
+        if any(reply in e for e in entries for reply in long):
+            return "replies inside"  # one entry per exchange: {"role": "user", "content": ..., "response": ...}
     if not turns:
         if decoded.other_roles and any(kind == OTHER and own in text for _, kind, text in decoded.messages):
             return "roles", tuple(sorted(map(str, decoded.other_roles)))

@@ -64,6 +64,14 @@ def check_layout(order: Counter, options: StoreOptions, live: bool) -> None:
             f"{options.role_field!r} (each read as an item with no text, not a message): the entries keep their role "
             f"elsewhere. {first}pass the field that holds it (--role-field; LangChain's RedisChatMessageHistory: "
             "type, the default) and the text's (--content-field). Nothing was judged.")
+    if order["replies inside"] >= 2 and not judged:
+        raise TemplateMismatch(
+            f"in none of the {order['replies inside']} sessions with stored replies is an entry of an assistant role "
+            f"({', '.join(options.assistant_roles)} at {options.role_field!r}), yet the replies the client got are "
+            "inside the stored entries: the bot keeps one entry per exchange, its reply in a field of the user's "
+            "entry, and the audit reads one message per entry, so every turn would be 'unanswered'. Read them with "
+            "--reader (a function from session ids to histories, one message each: docs/oracle.md \"Readers\"). "
+            "Nothing was judged.")
     if replied >= 2 and not judged:
         raise TemplateMismatch(
             f"in none of the {replied} sessions with stored replies is one of an assistant role "

@@ -125,3 +125,27 @@ def test_a_role_field_the_entries_lack_is_named_not_every_turn_lost(tmp_path):
     with pytest.raises(TemplateMismatch, match=r"holds a role at --role-field 'role'.*--role-field"):
         audit_run(tmp_path, shape={"role_field": "role"})
     assert "lost" not in audit_run(tmp_path)["anomalies"]
+
+
+def test_one_entry_per_exchange_with_the_reply_in_a_field_is_named_not_unanswered(tmp_path):
+    """{"role": "user", "content": <message>, "response": <reply>} per exchange: every turn of a correct bot was
+    'unanswered' (bot hunt 6: pair_entry); the audit reads one message per entry, so it says so, exit 2."""
+    import time
+
+    from oracle.audit import audit_run
+    from oracle.keys import TemplateMismatch
+    from support_oracle import build_world, simple_specs, write_journal, write_snapshot
+
+    world = build_world(simple_specs(4), start=time.time() - 60, seed=9)
+    replies = {(r["session"], r["turn"]): r["reply"] + ' (say "hi")' for r in world.records if r["outcome"] == "ok"}
+    for r in world.records:  # a reply holding quotes: the stored JSON escapes them
+        r["reply"] = replies.get((r["session"], r["turn"]), r["reply"])
+    for s in world.order:
+        world.stored[s] = [(t, {"role": "user", "content": m["data"]["content"], "response": replies.get((s, t))})
+                           for t, m in world.stored[s] if m["type"] == "human"]
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    shape = {"role_field": "role", "content_field": "content", "user_roles": ("user",),
+             "assistant_roles": ("assistant",)}
+    with pytest.raises(TemplateMismatch, match=r"one entry per exchange.*--reader"):
+        audit_run(tmp_path, shape=shape)
