@@ -383,8 +383,18 @@ def _message_keys(client: redis.Redis, found: dict) -> tuple[str, list[str]] | N
     so a template made of one of them would name one message. None when a few names recur for each session
     (``chat:{session}`` beside ``chat:{session}:meta``): then one of them is the template."""
     sessions = list(found)[:2]
-    db, key = found[sessions[0]][0]
-    prefix = key[:key.index(sessions[0])]
+    places = dict.fromkeys((db, key[:key.index(sessions[0])]) for db, key in found[sessions[0]])
+    for db, prefix in places:  # each prefix its keys were found under (msg:<id>:000001 beside seq:<id>)
+        own = _per_message_names(client, db, prefix, sessions)
+        if own:
+            joint = re.match(r"[^0-9A-Za-z]*", os.path.commonprefix(own)).group()  # ':' of ':<id>', ':<id>'
+            return f"{prefix}{{session}}{joint}*", [f"{prefix}{sessions[0]}{name}" for name in own[:3]]
+    return None
+
+
+def _per_message_names(client: redis.Redis, db: int, prefix: str, sessions: list[str]) -> list[str] | None:
+    """The names after the first session's id of its keys under ``prefix`` that make them one key per message
+    (``_message_keys``), or None."""
     conn = client if db == _own_db(client) else _on_db(client, db)
     names: dict[str, set] = {s: set() for s in sessions}
     cursor = 0
@@ -408,8 +418,7 @@ def _message_keys(client: redis.Redis, found: dict) -> tuple[str, list[str]] | N
         own = sorted(name for name in first if re.fullmatch(r"[^0-9A-Za-z]+[0-9]+", name))  # ':000001', '-17'
         if len(own) < 3:
             return None
-    joint = re.match(r"[^0-9A-Za-z]*", os.path.commonprefix(own)).group()  # ':' of ':<id>', ':<id>'
-    return f"{prefix}{{session}}{joint}*", [f"{prefix}{sessions[0]}{name}" for name in own[:3]]
+    return own
 
 
 def find_in_keys_under(client: redis.Redis, options: StoreOptions,

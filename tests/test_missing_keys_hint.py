@@ -67,3 +67,19 @@ def test_one_key_per_message_numbered_by_a_counter_per_session_is_named(tmp_path
     message = str(err.value)
     assert "try --key-template" not in message, message
     assert "The bot keeps one key per message under 'msg:{session}:*'" in message, message
+
+
+def test_a_counter_key_found_first_does_not_hide_the_message_keys(redis_server):
+    """The session's id was first found in its counter key (seq:<id>), which SCAN may list first: the message keys
+    were looked for under seq: only, and the audit advised --key-template 'seq:{session}' (a CI run)."""
+    from oracle.keys import _message_keys
+
+    client = redis_server.client()
+    sessions = ["gf0000000000000001", "gf0000000000000002"]
+    for s in sessions:
+        for n in range(1, 6):
+            client.set(f"msg:{s}:{n:06d}", "{}")
+        client.set(f"seq:{s}", 5)
+    found = {sessions[0]: [(0, f"seq:{sessions[0]}"), (0, f"msg:{sessions[0]}:000001")],
+             sessions[1]: [(0, f"msg:{sessions[1]}:000003")]}
+    assert _message_keys(client, found)[0] == "msg:{session}:*"
