@@ -153,14 +153,14 @@ def _untokened(by_turn: dict[int, Turn]) -> dict[str, int]:
     return {text: turn for text, turn in out.items() if turn is not None}
 
 
-_LABEL = re.compile(r"\s*[^\W\d_]{1,12}\s*:\s*")  # "Q: ", "User: ", "Human:" before a message
+_LABEL = re.compile(r"^\s*[^\W\d_]{1,12}\s*:\s*")  # "Q: ", "User: ", "Human:" before a message
 _NOT_WORD = re.compile(r"[\W_]+")
 
 
 def _words(text: str) -> str:
     """A message as a copy cleaned of its token reads alike: read as ``_plain`` does (case, white space, Unicode
     forms, markup), without punctuation, and without a short label before it ("Q: ", "User: ")."""
-    return _NOT_WORD.sub("", _plain(_LABEL.sub("", text, count=1) if _LABEL.match(text) else text))
+    return _NOT_WORD.sub("", _plain(_LABEL.sub("", text, count=1)))
 
 
 def _later_tokens(session: str, index: int, text: str, start: int, source: str, turn: int, position: int,
@@ -254,7 +254,7 @@ def check_facts(session: str, by_turn: dict[int, Turn], decoded: Decoded, v: Sto
         if t is None or t.outcome != "ok" or not planted(t):
             continue
         text = texts.get(index)
-        if isinstance(text, str) and not any(v in text.lower() for v in value_spellings(t.nonce.lower())):
+        if isinstance(text, str) and not any(map(text.lower().__contains__, value_spellings(t.nonce.lower()))):
             out.append(finding("lost", session, turn, t.sent, token=t.token, key=key, fact=t.fact, value=t.nonce,
                                stored=text[:160], altered=True, sent=t.sent, received=t.received))
     return out
