@@ -342,6 +342,9 @@ class EndOfRun:
         SIGTERM (Locust's own handler: the load stops, the test is healed and finished)."""
         run = self.run
         detach_output(RunFolder(run.settings.run_dir).hangup_log if run is not None else os.devnull)
+        # a line Locust's stats printer wrote between the hang-up and this handler failed with EIO, and logging
+        # printed that as a "Logging error" traceback into hangup.log once it ran: that line is lost, nothing more
+        logging.raiseExceptions = False
         if self.stdin_was_terminal and self.stand_in is None:
             # Locust's keyboard listener puts the terminal's settings back on fd 0 as it stops; with the terminal
             # gone that fails (EIO) and Locust exits 2 over it: fd 0 becomes a pseudo-terminal of our own
