@@ -190,6 +190,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         if linked.window:
             found.extend([window_warning(linked.window)])
         found.extend(unspanned(tally, context.faults) if tally.totals["answered"] else [])
+        found.extend(short_ttl(evidence))
         found.extend(tally.far_turns(folder.audit / "sessions.csv.tmp"))  # turns days off the rest: a wrong clock
         result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
                                window_s, recovery_s, sum(r.entries for r in results), linked.misrouted, found,
@@ -289,6 +290,23 @@ def unspanned(tally: Tally, faults: list[Fault]) -> list[str]:
             f"probe answered after it: memory across {tally.kinds[k]} was not measured (give --think, e.g. 0.5-2, "
             "or longer conversations, so that conversations outlive the faults)"
             for k in kinds if not tally.spanned[k]]
+
+
+SHORT_TTL_S = 3600.0  # a history that expires sooner forgets a user who comes back within the hour
+
+
+def short_ttl(evidence: dict) -> list[str]:
+    """A warning when the bot's history keys expire within the hour: a user who pauses longer than the TTL is
+    forgotten, and an audit that reads the keys before they expire PASSes without having measured that (a bot
+    whose 30-second TTL forgot every user who took a minute to answer PASSed silently)."""
+    floor = evidence.get("ttl_floor")
+    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor < SHORT_TTL_S:
+        return []
+    return [f"store: the keys under the key template expire: the shortest TTL a key was given is about "
+            f"{max(1, round(floor)):,} s. A user who pauses longer than that between two messages is forgotten (by "
+            "design or not); this run's keys were read before they expired, so the verdict says nothing of it. To "
+            "measure it, give the conversations pauses longer than the TTL (--think): the sessions whose keys expire "
+            "then count against the expired gate"]
 
 
 def window_warning(window: dict) -> str:

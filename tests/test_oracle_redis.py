@@ -535,3 +535,19 @@ def test_window_takes_the_duration_grammar(tmp_path, redis_server, capsys):
     assert in_process(capsys, run, "--store-url", redis_server.url, "--window", "1m", "--recovery", "500ms",
                       "--gate", "off")[0] == 0
     assert json.loads((run / "audit" / "summary.json").read_text())["window_s"] == 60.0
+
+
+@pytest.mark.parametrize("ttl, warned", [(30, True), (7200, False)])
+def test_history_keys_that_expire_within_the_hour_are_named_beside_the_verdict(tmp_path, redis_server, ttl, warned):
+    """A bot whose histories expire 30 s after the last write forgets a user who pauses for a minute; an audit that
+    read the keys in time PASSed silently. Its TTL is named beside the verdict; a TTL of hours is not."""
+    run, world, _ = make_run(tmp_path, redis_server)
+    client = redis_server.client()
+    for s in world.order:
+        client.expire(f"message_store:{s}", ttl)
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+    assert summary["anomalies"] == {}, summary["anomalies"]
+    said = [p for p in summary["problems"] if "expire" in p and "TTL" in p]
+    assert bool(said) == warned, summary["problems"]
+    if warned:
+        assert "about 30 s" in said[0] or "about 29 s" in said[0], said[0]
