@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from chaos.backend import Backend, UnsupportedFault
+from chaos.backends import NotApplied
 from chaos.faults import KINDS, TOXIC, WHOLE_TARGET_KINDS, Fault
 from chaos.outstanding import Outstanding
 from chaos.plan import Plan, PlanError, PlanFault
@@ -235,7 +236,10 @@ class Controller:
             except Exception as exc:  # noqa: BLE001 - log, then make sure nothing is left half-done
                 self.timeline.record("apply", fault, inst, "error", f"{type(exc).__name__}: {exc}",
                                      planned=planned, when=started)
-                self._recover(key, via="apply-failed")
+                if isinstance(exc, NotApplied):   # it never took effect: not outstanding, nothing to recover
+                    self.outstanding.remove(key)
+                else:
+                    self._recover(key, via="apply-failed")
                 continue
             self.outstanding.update(key, state="applied", undo=undo or {}, applied=started)
             self.timeline.record("apply", fault, inst, "ok", planned=planned, detail=undo or None, when=started)

@@ -90,7 +90,9 @@ def _checked(data: dict, path: Path) -> tuple[str, dict, list[dict]]:
         raise OutstandingError(f"{path}: {where}: {what} (the file is written by chaos; see docs/chaos.md "
                                "'Heal semantics')")
 
-    backend, config, faults = data.get("backend", ""), data.get("backend_config") or {}, data.get("faults", [])
+    if "faults" not in data:   # chaos always writes it ([] when all is healed): without it, nothing says what is
+        bad("faults", "missing: the list of faults still in force cannot be read, so none can be called healed")
+    backend, config, faults = data.get("backend", ""), data.get("backend_config") or {}, data["faults"]
     if not isinstance(backend, str):
         bad("backend", f"must be a backend name, not {type(backend).__name__}")
     if not isinstance(config, dict):

@@ -7,6 +7,12 @@ import math
 
 from chaos.backend import Backend
 
+class NotApplied(RuntimeError):
+    """A backend's ``apply`` refused before touching anything (the target was not running): the fault never took
+    effect, so nothing is outstanding and nothing is recovered (recovering a kill would start a process that was
+    down). Raise it only when nothing at all was done; any other failure of ``apply`` is recovered at once."""
+
+
 REGISTRY: dict[str, str] = {
     "local": "chaos.backends.local:LocalBackend",
     "docker": "chaos.backends.docker:DockerBackend",

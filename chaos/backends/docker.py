@@ -26,6 +26,7 @@ import time
 
 from chaos import faults as F
 from chaos.backend import Backend, MissingExtra, UnsupportedFault
+from chaos.backends import NotApplied
 from chaos.faults import Fault
 from contracts.redis_url import CLIENT_NAME
 from targets.haproxy import runtime_command
@@ -248,7 +249,7 @@ class DockerBackend(Backend):
         for name in self.instances(target):
             self._finish_replacement(name)   # a replacement a killed controller left half done
             old = self._container(name)
-            self._require_running(old, name)
+            self._require_running(old, name, untouched=False)   # a replacement may have been finished above
             server = self._lb_server(old, name) if self._has_lb() else None
             if server:
                 self._haproxy(f"set server {server} state maint")
@@ -331,10 +332,11 @@ class DockerBackend(Backend):
                 pass
         return self._container(instance)
 
-    def _require_running(self, c, instance: str) -> None:
+    def _require_running(self, c, instance: str, untouched: bool = True) -> None:
+        """NotApplied when the container is not running and nothing has been done yet (``untouched``)."""
         c.reload()
         if c.status != "running":
-            raise RuntimeError(f"{instance} (container {c.name}) is {c.status}, not running")
+            raise (NotApplied if untouched else RuntimeError)(f"{instance} (container {c.name}) is {c.status}, not running")
 
     def _wait_state(self, c, states: set[str], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout

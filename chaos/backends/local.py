@@ -19,7 +19,7 @@ import redis
 
 from chaos import faults as F
 from chaos.backend import Backend, UnsupportedFault, refuse_own_process
-from chaos.backends import local_failover
+from chaos.backends import NotApplied, local_failover
 from chaos.faults import Fault
 from contracts.redis_url import CLIENT_NAME
 from targets import file as targets_file, registry as state, sentinel
@@ -186,7 +186,9 @@ class LocalBackend(Backend):
         st = self._state()
         return sentinel.replicated(st) and st["members"].get(instance, {}).get("role") in ("redis", "sentinel")
 
-    def _running(self, st: dict, instance: str) -> dict:
+    def _running(self, st: dict, instance: str, untouched: bool = True) -> dict:
+        """The member's record when its process runs. Else NotApplied while nothing has been done yet
+        (``untouched``), RuntimeError after (a rolling restart's later member)."""
         m = st["members"].get(instance)
         if m is None:
             raise state.StateError(f"no member {instance!r} in {state.state_path(self.state_dir)}")
@@ -195,7 +197,7 @@ class LocalBackend(Backend):
             if m.get("pid_file"):   # started again by someone else? its pid file says
                 why.append(state.adopt_pid_file(m))
             if not state.member_alive(m):
-                raise RuntimeError("; ".join(filter(None, why)))
+                raise (NotApplied if untouched else RuntimeError)("; ".join(filter(None, why)))
         refuse_own_process(m["pid"], instance)
         return m
 
@@ -216,7 +218,7 @@ class LocalBackend(Backend):
         done = []
         for name in self.instances(target):
             with state.locked_state(self.state_dir) as st:
-                m = self._running(st, name)
+                m = self._running(st, name, untouched=not done)
                 server = m.get("lb_server") if st.get("haproxy_socket") else None
             if server:
                 self._haproxy(f"set server {server} state maint")
