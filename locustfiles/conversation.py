@@ -228,12 +228,14 @@ class ChatUser(FastHttpUser):
         rt = self.rt
         session = new_session_id()
         self.bot_session = None
-        jar = self.client.client.cookiejar if rt.contract.session_from.startswith("cookie:") else None
-        if jar is not None:
-            jar.clear()  # a new conversation: the bot issues a new session cookie
-            if not isinstance(getattr(self, "cookie_policy", None), SessionCookiePolicy):  # once per user's jar
-                self.cookie_policy = SessionCookiePolicy(rt.contract.session_source[1])
-                jar.set_policy(self.cookie_policy)
+        jar = self.client.client.cookiejar
+        # a new conversation is another person: the cookies the bot set for the last one (its session, a memory per
+        # browser) are not theirs. Kept, a correct bot recalled the last person's facts here: cross-talk
+        jar.clear()
+        if rt.contract.session_from.startswith("cookie:") and \
+                not isinstance(getattr(self, "cookie_policy", None), SessionCookiePolicy):  # once per user's jar
+            self.cookie_policy = SessionCookiePolicy(rt.contract.session_source[1])
+            jar.set_policy(self.cookie_policy)
         if rt.contract.start_path and not self.start_conversation(session):
             return  # the bot did not start a conversation: its first turn is journaled as never sent (fail)
         facts: dict[str, Fact] = {}  # fact -> what was planted of it (locustfiles/judge.py: planted, probe_verdict)

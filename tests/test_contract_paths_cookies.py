@@ -18,6 +18,9 @@ Run one bot: ``python tests/test_contract_paths_cookies.py --port P --mode MODE`
                 turn, its history moved to it (a chain of response ids, as the Responses API's previous_response_id)
     bearer      POST /login answers {"access_token": "tN"}; POST /chat {"message"} with Authorization: Bearer tN:
                 the token is the conversation (an API whose login issues a token per chat), 401 without it
+    browser     POST /chat {"session_id", "message"}, and a memory per browser (the cookie uid, set on the first
+                request): a conversation's history starts with a note of the facts its browser told the bot before
+                (ChatGPT's memory)
     stream-events  POST /chat {"session_id", "message"} answers as LangServe's /stream_events: server-sent
                 events, each piece of three characters sent three times, once per level of the chain
                 (on_chat_model_stream, then on_chain_stream of the sequence and of the history wrapper)
@@ -38,6 +41,7 @@ PROBE = re.compile(r"What is my ([a-z ]+)\?$")
 
 def make_app(mode: str):
     histories: dict[str, list] = {}
+    memories: dict[str, list] = {}  # browser -> the facts it told (mode browser)
     counter = itertools.count()
 
     def answer(history: list, message: str) -> str:
@@ -77,6 +81,13 @@ def make_app(mode: str):
             histories[session] = histories.pop(body.get("conversation_id") or "", [])
         else:
             session = body["session_id"]
+        if mode == "browser":
+            browser = cookies.get("uid") or f"u{next(counter)}"
+            headers.append(("Set-Cookie", f"uid={browser}; Path=/; HttpOnly"))
+            if session not in histories and memories.get(browser):
+                histories[session] = [{"role": "system", "content": "Known: " + " ".join(memories[browser])}]
+            if PLANT.search(body["message"]):
+                memories.setdefault(browser, []).append(PLANT.search(body["message"])[0])
         history = histories.setdefault(session, [])
         text = answer(history, body["message"])
         history += [{"role": "user", "content": body["message"]}, {"role": "assistant", "content": text}]
@@ -142,6 +153,17 @@ def verdict(done) -> str:
 
 
 COOKIE = ["--session-from", "cookie:sid", "--session-field", ""]
+
+
+def test_each_conversation_starts_with_an_empty_cookie_jar(tmp_path):
+    """A Locust user's conversations are different people. A bot with a memory per browser (a cookie it sets; ChatGPT's
+    memory) notes what a browser told it before at the start of its next conversation: with the jar kept from one
+    conversation to the next, a correct bot recalled the last person's facts in the next one, and the audit found
+    cross-talk in nearly every session (279 of 289)."""
+    done = run(tmp_path, "browser")
+    sessions = {r["session"] for r in answered(done)}
+    assert len(sessions) > 10  # several conversations per user
+    assert verdict(done) == "pass", done.output
 
 
 def test_a_negative_index_picks_the_answer_out_of_the_whole_conversation(tmp_path):
