@@ -270,7 +270,16 @@ class ChatContract:
             kept = f" that --reply-where {self.reply_where!r} keeps" if self.where else ""
             raise NoReply(f"no piece{kept} of the stream's {seen} has reply field {self.reply_field!r}" if seen
                           else "the stream holds no data")
+        if cumulative(texts):
+            return texts[-1]
         return "".join(texts)
+
+
+def cumulative(texts: list[str]) -> bool:
+    """A stream whose every piece is the whole text so far (Gradio's, a chat page's that redraws the bubble): each
+    one longer than the one before and starting with it. Its reply is the last piece; joined, it was the answer
+    many times over, and a correct bot's stored reply read as unanswered for every reply that came in pieces."""
+    return len(texts) >= 2 and all(len(b) > len(a) and b.startswith(a) for a, b in zip(texts, texts[1:]))
 
 
 def sse_data(content: bytes) -> list:

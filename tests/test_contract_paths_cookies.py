@@ -21,6 +21,8 @@ Run one bot: ``python tests/test_contract_paths_cookies.py --port P --mode MODE`
     browser     POST /chat {"session_id", "message"}, and a memory per browser (the cookie uid, set on the first
                 request): a conversation's history starts with a note of the facts its browser told the bot before
                 (ChatGPT's memory)
+    cumulative  POST /chat {"session_id", "message"} answers server-sent events {"content": the whole text so far},
+                three characters more each (Gradio's stream)
     stream-events  POST /chat {"session_id", "message"} answers as LangServe's /stream_events: server-sent
                 events, each piece of three characters sent three times, once per level of the chain
                 (on_chat_model_stream, then on_chain_stream of the sequence and of the history wrapper)
@@ -96,6 +98,10 @@ def make_app(mode: str):
                      'e:{"finishReason":"stop","isContinued":false}', 'd:{"finishReason":"stop"}']
             start("200 OK", [("Content-Type", "text/plain; charset=utf-8"), ("x-vercel-ai-data-stream", "v1")])
             return ["".join(p + "\n" for p in parts).encode()]
+        if mode == "cumulative":
+            start("200 OK", [("Content-Type", "text/event-stream")])
+            return ["".join(f"data: {json.dumps({'content': text[:i + 3]})}\n\n" for i in range(0, len(text), 3))
+                    .encode()]
         if mode == "stream-events":
             start("200 OK", [("Content-Type", "text/event-stream")])
             return [stream_events(text)]
@@ -163,6 +169,15 @@ def test_each_conversation_starts_with_an_empty_cookie_jar(tmp_path):
     done = run(tmp_path, "browser")
     sessions = {r["session"] for r in answered(done)}
     assert len(sessions) > 10  # several conversations per user
+    assert verdict(done) == "pass", done.output
+
+
+def test_a_stream_of_the_whole_text_so_far_is_its_last_piece(tmp_path):
+    """Each event the whole answer so far (Gradio's stream): joined, the reply was the answer many times over, and a
+    correct bot FAILed with every reply that came in pieces unanswered. Its reply is the last piece."""
+    done = run(tmp_path, "cumulative", "--reply-format", "sse", "--reply-field", "content")
+    replies = [r["reply"] for r in answered(done) if r["outcome"] == "ok"]
+    assert replies and all(r in ("Noted.", "I see.") or r.startswith(("Your ", "I don't know")) for r in replies)
     assert verdict(done) == "pass", done.output
 
 

@@ -399,3 +399,12 @@ def test_a_signal_during_the_report_leaves_run_json_interrupted_not_done(tmp_pat
         gevent.sleep(0)
     meta = json.loads((tmp_path / "run.json").read_text())
     assert meta["exit_code"] == 130 and meta["phase"] == "report" and meta["interrupted"]["signal"] == "SIGINT"
+
+
+def test_a_stream_is_cumulative_only_when_every_piece_extends_the_one_before():
+    sse = ChatContract(reply_format="sse", reply_field="t")
+    events = lambda *texts: "".join(f'data: {{"t": "{t}"}}\n\n' for t in texts).encode()  # noqa: E731
+    assert sse.reply(events("Hel", "Hello", "Hello there")) == "Hello there"  # the whole text so far, each time
+    assert sse.reply(events("Hel", "lo", " there")) == "Hello there"          # deltas, joined
+    assert sse.reply(events("ha", "ha", "ha")) == "hahaha"                   # a piece the same as the one before
+    assert sse.reply(events("Hello", "Hel")) == "HelloHel"                   # shorter: not the text so far
