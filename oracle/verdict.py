@@ -419,10 +419,15 @@ def headline(v: dict) -> str:
 UNREADABLE = "run.json unreadable"  # the key a reader puts in place of a run.json it could not read: why
 
 
+UNWHOLE_PHASES = ("load", "heal")  # a run's phases before its journal is whole (locustfiles/endofrun.py)
+
+
 def cut_short(run: dict) -> str | None:
     """Why even a held verdict cannot be trusted: Locust's users raised exceptions (run.json's
     ``user_exceptions``, written at the end of the Locust run), or every Locust worker went missing
-    (``workers_lost``), so conversations were cut short, unjudged. None when neither happened. The run
+    (``workers_lost``), so conversations were cut short, unjudged; or the run never ended, and stopped before its
+    journal was whole (``phase`` load or heal, no ``end``: killed, or a full disk, after which the run itself said
+    NO VERDICT and a later audit PASSed the part of the journal written). None when none happened. The run
     exits 3 for it; so do ``oracle audit`` and ``oracle compare`` of it, and its report's badge says
     NOT TRUSTED (a FAIL stays a FAIL)."""
     if not isinstance(run, dict):
@@ -430,6 +435,10 @@ def cut_short(run: dict) -> str | None:
     if run.get(UNREADABLE):
         return (f"{run[UNREADABLE]}, so whether Locust's users raised exceptions (which cut conversations short) "
                 "cannot be told: repair or remove it")
+    if run.get("start") is not None and run.get("end") is None and run.get("phase") in UNWHOLE_PHASES:
+        return (f"run.json records no end, and the run was in its {short(run['phase'])} phase: it is still going, or "
+                "it stopped before its journal was whole (killed, or its run folder could not be written: a full "
+                "disk), so turns it sent may be missing from the journal; run the test again")
     lost = run.get("workers_lost")
     if isinstance(lost, dict) and lost.get("all"):
         return (f"every Locust worker went missing ({short(lost.get('count'))}): the test stopped early, its "

@@ -780,6 +780,31 @@ def test_oracle_audit_of_a_run_whose_users_raised_exceptions_is_not_trusted(tmp_
     assert "not a regular file but a FIFO" in capsys.readouterr().out
 
 
+def test_oracle_audit_of_a_run_that_never_ended_before_its_journal_was_whole_is_not_trusted(tmp_path, redis_server,
+                                                                                              capsys):
+    """A run whose journal hit a full disk said NO VERDICT and could not record its end (run.json: phase load, no
+    end); once the space was freed, an audit PASSed the part of the journal written. A run that stopped in its load
+    or heal phase (killed, or a full disk) is not trusted: exit 3, and the report says so; one that ended is."""
+    from oracle.audit_cli import main
+    from oracle.report import main as report
+
+    run, world = world_run(tmp_path, redis_server)
+    args = [str(run), "--store-url", redis_server.url, "--gate", "errors=100%"]
+    for phase, code in (("load", 3), ("heal", 3), ("audit", 0)):
+        (run / "run.json").write_text(json.dumps({"run": "r", "start": 1.7e9, "phase": phase}))
+        capsys.readouterr()
+        assert main(args) == code, phase
+        out = capsys.readouterr().out
+        assert ("NOT TRUSTED — run.json records no end" in out) == (code == 3), out[-600:]
+    (run / "run.json").write_text(json.dumps({"run": "r", "start": 1.7e9, "phase": "load"}))
+    assert report([str(run)]) == 0  # the report renders; its badge says it
+    assert "run.json records no end" in capsys.readouterr().out
+    assert "NOT TRUSTED" in (run / "report.html").read_text()
+    (run / "run.json").write_text(json.dumps({"run": "r", "start": 1.7e9, "end": 1.7e9 + 60, "phase": "load",
+                                              "exit_code": 130}))  # a Ctrl-C in the load records its end
+    assert main(args) == 0
+
+
 def test_a_bot_that_hangs_on_every_probe_never_passes(tmp_path):
     """Every probe's reply dribbles a byte at a time and never ends, so the socket's timeout never fires: no
     probe is answered, and the stop cut them short. Nothing was measured of memory: FAIL, exit 1 (it passed:
