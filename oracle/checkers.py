@@ -158,9 +158,15 @@ _NOT_WORD = re.compile(r"[\W_]+")
 
 
 def _words(text: str) -> str:
-    """A message as a copy cleaned of its token reads alike: read as ``_plain`` does (case, white space, Unicode
-    forms, markup), without punctuation, and without a short label before it ("Q: ", "User: ")."""
-    return _NOT_WORD.sub("", _plain(_LABEL.sub("", text, count=1)))
+    """A message as a copy cleaned of its token reads alike: read as ``_bare`` does, and without a short label
+    before it ("Q: ", "User: ")."""
+    return _bare(_LABEL.sub("", text, count=1))
+
+
+def _bare(text: str) -> str:
+    """Read as ``_plain`` does (case, white space, Unicode forms, markup), without punctuation or white space: a
+    text and its copy a store normalised (NFKC, lower-cased, punctuation stripped) read alike."""
+    return _NOT_WORD.sub("", _plain(text))
 
 
 def _later_tokens(session: str, index: int, text: str, start: int, source: str, turn: int, position: int,
@@ -476,7 +482,8 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
     Matching walks from the newest entry back, giving each ok user entry a distinct later
     assistant entry: its journaled reply verbatim when stored so, else a later assistant entry
     that is no ok turn's verbatim reply and is like it (``like_reply``: one holds the other, as
-    when an API adds a footer to what it returns or a store cuts it short). Any other text is no
+    when an API adds a footer to what it returns or a store cuts it short), or is it word for word
+    once punctuation is dropped too (``_worded``: a store that normalises what it keeps). Any other text is no
     answer: an agent's "Let me check my notes." stored with its tool call, a placeholder such as
     "(answer streamed to the client)", an entry with no text. Indeterminate
     turns never claim an assistant entry, so they cannot make an ok turn look unanswered. Returns
@@ -497,6 +504,8 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
     others = [text for text in {_plain(r or "") for r in replies} if len(text) >= OTHER_REPLY_CHARS]
     seen: Counter = Counter()  # verbatim replies of ok turns after the walk's position, unclaimed
     spare: list[str] = []      # other assistant entries' texts after it, unclaimed, read alike (_plain)
+    spare_texts: list[str] = []  # the same entries as stored, for ``_worded`` (read only when _plain finds none)
+    words: dict[str, str] = {}   # stored text -> its ``_bare`` reading, each read once
     out = []
     for index, role, text in reversed(decoded.messages):
         if role == ASSISTANT:
@@ -504,6 +513,7 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
                 seen[text] += 1
             else:
                 spare.append(_plain(text or ""))
+                spare_texts.append(text or "")
             continue
         for turn in reversed(first_index.get(index, ()) if role == USER else ()):
             if turn not in by_turn or by_turn[turn].outcome != "ok":
@@ -512,10 +522,12 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
             reply = None if seen[t.reply] > 0 else _plain(t.reply or "")
             like = None if reply is None else next((i for i, s in enumerate(spare) if _answers(s, reply, t, others)),
                                                    None)
+            if like is None and reply is not None and spare:  # stored normalised: punctuation stripped
+                like = _worded(spare_texts, t.reply or "", words)
             if seen[t.reply] > 0:
                 seen[t.reply] -= 1
-            elif like is not None:  # stored otherwise than it was sent (a footer the API adds, cut short)
-                del spare[like]
+            elif like is not None:  # stored otherwise than it was sent (a footer the API adds, cut short, normalised)
+                del spare[like], spare_texts[like]
             else:
                 out.append(finding("unanswered", session, turn, t.sent, token=t.token, reply=t.reply,
                                    matched_by="reply text, then count", assistant_entries_after=sum(seen.values()),
@@ -529,6 +541,25 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
             seen[reply] -= 1
             misplaced.append(f["turn"])
     return [f for f in out if f["turn"] not in misplaced], misplaced
+
+
+def _worded(texts: list[str], reply: str, words: dict[str, str]) -> int | None:
+    """The index in ``texts`` of the first stored text that is ``reply`` word for word, both read as ``_bare``
+    reads them (as the duplicate check reads a message and a copy of it cleaned for embeddings, ``_words``; a
+    reply's leading "Note: " is its own, so no label is taken off): a store that normalises what it keeps (NFKC,
+    lower-cased, punctuation stripped) keeps the reply. The whole reply, nothing more or less: a part of it (one
+    bubble of several), or a text holding it and more, is no such copy. None when there is none, or when the
+    reply has no word to read (an empty text is no answer). ``words`` caches each stored text's reading."""
+    wanted = _bare(reply)
+    if not wanted:
+        return None
+    for i, text in enumerate(texts):
+        read = words.get(text)
+        if read is None:
+            read = words[text] = _bare(text)
+        if read == wanted:
+            return i
+    return None
 
 
 def like_reply(stored: str, reply: str) -> bool:
