@@ -402,8 +402,9 @@ def _as_journaled(decoded: Decoded, theirs: set, ok: list[Turn], journaled: Coun
     verbatim, else the one distinct reply of an ok turn it holds whole and answers (``_answers``: a store that adds
     a time stamp, Markdown or a footer to what it keeps), so that a decorated reply stored twice counts as twice.
     A part of a reply is never read as the reply: a bot answering in several bubbles ("Let me check.", then the
-    answer) stores each as an entry of its own, and each bubble is no copy. A text like two replies, or none,
-    stays as it is."""
+    answer) stores each as an entry of its own, and each bubble is no copy. A text that is a reply word for word once
+    case, punctuation and spaces are dropped (``_bare``: a store that normalises) is that reply. A text like two
+    replies, or none, stays as it is."""
     out = {index: text for index, role, text in decoded.messages if role == ASSISTANT and index not in theirs}
     unlike = [i for i, text in out.items() if text not in journaled and (text or "").strip()]
     if not unlike:
@@ -413,9 +414,15 @@ def _as_journaled(decoded: Decoded, theirs: set, ok: list[Turn], journaled: Coun
         if (t.reply or "").strip():
             sent.setdefault(t.reply, (_plain(t.reply), t))
     others = [plain for plain, _ in sent.values() if len(plain) >= OTHER_REPLY_CHARS]
+    bare: dict[str, str] = {}  # each reply read as ``_bare``, only when a stored text is no decorated copy
     for index in unlike:
         stored = _plain(out[index])
         like = [reply for reply, (plain, t) in sent.items() if plain in stored and _answers(stored, plain, t, others)]
+        if not like:  # a store that normalises what it keeps: the reply word for word (as check_unanswered reads it)
+            words = _bare(out[index])
+            if not bare:
+                bare.update((reply, _bare(reply)) for reply in sent)
+            like = [reply for reply in sent if words and bare[reply] == words]
         if len(like) == 1:
             out[index] = like[0]
     return out

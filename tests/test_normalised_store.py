@@ -117,3 +117,15 @@ def test_swapped_turns_in_a_normalised_store_are_reordered_not_unanswered(tmp_pa
     world.stored[s] = [e for t in (0, 1, 2, 4, 3, 5) for e in pairs[t]]
     audit_on_redis(tmp_path, redis_server, world)
     assert finding_keys(tmp_path / "run") == {("reordered", s, 4)}
+
+
+def test_a_reply_stored_twice_in_a_normalising_store_is_duplicated(tmp_path, redis_server):
+    """Each stored copy is the reply word for word once punctuation is dropped: two copies of one turn's reply are
+    the duplicate they would be stored verbatim (only verbatim copies were counted: the bug passed)."""
+    world = normalised_world()
+    s = world.order[2]
+    copy = next(m for t, m in world.stored[s] if t == 1 and m["type"] == "ai")
+    at = next(i for i, (t, m) in enumerate(world.stored[s]) if t == 1 and m["type"] == "ai")
+    world.stored[s].insert(at + 1, (1, copy))
+    audit_on_redis(tmp_path, redis_server, world)
+    assert finding_keys(tmp_path / "run") == {("duplicated", s, 1)}
