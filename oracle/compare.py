@@ -156,8 +156,7 @@ def candidate_verdict(summary: dict, args) -> dict:
     overrides = verdict.legacy_overrides(args.max_probe_amnesia, args.max_stored_loss, args.max_crosstalk)
     if args.gate is None and not overrides:
         return verdict.of_summary(summary)
-    gates = verdict.parse_gates(args.gate).with_overrides(overrides, ",".join(
-        f"{name}={limit}" for name, limit in overrides.items()))
+    gates = verdict.parse_gates(args.gate, shorthands=overrides)  # a gate set by both is refused there
     v = verdict.of_summary(summary, gates)
     v["root_causes"] = (summary.get("verdict") or {}).get("root_causes") or []
     return v
@@ -241,12 +240,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="smallest absolute rate increase that counts as worse (default 0.01 = 1 point)")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
     parser.add_argument("--html", type=Path, help="also write an HTML comparison here")
-    parser.add_argument("--gate", default=None,
+    from oracle.options import Once  # each given at most once: argparse kept the last of two silently
+
+    parser.add_argument("--gate", default=None, action=Once,
                         help="judge the last candidate with these gates (the audit's grammar: strict, lenient, a "
                              "file, name=limit; default: the gates it was audited with)")
-    parser.add_argument("--max-probe-amnesia", type=float, default=None, help="same as --gate probe_amnesia=RATE")
-    parser.add_argument("--max-stored-loss", type=float, default=None, help="same as --gate stored_loss=RATE")
-    parser.add_argument("--max-crosstalk", type=int, default=None, help="same as --gate crosstalk=N")
+    parser.add_argument("--max-probe-amnesia", type=float, default=None, action=Once, help="same as --gate probe_amnesia=RATE")
+    parser.add_argument("--max-stored-loss", type=float, default=None, action=Once, help="same as --gate stored_loss=RATE")
+    parser.add_argument("--max-crosstalk", type=int, default=None, action=Once, help="same as --gate crosstalk=N")
     parser.add_argument("--audit", action="store_true", help="audit runs that have no audit yet")
     args = parser.parse_args(argv)
     if len(args.runs) < 2:
@@ -287,6 +288,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: the candidate {printable(path)} and {what} {printable(earlier)} are the same run "
                       f"({same}): a run compared with itself proves nothing; give different runs", file=sys.stderr)
                 return 2
+    from oracle.verdict import NOTHING_ACKNOWLEDGED, exit_code, of_summary
+
+    for path, r in zip(args.runs, runs):  # a run whose target acknowledged no turn (its audit's exit 2): its rates
+        own = judged if r is last else of_summary(r.summary)  # are 0/0, and "no significant change ... exit 1" read
+        if isinstance(own, dict) and exit_code(own) == 2:  # as a regression (refused turns stored anyway stay 1)
+            what = "the base" if r is base else "the candidate"
+            print(f"error: {what} {printable(path)}: {NOTHING_ACKNOWLEDGED} (its audit exits 2 too): it cannot be "
+                  "compared; run it again against a target that answers", file=sys.stderr)
+            return 2
     breaches = [printable(b) for b in judged["failed"]]
     gate = overall(results[last.path.as_posix()])
     trend = trend_rows(runs, results)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import weakref
 
 from contracts import redact
 from oracle.store import StoreOptions
@@ -39,13 +40,50 @@ class NotEmpty(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+class Once(argparse.Action):
+    """An option given at most once on a command line: argparse keeps the last of two silently, so
+    ``--gate probe_amnesia=0 --gate probe_amnesia=50%`` PASSed a run with 47% failed probes (while
+    ``--gate probe_amnesia=0,probe_amnesia=50%`` was refused), and ``--store-url A --store-url B`` read B.
+    Refused, naming both values (a store URL with its password masked)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._given: dict = {}  # id(namespace) -> (a weak reference to it, the value shown)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        self.once(namespace, values)
+        setattr(namespace, self.dest, values)
+
+    def once(self, namespace, values) -> None:
+        shown = repr(redact.url(str(values)) if "url" in self.dest else redact.text(str(values)))
+        for key in [key for key, (ref, _) in self._given.items() if ref() is None]:  # namespaces gone
+            del self._given[key]
+        earlier = self._given.get(id(namespace))
+        if earlier is not None and earlier[0]() is namespace:
+            raise argparse.ArgumentError(self, f"given twice, {earlier[1]} and {shown}: only the last would be used; "
+                                               "give it once" + (" (its items comma-separated, each gate once)"
+                                                                 if self.dest == "gate" else ""))
+        try:
+            self._given[id(namespace)] = (weakref.ref(namespace), shown)
+        except TypeError:  # a namespace that takes no weak reference: not tracked
+            pass
+
+
+class OnceNotEmpty(Once, NotEmpty):
+    """``NotEmpty``, given at most once (``Once``): the options that choose the store read."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        self.once(namespace, values)
+        NotEmpty.__call__(self, parser, namespace, values, option_string)
+
+
 STORE = [
-    (("--store-url",), dict(default="", is_secret=True, action=NotEmpty,
+    (("--store-url",), dict(default="", is_secret=True, action=OnceNotEmpty,
                             help="Redis to read back and audit: redis://[:password@]host:port/db "
                                  "(without it, and without --http-url or --reader, no store is audited)")),
-    (("--http-url",), dict(default="", action=NotEmpty, help="URL template returning a session's history, "
+    (("--http-url",), dict(default="", action=OnceNotEmpty, help="URL template returning a session's history, "
                                             "e.g. http://bot/sessions/{session}/history")),
-    (("--reader",), dict(default="", action=NotEmpty, help="module:function that reads a batch of sessions (docs/oracle.md)")),
+    (("--reader",), dict(default="", action=OnceNotEmpty, help="module:function that reads a batch of sessions (docs/oracle.md)")),
     (("--key-template",), dict(default=_D.key_template, help="store key of a session's history "
                                                              "(default message_store:{session})")),
     (("--store-format", "--format"), dict(default=_D.format, help="list (one entry per message), blob (one "
@@ -65,13 +103,13 @@ STORE = [
                           help="do not SCAN the store for keys no session of the run owns")),
 ]
 GATES = [
-    (("--gate",), dict(default="strict",
+    (("--gate",), dict(default="strict", action=Once,
                        help="the verdict's gates: strict (nothing allowed), lenient, off, a YAML gates file, and/or "
                             "name=limit items, comma-separated, later ones win, e.g. 'strict,probe_amnesia=1%%,errors=5' "
                             "(docs/oracle.md \"The verdict\")")),
-    (("--max-probe-amnesia",), dict(default="", include_in_web_ui=False, help="same as --gate probe_amnesia=RATE (0..1)")),
-    (("--max-stored-loss",), dict(default="", include_in_web_ui=False, help="same as --gate stored_loss=RATE (0..1)")),
-    (("--max-crosstalk",), dict(default="", include_in_web_ui=False, help="same as --gate crosstalk=N (sessions with cross-talk)")),
+    (("--max-probe-amnesia",), dict(default="", action=Once, include_in_web_ui=False, help="same as --gate probe_amnesia=RATE (0..1)")),
+    (("--max-stored-loss",), dict(default="", action=Once, include_in_web_ui=False, help="same as --gate stored_loss=RATE (0..1)")),
+    (("--max-crosstalk",), dict(default="", action=Once, include_in_web_ui=False, help="same as --gate crosstalk=N (sessions with cross-talk)")),
 ]
 
 
@@ -302,16 +340,18 @@ def gates(values):
     from oracle import verdict
 
     get = lambda name: getattr(values, name, None)  # noqa: E731
-    overrides = verdict.legacy_overrides(_number(get("max_probe_amnesia"), "max-probe-amnesia", 1.0),
-                                         _number(get("max_stored_loss"), "max-stored-loss", 1.0),
-                                         _count(get("max_crosstalk"), "max-crosstalk"))
-    _not_empty(get("gate"), "--gate")
-    _no_empty_item(get("gate"), "--gate")
-    try:
-        spec = verdict.parse_gates(str(get("gate") or "strict"))
+    shorthands = (_number(get("max_probe_amnesia"), "max-probe-amnesia", 1.0),
+                  _number(get("max_stored_loss"), "max-stored-loss", 1.0), _count(get("max_crosstalk"), "max-crosstalk"))
+    try:  # legacy_overrides refuses a rate of 100% (it was a traceback, exit 3)
+        overrides = verdict.legacy_overrides(*shorthands)
     except verdict.GateError as exc:
         raise OptionError(str(exc)) from None
-    return spec.with_overrides(overrides, ",".join(f"{name}={limit}" for name, limit in overrides.items()))
+    _not_empty(get("gate"), "--gate")
+    _no_empty_item(get("gate"), "--gate")
+    try:  # a --max-* shorthand over a gate an item of --gate sets too is refused by parse_gates
+        return verdict.parse_gates(str(get("gate") or "strict"), shorthands=overrides)
+    except verdict.GateError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def _number(value, name: str, high: float) -> float | None:

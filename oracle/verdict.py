@@ -135,10 +135,15 @@ def parse_limit(text, where: str) -> Limit:
     return Limit(rate=float(value)) if rate else Limit(count=int(value))
 
 
-def parse_gates(spec: str | None, where: str = "--gate") -> Gates:
+def parse_gates(spec: str | None, where: str = "--gate", shorthands: dict[str, Limit] | None = None) -> Gates:
     """``strict`` (default), ``lenient``, a YAML file, and ``name=limit`` items, comma-separated: a profile (or a
     file's ``profile:``) first, then the gates it changes, each once: ``lenient,probe_amnesia=0``. A profile
-    after an item would reset it, and a gate set twice leaves one of the two ignored: both are refused."""
+    after an item would reset it, and a gate set twice leaves one of the two ignored: both are refused.
+
+    ``shorthands``: the ``--max-*`` options (``legacy_overrides``), applied over the spec: over a profile they
+    change it, as an item would; a gate that an item (or a gates file) of the spec sets too is set twice, and
+    one of the two was silently ignored (``--gate probe_amnesia=0 --max-probe-amnesia 0.5`` PASSed a run with
+    47% failed probes): refused, naming both."""
     text = str(spec or "").strip() or "strict"
     limits = dict(PROFILES["strict"])
     set_by: dict[str, str] = {}  # gate -> the item that set it
@@ -166,7 +171,15 @@ def parse_gates(spec: str | None, where: str = "--gate") -> Gates:
                 raise GateError(f"{where} {short(text)}: {short(item)} sets the {name} gate, which {set_by[name]} "
                                 "sets already: keep one")
             limits[name], set_by[name] = limit, short(item)
-    return Gates(limits, text)
+    gates = Gates(limits, text)
+    if not shorthands:
+        return gates
+    for name, limit in shorthands.items():
+        if name in set_by:
+            item = "" if set_by[name] == short(text) else f" (its item {set_by[name]})"
+            raise GateError(f"{SHORTHANDS.get(name, name)} {limit} sets the {name} gate, which {where} "
+                            f"{short(text)}{item} sets already: keep one")
+    return gates.with_overrides(shorthands, ",".join(f"{name}={limit}" for name, limit in shorthands.items()))
 
 
 def _items(text: str) -> list[str]:
@@ -218,6 +231,9 @@ def _gates_file(path: str, where: str) -> tuple[str | None, dict[str, Limit]]:
                             "keep one")
         out[name], set_at[name] = parse_limit(value.value, f"{line}: {key.value}"), f"line {key.start_mark.line + 1}"
     return profile, out
+
+
+SHORTHANDS = {"probe_amnesia": "--max-probe-amnesia", "stored_loss": "--max-stored-loss", "crosstalk": "--max-crosstalk"}
 
 
 def legacy_overrides(max_probe_amnesia=None, max_stored_loss=None, max_crosstalk=None) -> dict[str, Limit]:

@@ -304,8 +304,10 @@ def test_cli_exit_codes_and_messages(tmp_path, redis_server, capsys):
     lenient = "stored_loss=1,probe_amnesia=off,errors=off"
     code, out, _ = in_process(capsys, run, "--gate", lenient)  # from the snapshot now
     assert code == 0 and "PASS" in out and "stored_loss: 1 acknowledged turns lost by the store" in out
-    code, out, _ = in_process(capsys, run, "--gate", lenient, "--max-stored-loss", "0")  # the older spelling
-    assert code == 1 and "stored_loss" in out
+    code, out, _ = in_process(capsys, run, "--gate", "probe_amnesia=off,errors=off", "--max-stored-loss", "0")
+    assert code == 1 and "stored_loss" in out  # the older spelling over a gate set
+    code, _, err = in_process(capsys, run, "--gate", lenient, "--max-stored-loss", "0")  # the same gate twice
+    assert code == 2 and "keep one" in err
     code, _, err = in_process(capsys, run, "--gate", "lost=lots")
     assert code == 2 and "--gate 'lost=lots': 'lots' is not a limit" in err
     code, _, err = in_process(capsys, tmp_path / "nope")
