@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from http.cookiejar import CookieJar
 from types import SimpleNamespace
 
 import pytest
@@ -107,7 +108,8 @@ class OfflineUser:
                                   settings=SimpleNamespace(run_id="r", timeout=5.0, think=(0.0, 0.0)), step=0,
                                   crosstalk_logged=0, script=parse_script(script))
         self.environment = SimpleNamespace(events=SimpleNamespace(request=SimpleNamespace(fire=lambda **kw: None)))
-        self.user_id, self.bot_session, self.client = "u", None, None
+        self.user_id, self.bot_session = "u", None
+        self.client = SimpleNamespace(client=SimpleNamespace(cookiejar=CookieJar()))  # emptied per conversation
 
     def wire(self):
         return FakeWire
