@@ -337,7 +337,8 @@ class ChatUser(FastHttpUser):
         start = perf_counter()
         try:
             if self.socket is not None:  # --websocket
-                status, content, error = self.socket.exchange(socket_url(url), payload, headers, rt.contract.has_reply)
+                status, content, error = self.socket.exchange(socket_url(url), payload, headers, rt.contract,
+                                                             message)
                 resp = FRAME
             else:
                 resp, status, content, error = self.send(wire, url, uri, payload, headers)

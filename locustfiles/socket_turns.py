@@ -1,6 +1,14 @@
 """Turns over a WebSocket (``--websocket``), as a chat page talks to its bot: one connection per conversation,
 opened at its first turn; a turn is a text frame (the body the contract builds), answered by the first frame
-that holds the reply (--reply-field). Other frames (typing, acknowledgements) are skipped.
+that holds the reply (--reply-field) and came after it was sent. Other frames (typing, acknowledgements) are skipped,
+and so are, as no turn's reply:
+- the frames already waiting when a turn is sent: a greeting the bot sends on connect, the rest of an earlier reply
+  streamed in several frames. A new connection is first pinged and read up to the pong, so that a greeting sent
+  with the handshake is read before the first turn leaves; later turns take what is waiting without blocking.
+- a frame whose reply is the very message just sent: a chat room's echo of the user's own message. It is the reply
+  only when nothing else comes by --timeout (a bot that answers with the message itself).
+- with --reply-where on a lone --reply-field (``type=done``: a streamed answer's final frame), a frame it does not keep
+  (locustfiles/options.py still refuses the pair today).
 
 Outcomes follow Jepsen's rule as HTTP turns do (locustfiles/outcome.py), where a socket allows more: a turn
 whose connection could not be opened (refused, a handshake the bot rejected) never left, so it is ``fail``;
@@ -9,12 +17,17 @@ dropped so that a late reply can never be taken for the next turn's (the next tu
 """
 from __future__ import annotations
 
+import select
 from time import monotonic
 
 import websocket
 from gevent.lock import Semaphore
 
+from locustfiles.contract import NoReply, json_reply
 from locustfiles.outcome import NotSent, classify_error
+
+WARNED: set = set()  # warnings given (once a process)
+BARRIER = b"goldfish"  # the ping a new connection is read up to (frames the bot sent with its handshake: a greeting)
 
 
 class SocketTurns:
@@ -26,39 +39,105 @@ class SocketTurns:
         self.socket: websocket.WebSocket | None = None
         self.lock = Semaphore()
 
-    def exchange(self, url: str, frame: bytes, headers: dict, has_reply) -> tuple:
-        """Send ``frame`` (opening the connection to ``url`` with ``headers`` first when there is none); (200, the
-        reply frame, None) once one ``has_reply``, else (0, None, the error)."""
+    def exchange(self, url: str, frame: bytes, headers: dict, contract, message: str = "") -> tuple:
+        """Send ``frame`` (opening the connection to ``url`` with ``headers`` first when there is none, or when the
+        bot closed it between turns); (200, the reply frame, None) once one has a reply where ``contract`` says
+        (and, with --reply-where on a lone --reply-field, is a frame it keeps) that is not ``message`` echoed back,
+        else (0, None, the error)."""
+        where = contract.where is not None and "*" not in contract.reply_path  # a * picks among a frame's items
         with self.lock:
             deadline = monotonic() + self.timeout
             try:
+                if self.socket is not None and not self.drained(deadline, contract):
+                    self.close()  # the bot closed it after the last turn: this one has not left, it opens another
                 if self.socket is None:
                     self.socket = websocket.create_connection(
                         url, timeout=self.timeout, header=[f"{name}: {value}" for name, value in headers.items()])
+                    self.socket.ping(BARRIER)
+                    self.read_to_pong(deadline)
             except websocket.WebSocketBadStatusException as exc:
                 return 0, None, NotSent(f"not sent: the WebSocket handshake was answered HTTP {exc.status_code}")
             except Exception as exc:  # noqa: BLE001 - every other way a connection fails to open
+                self.close()
                 return 0, None, NotSent(f"not sent: the WebSocket did not open ({classify_error(exc)[1]})")
+            echo = None
             try:
                 self.socket.send(frame.decode("utf-8"))
                 while True:
                     left = deadline - monotonic()
                     if left <= 0:
+                        if echo is not None:
+                            return 200, echo, None
                         raise TimeoutError(f"no reply frame within {self.timeout:g}s")
                     self.socket.settimeout(left)
                     try:
                         data = self.socket.recv()
                     except websocket.WebSocketTimeoutException:
+                        if echo is not None:  # nothing but the message itself came back: that is the answer
+                            return 200, echo, None
                         raise TimeoutError(f"no reply frame within {self.timeout:g}s") from None
                     data = data.encode("utf-8") if isinstance(data, str) else data
-                    if has_reply(data):
-                        return 200, data, None
+                    try:
+                        text = contract.reply(data)
+                        if where and not contract.kept(json_reply(data)):
+                            continue  # a token of a streamed answer, where only its final frame is wanted
+                    except NoReply:
+                        continue
+                    if text == message and echo is None:
+                        echo = data  # the user's own message echoed back (a chat room's): the answer comes next
+                        continue
+                    return 200, data, None
             except Exception as exc:  # noqa: BLE001 - sent: whatever happens now, the bot may have it
                 self.close()
                 return 0, None, exc
             except BaseException:  # the stop: its reply would come to nobody
                 self.close()
                 raise
+
+    def waiting(self) -> bool:
+        """Whether a frame (or the start of one) is waiting to be read, without blocking. websocket-client reads a
+        frame's bytes and no more, so the socket's (and TLS's decrypted) buffer holds exactly what is unread."""
+        sock = self.socket.sock
+        if sock is None:
+            return False
+        pending = getattr(sock, "pending", None)
+        return bool(pending and pending()) or bool(select.select([sock], [], [], 0)[0])
+
+    def drained(self, deadline: float, contract) -> bool:
+        """Read and drop the frames waiting before a turn is sent: they answer no turn of this one (the rest of an
+        earlier reply streamed in frames, a greeting). False when the bot closed the connection meanwhile."""
+        while self.waiting():
+            self.socket.settimeout(max(deadline - monotonic(), 0.001))  # a frame half-way in: read it to its end
+            try:
+                opcode, data = self.socket.recv_data(control_frame=True)
+            except (websocket.WebSocketConnectionClosedException, OSError):
+                return False
+            if opcode == websocket.ABNF.OPCODE_CLOSE:
+                return False
+            if opcode in (websocket.ABNF.OPCODE_TEXT, websocket.ABNF.OPCODE_BINARY) and "streamed" not in WARNED:
+                try:
+                    contract.reply(data)
+                except NoReply:
+                    continue
+                from locustfiles.conversation import warn_once
+
+                warn_once("streamed", "--websocket: a frame holding reply field %r came after a turn's reply, before "
+                          "the next turn: the bot answers in several frames (a streamed answer?); each turn takes "
+                          "the first, whose text its recall is judged on, and a stream's end has no mark goldfish "
+                          "knows: a FAIL of such a bot is not to be trusted", contract.reply_field)
+                WARNED.add("streamed")
+        return True
+
+    def read_to_pong(self, deadline: float) -> None:
+        """Drop the frames a new connection brings before the pong of its first ping: a greeting sent with the
+        handshake, which no turn asked for."""
+        while True:
+            self.socket.settimeout(max(deadline - monotonic(), 0.001))
+            opcode, data = self.socket.recv_data(control_frame=True)
+            if opcode == websocket.ABNF.OPCODE_PONG and data == BARRIER:
+                return
+            if opcode == websocket.ABNF.OPCODE_CLOSE:
+                raise ConnectionError("the bot closed the connection before the first turn")
 
     def close(self) -> None:
         """Say goodbye (a close frame) and drop the connection, without waiting for the bot's: websocket-client's

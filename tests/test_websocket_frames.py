@@ -1,0 +1,180 @@
+"""--websocket: frames that are no turn's reply (locustfiles/socket_turns.py). A WebSocket chat bot may send, besides
+one reply frame per turn, a greeting on connect, the user's own message echoed back (a chat room's), or its answer
+streamed in token frames before a final frame with the whole answer. None of them is the reply to the turn being
+sent; taken as one, every later reply shifts by a turn and a correct bot FAILs (the bot hunt's ws_greeting, ws_echo,
+ws_stream). Real bots (this file, run as a program) and real Locust runs.
+
+Run the bot: ``python tests/test_websocket_frames.py --port P --mode greet`` (modes: greet, echo, stream, parrot,
+forget: greet + echo, answering from no memory). Its history is served at GET /history/<session>.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from contextlib import contextmanager
+from http import HTTPStatus
+from pathlib import Path
+
+BOT = str(Path(__file__).resolve())
+GREETING = "Hi! I am the delivery assistant. How can I help?"
+
+
+async def bot(port: int, mode: str) -> None:
+    from websockets.asyncio.server import serve
+
+    from support_locust import answer
+
+    memory: dict[str, dict] = {}
+    histories: dict[str, list] = {}
+
+    def http(connection, request):
+        if request.path.startswith("/history/"):
+            stored = histories.get(request.path[len("/history/"):], [])
+            return connection.respond(HTTPStatus.OK, json.dumps({"messages": stored}))
+        if request.path != "/ws":
+            return connection.respond(HTTPStatus.NOT_FOUND, "no such path\n")
+        return None
+
+    async def chat(socket):
+        if mode in ("greet", "forget"):  # a chat widget's welcome, before any turn
+            await socket.send(json.dumps({"type": "message", "reply": GREETING}))
+        async for frame in socket:
+            body = json.loads(frame)
+            session, message = body["session_id"], body["message"]
+            text = answer({} if mode == "forget" else memory.setdefault(session, {}), message)
+            if mode == "parrot":
+                text = message  # answers with the message itself (a correct echo bot has no memory to test)
+            histories.setdefault(session, []).extend([{"role": "user", "content": message},
+                                                      {"role": "assistant", "content": text}])
+            if mode in ("echo", "forget"):  # a chat room's broadcast of the user's own message
+                await socket.send(json.dumps({"type": "message", "reply": message}))
+            await socket.send(json.dumps({"type": "typing"}))
+            if mode == "stream":  # the answer in token frames, then the whole of it
+                for i in range(0, len(text), 4):
+                    await socket.send(json.dumps({"type": "token", "reply": text[i:i + 4]}))
+            await socket.send(json.dumps({"type": "done", "reply": text}))
+
+    async with serve(chat, "127.0.0.1", port, process_request=http):
+        await asyncio.Future()
+
+
+@contextmanager
+def ws_bot(mode: str):
+    from conftest import free_port
+    from support_locust import serve_program
+
+    port = free_port()
+    with serve_program([sys.executable, BOT, "--port", str(port), "--mode", mode], port, f"ws bot {mode}") as url:
+        yield url
+
+
+def ws_run(url: str, tmp_path, *extra, time_s: str = "3s"):
+    from support_locust import quick_script, run_locust
+
+    return run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "--websocket", "--chat-path", "/ws",
+                      "--http-url", f"{url}/history/{{session}}", "--role-field", "role", "--content-field", "content",
+                      "--settle", "0", *extra, time_s=time_s)
+
+
+def answered(run) -> list[dict]:
+    return [r for r in run.records() if not (r["error"] or "").startswith("interrupted")]
+
+
+def test_a_greeting_on_connect_is_no_turns_reply(tmp_path):
+    """The welcome frame comes before the first turn is sent: it was the first turn's "reply" and every reply after
+    came a turn late (100% amnesia, reordered). Now the connection is read up to the pong of a ping first."""
+    with ws_bot("greet") as url:
+        run = ws_run(url, tmp_path)
+    records = answered(run)
+    assert run.returncode == 0, run.output[-3000:]
+    assert records and {r["outcome"] for r in records} == {"ok"}
+    assert GREETING not in {r["reply"] for r in records}
+    assert {r["reply"] for r in records if r["kind"] == "plant"} == {"Noted."}
+    assert {r["verdict"] for r in records if r["kind"] == "probe"} == {"pass"}
+
+
+def test_the_users_own_message_echoed_back_is_not_the_reply(tmp_path):
+    """The bot echoes each message before answering it: each probe was "answered" with itself. Now a frame whose
+    reply is the message just sent is passed over."""
+    with ws_bot("echo") as url:
+        run = ws_run(url, tmp_path)
+    records = answered(run)
+    assert run.returncode == 0, run.output[-3000:]
+    assert records and all(r["reply"] != r["message"] for r in records)
+    assert {r["reply"] for r in records if r["kind"] == "plant"} == {"Noted."}
+    assert {r["verdict"] for r in records if r["kind"] == "probe"} == {"pass"}
+
+
+def test_a_bot_that_greets_echoes_and_forgets_still_fails(tmp_path):
+    with ws_bot("forget") as url:
+        run = ws_run(url, tmp_path)
+    assert run.returncode == 1, run.output[-3000:]
+    probes = [r for r in answered(run) if r["kind"] == "probe" and r["outcome"] == "ok"]
+    assert probes and {r["verdict"] for r in probes} == {"amnesia"}
+    assert all(r["reply"].startswith("I don't know your") for r in probes)
+    assert "FAIL  probe_amnesia:" in run.output
+
+
+def test_the_rest_of_a_streamed_reply_does_not_answer_the_next_turn(tmp_path):
+    """Token frames, then the whole answer: each turn takes the first frame holding --reply-field (its first token),
+    and the frames left over are dropped before the next turn leaves (they answered it, 0.04 ms after it was sent,
+    with a piece of the last reply); a warning says the bot streams its answer. The think time lets the rest of the
+    stream arrive before the next turn (a stream may still be arriving then: only --reply-where tells its end)."""
+    with ws_bot("stream") as url:
+        run = ws_run(url, tmp_path, "--think", "0.1")
+    records = answered(run)
+    assert records and {r["outcome"] for r in records} == {"ok"}, run.output[-3000:]
+    assert {r["reply"] for r in records if r["kind"] == "plant"} == {"Note"}  # never "d.", never "Noted."
+    assert {r["reply"] for r in records if r["kind"] == "probe"} == {"Your"}
+    assert "the bot answers in several frames (a streamed answer?)" in run.output
+
+
+def test_reply_where_picks_the_frame_with_the_whole_answer(tmp_path):
+    """--reply-where on a lone --reply-field keeps only the frames it matches (type=done: the final one), over a
+    real connection to the streaming bot."""
+    from locustfiles.contract import ChatContract
+    from locustfiles.socket_turns import SocketTurns
+
+    contract = ChatContract(reply_field="reply", reply_where="type=done", websocket=True)
+    turns = SocketTurns(timeout=10)
+    with ws_bot("stream") as url:
+        ws = url.replace("http://", "ws://") + "/ws"
+        try:
+            replies = []
+            for message in ("My postcode is 1234-ABCD.", "What is my postcode?"):
+                status, data, error = turns.exchange(ws, json.dumps({"session_id": "s1", "message": message}).encode(),
+                                                     {}, contract, message)
+                assert status == 200, error
+                replies.append(contract.reply(data))
+        finally:
+            turns.close()
+    assert replies == ["Noted.", "Your postcode is 1234-ABCD."]
+
+
+def test_a_bot_that_answers_with_the_message_itself_is_answered_by_it(tmp_path):
+    """An echo is passed over only while something else may come: when nothing does by --timeout, the message
+    itself was the answer (not a lost reply)."""
+    from locustfiles.contract import ChatContract
+    from locustfiles.socket_turns import SocketTurns
+
+    contract = ChatContract(reply_field="reply", websocket=True)
+    turns = SocketTurns(timeout=1)
+    with ws_bot("parrot") as url:
+        ws = url.replace("http://", "ws://") + "/ws"
+        try:
+            status, data, error = turns.exchange(ws, json.dumps({"session_id": "s1", "message": "hello"}).encode(),
+                                                 {}, contract, "hello")
+        finally:
+            turns.close()
+    assert status == 200 and contract.reply(data) == "hello", error
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--mode", required=True, choices=("greet", "echo", "stream", "parrot", "forget"))
+    a = p.parse_args()
+    asyncio.run(bot(a.port, a.mode))
