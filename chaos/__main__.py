@@ -20,7 +20,7 @@ from chaos.faults import TOXIC
 from chaos.plan import PlanError, load_plan, toxiproxy_url
 from chaos.toxiproxy import Toxiproxy, ToxiproxyError
 from contracts import codec, redact
-from contracts.console import not_empty
+from contracts.console import control_character, not_empty, printable
 from contracts.durations import parse_duration
 from contracts.runfolder import RunFolder, detach_output
 from targets import file as targets_file, registry
@@ -62,6 +62,17 @@ def _backend_kwargs(args) -> dict:
     return kw
 
 
+def _one_line_dir(left_out: str):
+    """argparse type of --run-dir: not empty, and one line of printable text, as Locust's --run-dir must be (its
+    name is printed in the timeline line and the heal hint: a line break in it forged "chaos: done" lines)."""
+    def check(text: str) -> str:
+        why = control_character(not_empty(left_out)(text))
+        if why is not None:
+            raise argparse.ArgumentTypeError(f"--run-dir: {redact.text(text)[:80]!r} {why}")
+        return text
+    return check
+
+
 def _new_dirs(path: str) -> list[Path]:
     """The folders making ``path`` would create, deepest first."""
     new, here = [], Path(path).absolute()
@@ -88,12 +99,12 @@ def cmd_validate(args) -> int:
     options = _backend_kwargs(args) if args.backend else {}   # clashing options refused before anything is read
     if args.targets:
         rows = _target_rows(targets_file.open_registry(args.targets))
-        print(f"{args.targets}: ok — {len(rows)} target(s): " + ", ".join(line for line, _ in rows))
+        print(f"{printable(args.targets)}: ok — {len(rows)} target(s): " + ", ".join(line for line, _ in rows))
     if not args.plan:
         return 0
     plan = load_plan(args.plan)
-    print(f"{args.plan}: ok — {len(plan.faults)} fault(s), {len(plan.schedule())} occurrence(s), "
-          f"ends at {plan.horizon:g}s" if plan.horizon is not None else f"{args.plan}: ok (runs until stopped)")
+    print(f"{printable(args.plan)}: ok — {len(plan.faults)} fault(s), {len(plan.schedule())} occurrence(s), "
+          f"ends at {plan.horizon:g}s" if plan.horizon is not None else f"{printable(args.plan)}: ok (runs until stopped)")
     for warning in plan.warnings:
         print(f"warning: {warning}")
     if args.backend or args.toxiproxy:   # a Toxiproxy named on the command line is checked, with or without a backend
@@ -106,7 +117,7 @@ def cmd_validate(args) -> int:
             skips = controller.predicted_skips(controller.validate())
         finally:
             _remove_empty(new)  # validating writes nothing there
-        print(f"{args.plan}: ok against backend {args.backend}"
+        print(f"{printable(args.plan)}: ok against backend {args.backend}"
               + (f"; {len(skips)} occurrence(s) will be skipped:" if skips else ""))
         for skip in shown(skips):
             print(f"warning: {skip}")
@@ -126,7 +137,7 @@ def cmd_run(args) -> int:
         run_dir = _run_folder(path)
         ctl = Controller(plan, backend, run_dir, toxiproxy=args.toxiproxy)
         if args.dry_run:
-            print(f"dry run of {args.plan} on backend {backend.name} (nothing is touched):")
+            print(f"dry run of {printable(args.plan)} on backend {backend.name} (nothing is touched):")
             print("\n".join(ctl.dry_run()))
             return 0
         return _run(args, plan, backend, ctl, run_dir)
@@ -146,7 +157,7 @@ def _run(args, plan, backend, ctl, run_dir) -> int:
     via = "end"
     try:
         ctl.start()
-        print(f"chaos: running {args.plan} ({plan.horizon:g}s) on {backend.name}; timeline {ctl.timeline.path}",
+        print(f"chaos: running {printable(args.plan)} ({plan.horizon:g}s) on {backend.name}; timeline {ctl.timeline.path}",
               flush=True)
         while not ctl.wait(0.2):
             pass
@@ -164,7 +175,11 @@ def _run(args, plan, backend, ctl, run_dir) -> int:
     print(f"chaos: done ({via}); {len(failed)} fault(s) left outstanding", flush=True)
     for e in failed:
         print(f"  NOT healed: {e['key']} — run `python -m chaos heal {run_dir}`", flush=True)
-    return 1 if failed else 0
+    unwritten = [w for w in (ctl.timeline.unwritten, ctl.outstanding.unwritten) if w]
+    for what in unwritten:  # the faults were healed; what the run folder says of them is not whole
+        print(f"chaos: could not write {printable(what)}: the run folder's record of the faults is incomplete "
+              "(a full disk?), so an audit cannot tell when each was in force", flush=True)
+    return 1 if failed or unwritten else 0
 
 
 def _check_toxiproxy(plan, flag: str | None) -> None:
@@ -269,8 +284,8 @@ def main(argv=None) -> int:
                        help="local backend: your own processes, named in a targets file")
         s.add_argument("--backend-opt", action="append", metavar="KEY=VALUE",
                        help="backend constructor option (e.g. namespace=chat for kubernetes)")
-        s.add_argument("--run-dir", type=not_empty("results/chaos-<time>" if name == "run"
-                                                else "/tmp: validating writes nothing"),
+        s.add_argument("--run-dir", type=_one_line_dir("results/chaos-<time>" if name == "run"
+                                                    else "/tmp: validating writes nothing"),
                        help="where chaos.jsonl and chaos/outstanding.json go")
         s.add_argument("--toxiproxy", type=_toxiproxy_option, help="Toxiproxy API URL for toxic faults")
         if name == "run":
@@ -289,8 +304,9 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
     try:
         return {"run": cmd_run, "validate": cmd_validate, "heal": cmd_heal, "targets": cmd_targets}[args.cmd](args)
-    except PlanError as exc:
-        print(f"error: {redact.text(exc)}", file=sys.stderr)
+    except PlanError as exc:  # each problem names the plan's file: one line each, however the file is named
+        print("error: invalid chaos plan:\n  " + "\n  ".join(printable(redact.text(p)) for p in exc.problems),
+              file=sys.stderr)
         return 2
     except registry.MemberUnhealthy as exc:
         print(f"error: {redact.text(exc)}", file=sys.stderr)

@@ -22,6 +22,7 @@ class Outstanding:
         self.backend_config = backend_config or {}
         self._entries: dict[str, dict] = {}
         self._lock = threading.Lock()
+        self.unwritten: str | None = None  # why the file could not be written last (a full disk), once
 
     @staticmethod
     def key(fault_id: str, instance: str) -> str:
@@ -67,14 +68,21 @@ class Outstanding:
             return len(self._entries)
 
     def _write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {"backend": self.backend, "backend_config": self.backend_config,
                 "faults": list(self._entries.values())}
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".outstanding.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(codec.dumps_document(data))
-            f.flush()   # no fsync: rename is atomic against a killed process, which is the risk here
-        os.replace(tmp, self.path)
+        tmp = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".outstanding.", suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                f.write(codec.dumps_document(data))
+                f.flush()   # no fsync: rename is atomic against a killed process, which is the risk here
+            os.replace(tmp, self.path)
+        except OSError as exc:  # a full disk: the faults are healed all the same; the file keeps its last state
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            if self.unwritten is None:
+                self.unwritten = f"{self.path}: {exc.strerror or exc}"
 
 
 class OutstandingError(ValueError):

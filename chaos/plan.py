@@ -303,6 +303,10 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
     spec = KINDS.get(kind) if isinstance(kind, str) else None
     if kind is None:
         bad("kind", f"missing (one of: {', '.join(sorted(KINDS))})")
+    elif isinstance(kind, bool) and _as_written(nodes.get("kind")):  # `kind: on`: YAML 1.1 made it True
+        written = nodes["kind"].value
+        bad("kind", f"unknown fault kind {written!r} (YAML 1.1 reads an unquoted {written} as the boolean {kind}: "
+                    f"quote a text value, kind: \"...\"; one of: {', '.join(sorted(KINDS))})")
     elif spec is None:
         bad("kind", f"unknown fault kind {show(kind)} (one of: {', '.join(sorted(KINDS))})")
     target = fields.get("target")

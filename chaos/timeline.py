@@ -24,6 +24,7 @@ class Timeline:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.backend = backend
         self._lock = threading.Lock()
+        self.unwritten: str | None = None  # the first record that could not be written, and why (a full disk)
 
     def record(self, event: str, fault: Fault, instance: str, outcome: str = "ok", error: str | None = None,
                planned: float | None = None, via: str | None = None, detail: dict | None = None,
@@ -38,9 +39,14 @@ class Timeline:
         if detail:
             rec["detail"] = detail
         line = codec.dumps_line(rec)
-        with self._lock:
-            with open(self.path, "ab") as f:
-                f.write(line)
+        try:
+            with self._lock:
+                with open(self.path, "ab") as f:
+                    f.write(line)
+        except OSError as exc:  # the fault is healed all the same; the run's end says its timeline is incomplete
+            if self.unwritten is None:
+                self.unwritten = f"{self.path}: {event} of {fault.id} on {instance}: {exc.strerror or exc}"
+                log.error("chaos: cannot write the timeline %s", self.unwritten)
         (log.warning if outcome != "ok" else log.info)(
             "chaos %s %s %s on %s: %s%s", event, fault.id, fault.kind, instance, outcome,
             f" ({error})" if error else "")

@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 import threading
+import unicodedata
 from contextlib import contextmanager
 
 
@@ -57,3 +58,24 @@ def not_empty(left_out: str):
                                              f"out (then {left_out})")
         return text
     return check
+
+
+def control_character(value: str) -> str | None:
+    """Why ``value`` is not one line of printable text (its first control character: a line break, ESC, a
+    bidirectional override...), or None. A name that is printed back (a run folder, a label) with one could forge a
+    verdict line (``goldfish: PASS, exit code 0`` under a failed run) or recolour or clear the terminal."""
+    bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
+    if bad is None:
+        return None
+    what = ", a line break" if bad in "\n\r\u2028\u2029" else ""
+    return f"holds a control character (U+{ord(bad):04X}{what}): give one line of printable text"
+
+
+def printable(text) -> str:
+    """Text as a terminal shows it, on one line: a control character (a line break, a carriage return, ESC, DEL...)
+    or another invisible one is written escaped (``\\n``, ``\\x1b``, ``\\u202e``), never sent raw, so a label or a
+    file name cannot forge a line or clear the screen."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

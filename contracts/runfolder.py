@@ -118,6 +118,16 @@ class RunFolder:
         it, or an audit left there taken for its verdict)."""
         return self.run_json.is_file() or self.journal.is_dir() or self.summary.is_file()
 
+    def enclosing_run(self) -> Path | None:
+        """The run folder this folder lies inside (an ancestor holding run.json, journal/ or an audit), or None.
+        A run made in another's store/ or journal/ is lost or misread: a live re-audit of that run replaces its
+        store/, and its journal/ reads the new run's files as its own shards."""
+        here = Path(os.path.realpath(self.path))  # a link into another run is inside it too
+        for parent in [*Path(self.path).absolute().parents, *here.parents]:
+            if RunFolder(parent).is_run():
+                return parent
+        return None
+
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISSOCK, "a socket"))

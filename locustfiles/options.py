@@ -7,9 +7,9 @@ bad value gives one clear message naming the option.
 """
 from __future__ import annotations
 
+import os
 import re
 import time
-import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -19,6 +19,8 @@ import msgspec
 
 from chaos.backends import REGISTRY as CHAOS_BACKENDS
 from contracts import codec, durations, redact
+from contracts.console import control_character
+from contracts.runfolder import RunFolder
 from locustfiles.contract import (BODY_FORMATS, METHODS, POLL_FIELD, REPLY_FORMATS, SESSION, SESSION_SOURCES,
                                   PathError, check_fields, set_dotted)
 from oracle import (AuditOptionError, NotEmpty, StoreOptions, add_gate_options, add_store_options, audit_option_names,
@@ -39,14 +41,30 @@ class OptionError(ValueError):
 def check_line(value: str, option: str) -> str:
     """One line of printable text, for an option that is printed back: ``--label`` (by ``oracle compare`` and
     ``trend``, and it names the run folder) and ``--run-dir`` (by Locust's end-of-run lines, ``oracle audit`` and
-    every message naming a run file). A line break or an escape sequence in it could forge a verdict line
-    (``goldfish: PASS, exit code 0`` under a failed run) or recolour or clear the terminal's."""
-    bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
-    if bad is not None:
-        what = ", a line break" if bad in "\n\r\u2028\u2029" else ""
-        raise OptionError(f"{option}: {redact.text(value)[:80]!r} holds a control character (U+{ord(bad):04X}{what}): "
-                          "give one line of printable text")
+    every message naming a run file): ``contracts.console.control_character``."""
+    why = control_character(value)
+    if why is not None:
+        raise OptionError(f"{option}: {redact.text(value)[:80]!r} {why}")
     return value
+
+
+def _path(path) -> str:  # a link's target is not checked as --run-dir is: a line break in it is shown escaped
+    return str(path) if str(path).isprintable() else codec.short(str(path), 200)
+
+
+def check_run_dir(run_dir: str) -> str:
+    """A --run-dir inside another run's folder (its store/, journal/, audit/...) is refused: a live re-audit of that
+    run replaces its store/ (this run deleted), its journal/ reads this run's files as its shards. A dangling link is
+    named as one ("File exists" said nothing is there, and the users then sat idle)."""
+    if not run_dir:
+        return run_dir
+    if os.path.islink(run_dir) and not os.path.exists(run_dir):
+        raise OptionError(f"--run-dir {run_dir} is a symbolic link to {_path(os.readlink(run_dir))}, which does not exist: "
+                          "make that folder, or name another --run-dir")
+    if (outer := RunFolder(run_dir).enclosing_run()) is not None:
+        raise OptionError(f"--run-dir {run_dir} lies inside the run folder {_path(outer)} (it holds run.json, journal/ or an "
+                          "audit): a later audit of that run would delete or misread this one; name a folder outside it")
+    return run_dir
 
 
 # what run.json records of the options (Settings.public(), the target): each must be UTF-8 text
@@ -224,7 +242,8 @@ def check_request(get) -> None:
     reply_format = _one_of(str(get("reply_format") or "json"), REPLY_FORMATS, "--reply-format")
     check_session_from(str(get("session_from") or "").strip(), path, reply_format, str(get("start_path") or "").strip(),
                        str(get("start_body") or ""))
-    check_reply_where(str(get("reply_where") or ""), reply_format, str(get("reply_field") or ""))
+    check_reply_where(str(get("reply_where") or ""), reply_format, str(get("reply_field") or ""),
+                      bool(get("poll_path") or get("websocket")))
     check_poll_path(str(get("poll_path") or "").strip())
     if get("websocket"):
         check_websocket(get, reply_format)
@@ -245,9 +264,11 @@ def check_request(get) -> None:
                           "(check --body, --message-field and --session-field)")
 
 
-def check_reply_where(text: str, reply_format: str, reply_field: str) -> None:
-    """--reply-where is PATH=VALUE, and picks among several pieces or items: a stream's, or a * of --reply-field's
-    (a lone JSON reply, a text body or XML have nothing to pick among, and the option would be ignored)."""
+def check_reply_where(text: str, reply_format: str, reply_field: str, answers: bool = False) -> None:
+    """--reply-where is PATH=VALUE, and picks among several pieces or items: a stream's, a * of --reply-field's, or
+    the JSON answers of one turn (``answers``: a job's polls, --poll-path, or a WebSocket's frames: the one that is
+    the reply, ``status=succeeded``, ``type=done``). A lone JSON reply, a text body or XML have nothing to pick
+    among, and the option would be ignored."""
     if not text:
         return
     path, equals, _ = text.partition("=")
@@ -255,10 +276,12 @@ def check_reply_where(text: str, reply_format: str, reply_field: str) -> None:
     if not equals or not path or any(not part or part == "*" for part in path.split(".")):
         raise OptionError(f"--reply-where: {text!r} is not PATH=VALUE or PATH!=VALUE (a dotted path of the piece, "
                           "no '*': event=on_chat_model_stream)")
-    if reply_format not in ("sse", "ndjson") and not (reply_format == "json" and "*" in reply_field.split(".")):
-        raise OptionError(f"--reply-where {text!r} picks among a stream's pieces (--reply-format sse or ndjson) or "
-                          f"the items at a * of --reply-field; --reply-format {reply_format} with --reply-field "
-                          f"{reply_field!r} has none to pick")
+    if reply_format not in ("sse", "ndjson") and not (reply_format == "json" and ("*" in reply_field.split(".")
+                                                                                  or answers)):
+        raise OptionError(f"--reply-where {text!r} picks among a stream's pieces (--reply-format sse or ndjson), "
+                          "the items at a * of --reply-field, or the JSON answers of a --poll-path job or a "
+                          f"--websocket turn; --reply-format {reply_format} with --reply-field {reply_field!r} has "
+                          "none to pick")
 
 
 # a line of a Locust config file (locust.conf, --config): configargparse's DefaultConfigFileParser's pattern
@@ -527,7 +550,7 @@ class Settings:
             raise OptionError("--step-users and --steps go together (both > 0 to enable the step shape)")
         _check_run_time(get, shaped=step_users > 0)
         label = check_line(str(get("label") or "dev"), "--label")
-        check_line(str(get("run_dir") or ""), "--run-dir")
+        check_run_dir(check_line(str(get("run_dir") or ""), "--run-dir"))
         headers = dict(parse_header(h) for h in (get("header") or []))
         session_header = str(get("session_header") or "")
         if clash := next((h for h in headers if session_header and h.lower() == session_header.lower()), None):
@@ -567,7 +590,7 @@ class Settings:
             no_audit=no_audit,
             settle=parse_duration(get("settle", "2s"), "settle"),
             gates=_audit_option(gates, o),
-            chaos=str(get("chaos") or ""),
+            chaos=check_line(str(get("chaos") or ""), "--chaos"),  # printed back: "chaos: armed PATH"
             chaos_backend=_one_of(str(get("chaos_backend") or "local"), tuple(CHAOS_BACKENDS), "--chaos-backend"),
             stack_state=str(get("stack_state") or ".stack/state.json"),
             step_users=step_users,

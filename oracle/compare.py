@@ -22,6 +22,7 @@ from pathlib import Path
 from scipy.stats import fisher_exact, mannwhitneyu
 
 from contracts import codec
+from contracts.console import printable
 from contracts.runfolder import write_text
 from oracle import charts
 from oracle.report_data import RATE_METRICS, RATE_TITLES, RunData, RunFolderError, load_run, rate
@@ -29,17 +30,6 @@ from oracle.report_format import html_target_problem, ms, number, pct
 
 WORSE, BETTER, SAME, UNMEASURED = "worse", "better", "no significant change", "not measured"
 PERF_MARGIN = 0.10  # relative change below which throughput/latency differences are not called
-
-
-def printable(text) -> str:
-    """Text read from a run folder (a label, a folder name, a message quoting them) as a terminal shows it, on one
-    line: a control character (a line break, a carriage return, ESC, DEL...) or another invisible one is written
-    escaped (``\\n``, ``\\x1b``, ``\\u202e``), never sent raw, so a label cannot forge a "verdict:" line or clear
-    the screen. Also used by trend and for the HTML pages (where such characters are invisible)."""
-    text = str(text)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def with_printable_label(run: RunData) -> RunData:

@@ -20,7 +20,7 @@ import textwrap
 import pytest
 
 from conftest import free_port
-from support_chaos import read_timeline, run_chaos, write_plan
+from support_chaos import chaos_stack, read_timeline, run_chaos, write_plan  # noqa: F401 - fixture
 from targets import file as targets_file, registry
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -84,3 +84,23 @@ def test_a_kill_that_found_its_target_down_is_not_left_outstanding(tmp_path):
     # nothing was "recovered": chaos did not start a target that was down before it
     member = registry.load(targets_file.open_registry(str(targets)))["members"]["web"]
     assert not member.get("pid"), member
+
+
+# ---- 3. a timeline that cannot be written (a full disk) --------------------------------------------------------------
+def test_a_timeline_that_cannot_be_written_is_said_and_the_fault_is_still_healed(chaos_stack, tmp_path):
+    """chaos.jsonl on a full disk (a link to /dev/full: every write is ENOSPC): the recovery's record raised in the
+    controller's thread, a traceback, then "0 fault(s) left outstanding", exit 0, and the timeline said the fault
+    was never healed. The fault is healed all the same, the run says its record is incomplete, exit 1."""
+    plan = write_plan(tmp_path, "faults:\n  - {id: freeze, kind: pause, target: bot-1, at: 0s, duration: 0.5s}\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "chaos.jsonl").symlink_to("/dev/full")
+    done = run_chaos("run", plan, "--backend", "local", "--state-dir", chaos_stack.state_dir, "--run-dir", run,
+                     timeout=120)
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said
+    assert "Traceback" not in said, said
+    assert f"could not write {run / 'chaos.jsonl'}: apply of freeze#0 on bot-1" in said, said
+    assert "the run folder's record of the faults is incomplete" in said, said
+    assert chaos_stack.process_state("bot-1") != "T" and chaos_stack.healthy("bot-1")
+    assert json.loads((run / "chaos" / "outstanding.json").read_text())["faults"] == []
