@@ -180,6 +180,9 @@ class ChatContract:
                 hint = " (it looks like an event stream: --reply-format sse)" \
                     if content.lstrip().startswith((b"data:", b"event:", b":")) else ""
                 raise NoReply("reply is not JSON" + hint) from None
+            if self.where is not None and "*" not in self.reply_path and not self.kept(payload):
+                # one answer of several (a job's while it runs, a WebSocket's token frames): not yet the reply
+                raise NoReply(f"the answer is not one --reply-where {self.reply_where!r} keeps")
             text = self.field_of(payload)
         elif self.reply_format == "xml":
             text = xml_text(content, self.reply_path, self.reply_field)

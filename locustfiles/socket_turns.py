@@ -7,8 +7,7 @@ and so are, as no turn's reply:
   with the handshake is read before the first turn leaves; later turns take what is waiting without blocking.
 - a frame whose reply is the very message just sent: a chat room's echo of the user's own message. It is the reply
   only when nothing else comes by --timeout (a bot that answers with the message itself).
-- with --reply-where on a lone --reply-field (``type=done``: a streamed answer's final frame), a frame it does not keep
-  (locustfiles/options.py still refuses the pair today).
+- with --reply-where (``type=done``: a streamed answer's final frame), a frame it does not keep.
 
 Outcomes follow Jepsen's rule as HTTP turns do (locustfiles/outcome.py), where a socket allows more: a turn
 whose connection could not be opened (refused, a handshake the bot rejected) never left, so it is ``fail``;
@@ -23,7 +22,7 @@ from time import monotonic
 import websocket
 from gevent.lock import Semaphore
 
-from locustfiles.contract import NoReply, json_reply
+from locustfiles.contract import NoReply
 from locustfiles.outcome import NotSent, classify_error
 
 WARNED: set = set()  # warnings given (once a process)
@@ -44,7 +43,6 @@ class SocketTurns:
         bot closed it between turns); (200, the reply frame, None) once one has a reply where ``contract`` says
         (and, with --reply-where on a lone --reply-field, is a frame it keeps) that is not ``message`` echoed back,
         else (0, None, the error)."""
-        where = contract.where is not None and "*" not in contract.reply_path  # a * picks among a frame's items
         with self.lock:
             deadline = monotonic() + self.timeout
             try:
@@ -78,9 +76,7 @@ class SocketTurns:
                         raise TimeoutError(f"no reply frame within {self.timeout:g}s") from None
                     data = data.encode("utf-8") if isinstance(data, str) else data
                     try:
-                        text = contract.reply(data)
-                        if where and not contract.kept(json_reply(data)):
-                            continue  # a token of a streamed answer, where only its final frame is wanted
+                        text = contract.reply(data)  # with --reply-where, a streamed answer's final frame only
                     except NoReply:
                         continue
                     if text == message and echo is None:

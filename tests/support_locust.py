@@ -42,6 +42,7 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
                once), GET /jobs/<id> answers {"status": "running"} twice (with Authorization as sent), then
                {"status": "done", "output": {"text": <the answer>}}; 404 for an unknown job
     jobs-stuck the job API, whose probes' jobs never finish
+    jobs-partial the job API, whose running jobs answer the text so far: {"status": "running", "output": {"text": ...}}
     limited    the default API, rate-limited after the fact: every third turn is stored, then refused 429 with
                Retry-After (a limiter behind the memory write; the client will send it again)
     located    the threads API, whose start answers 201 with an empty body and the thread's whole URL in
@@ -115,8 +116,10 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
                 return respond(start, "404 Not Found", b'{"error": "no such job"}')
             job[1] += 1
             done = job[0] is not None and job[1] > 2
+            running = {"status": "running"} if mode != "jobs-partial" else \
+                {"status": "running", "output": {"text": job[0][:4 * job[1]]}}  # the text so far (Replicate's)
             return respond(start, "200 OK", json.dumps({"status": "done", "output": {"text": job[0]}} if done
-                                                       else {"status": "running"}).encode())
+                                                       else running).encode())
         raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
         if mode in ("openai", "forgetful-stream"):
             parts = path.split("/")  # /v1/chats/<session>/completions

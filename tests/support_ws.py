@@ -1,4 +1,4 @@
-"""A chat bot served over a WebSocket, as a chat page talks to it (for --websocket tests).
+"""A chat bot served over a WebSocket, as a chat page talks to it (for --websocket tests), and how tests run it.
 
     ws://<host>/ws     each text frame {"session_id": ..., "message": ...} is answered by a typing frame,
                        {"type": "typing"}, then {"type": "message", "reply": <the answer>}
@@ -6,7 +6,10 @@
     any other path     404 (also the handshake)
 
 Modes: ``memory`` answers from the session's facts; ``forget`` from none (every probe is amnesia); ``drop``
-remembers, but closes each connection at its fourth frame, stored and unanswered.
+remembers, but closes each connection at its fourth frame, stored and unanswered. Frames that are no turn's reply
+(tests/test_websocket_frames.py): ``greet`` sends a welcome on connect; ``echo`` sends the user's own message back
+before the answer (a chat room's); ``stream`` sends the answer in token frames ({"type": "token"}) before the
+whole of it; ``parrot`` answers with the message itself; ``chatty-forget`` greets and echoes, and remembers nothing.
 Run one: ``python tests/support_ws.py --port P --mode memory``.
 """
 from __future__ import annotations
@@ -14,9 +17,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
+from contextlib import contextmanager
 from http import HTTPStatus
+from pathlib import Path
 
 from support_locust import answer
+
+GREETING = "Hi! I am the delivery assistant. How can I help?"
+MODES = ("memory", "forget", "drop", "greet", "echo", "stream", "parrot", "chatty-forget")
 
 
 async def main(port: int, mode: str) -> None:
@@ -35,26 +44,56 @@ async def main(port: int, mode: str) -> None:
 
     async def chat(socket):
         frames = 0
+        if mode in ("greet", "chatty-forget"):  # a chat widget's welcome, before any turn
+            await socket.send(json.dumps({"type": "message", "reply": GREETING}))
         async for frame in socket:
             frames += 1
             body = json.loads(frame)
             session, message = body["session_id"], body["message"]
-            text = answer({} if mode == "forget" else memory.setdefault(session, {}), message)
+            text = answer({} if mode in ("forget", "chatty-forget") else memory.setdefault(session, {}), message)
+            if mode == "parrot":
+                text = message  # answers with the message itself (a correct echo bot has no memory to test)
             histories.setdefault(session, []).extend([{"role": "user", "content": message},
                                                       {"role": "assistant", "content": text}])
             if mode == "drop" and frames == 4:
                 await socket.close()
                 return
+            if mode in ("echo", "chatty-forget"):  # a chat room's broadcast of the user's own message
+                await socket.send(json.dumps({"type": "message", "reply": message}))
             await socket.send(json.dumps({"type": "typing"}))
+            if mode == "stream":  # the answer in token frames, then the whole of it
+                for i in range(0, len(text), 4):
+                    await socket.send(json.dumps({"type": "token", "reply": text[i:i + 4]}))
             await socket.send(json.dumps({"type": "message", "reply": text}))
 
     async with serve(chat, "127.0.0.1", port, process_request=http):
         await asyncio.Future()
 
 
+@contextmanager
+def ws_bot(mode: str = "memory"):
+    """This bot in ``mode`` on a free loopback port; yields its base URL; always stopped."""
+    from conftest import free_port
+    from support_locust import serve_program
+
+    port = free_port()
+    with serve_program([sys.executable, __file__, "--port", str(port), "--mode", mode], port, f"ws bot {mode}") as url:
+        yield url
+
+
+def ws_run(url: str, tmp_path, *extra, time_s: str = "3s"):
+    """A Locust run over the bot's WebSocket, audited through its /history/<id>."""
+    from support_locust import quick_script, run_locust
+
+    return run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "--websocket", "--chat-path", "/ws",
+                      "--http-url", f"{url}/history/{{session}}", "--role-field", "role", "--content-field", "content",
+                      "--settle", "0", *extra, time_s=time_s)
+
+
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--mode", default="memory", choices=("memory", "forget", "drop"))
+    p.add_argument("--mode", default="memory", choices=MODES)
     a = p.parse_args()
     asyncio.run(main(a.port, a.mode))

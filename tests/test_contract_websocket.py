@@ -2,29 +2,8 @@
 from __future__ import annotations
 
 import json
-import sys
-from contextlib import contextmanager
-from pathlib import Path
 
-from support_locust import quick_script, run_locust, serve_program
-
-WS_BOT = str(Path(__file__).parent / "support_ws.py")
-
-
-@contextmanager
-def ws_bot(mode: str = "memory"):
-    from conftest import free_port
-
-    port = free_port()
-    with serve_program([sys.executable, WS_BOT, "--port", str(port), "--mode", mode], port, f"ws bot {mode}") as url:
-        yield url
-
-
-def ws_run(url: str, tmp_path, *extra, time_s: str = "3s"):
-    return run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "--websocket", "--chat-path", "/ws",
-                      "--http-url", f"{url}/history/{{session}}", "--role-field", "role", "--content-field", "content",
-                      "--settle", "0", *extra, time_s=time_s)
-
+from support_ws import ws_bot, ws_run
 
 def test_a_websocket_bot_that_remembers_passes(tmp_path):
     """Each conversation's turns go as text frames over its own connection; the typing frame before each reply

@@ -2,80 +2,15 @@
 one reply frame per turn, a greeting on connect, the user's own message echoed back (a chat room's), or its answer
 streamed in token frames before a final frame with the whole answer. None of them is the reply to the turn being
 sent; taken as one, every later reply shifts by a turn and a correct bot FAILs (the bot hunt's ws_greeting, ws_echo,
-ws_stream). Real bots (this file, run as a program) and real Locust runs.
+ws_stream). Real bots and real Locust runs.
 
-Run the bot: ``python tests/test_websocket_frames.py --port P --mode greet`` (modes: greet, echo, stream, parrot,
-forget: greet + echo, answering from no memory). Its history is served at GET /history/<session>.
+The bots are tests/support_ws.py's modes greet, echo, stream, parrot and chatty-forget.
 """
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
-import sys
-from contextlib import contextmanager
-from http import HTTPStatus
-from pathlib import Path
 
-BOT = str(Path(__file__).resolve())
-GREETING = "Hi! I am the delivery assistant. How can I help?"
-
-
-async def bot(port: int, mode: str) -> None:
-    from websockets.asyncio.server import serve
-
-    from support_locust import answer
-
-    memory: dict[str, dict] = {}
-    histories: dict[str, list] = {}
-
-    def http(connection, request):
-        if request.path.startswith("/history/"):
-            stored = histories.get(request.path[len("/history/"):], [])
-            return connection.respond(HTTPStatus.OK, json.dumps({"messages": stored}))
-        if request.path != "/ws":
-            return connection.respond(HTTPStatus.NOT_FOUND, "no such path\n")
-        return None
-
-    async def chat(socket):
-        if mode in ("greet", "forget"):  # a chat widget's welcome, before any turn
-            await socket.send(json.dumps({"type": "message", "reply": GREETING}))
-        async for frame in socket:
-            body = json.loads(frame)
-            session, message = body["session_id"], body["message"]
-            text = answer({} if mode == "forget" else memory.setdefault(session, {}), message)
-            if mode == "parrot":
-                text = message  # answers with the message itself (a correct echo bot has no memory to test)
-            histories.setdefault(session, []).extend([{"role": "user", "content": message},
-                                                      {"role": "assistant", "content": text}])
-            if mode in ("echo", "forget"):  # a chat room's broadcast of the user's own message
-                await socket.send(json.dumps({"type": "message", "reply": message}))
-            await socket.send(json.dumps({"type": "typing"}))
-            if mode == "stream":  # the answer in token frames, then the whole of it
-                for i in range(0, len(text), 4):
-                    await socket.send(json.dumps({"type": "token", "reply": text[i:i + 4]}))
-            await socket.send(json.dumps({"type": "done", "reply": text}))
-
-    async with serve(chat, "127.0.0.1", port, process_request=http):
-        await asyncio.Future()
-
-
-@contextmanager
-def ws_bot(mode: str):
-    from conftest import free_port
-    from support_locust import serve_program
-
-    port = free_port()
-    with serve_program([sys.executable, BOT, "--port", str(port), "--mode", mode], port, f"ws bot {mode}") as url:
-        yield url
-
-
-def ws_run(url: str, tmp_path, *extra, time_s: str = "3s"):
-    from support_locust import quick_script, run_locust
-
-    return run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), "--websocket", "--chat-path", "/ws",
-                      "--http-url", f"{url}/history/{{session}}", "--role-field", "role", "--content-field", "content",
-                      "--settle", "0", *extra, time_s=time_s)
+from support_ws import GREETING, ws_bot, ws_run
 
 
 def answered(run) -> list[dict]:
@@ -108,7 +43,7 @@ def test_the_users_own_message_echoed_back_is_not_the_reply(tmp_path):
 
 
 def test_a_bot_that_greets_echoes_and_forgets_still_fails(tmp_path):
-    with ws_bot("forget") as url:
+    with ws_bot("chatty-forget") as url:
         run = ws_run(url, tmp_path)
     assert run.returncode == 1, run.output[-3000:]
     probes = [r for r in answered(run) if r["kind"] == "probe" and r["outcome"] == "ok"]
@@ -137,7 +72,7 @@ def test_reply_where_picks_the_frame_with_the_whole_answer(tmp_path):
     from locustfiles.contract import ChatContract
     from locustfiles.socket_turns import SocketTurns
 
-    contract = ChatContract(reply_field="reply", reply_where="type=done", websocket=True)
+    contract = ChatContract(reply_field="reply", reply_where="type=message", websocket=True)
     turns = SocketTurns(timeout=10)
     with ws_bot("stream") as url:
         ws = url.replace("http://", "ws://") + "/ws"
@@ -151,6 +86,17 @@ def test_reply_where_picks_the_frame_with_the_whole_answer(tmp_path):
         finally:
             turns.close()
     assert replies == ["Noted.", "Your postcode is 1234-ABCD."]
+
+
+def test_a_streamed_answer_is_judged_on_the_final_frame_reply_where_names(tmp_path):
+    """The streaming bot with --reply-where type=done (refused with --websocket before): each turn's reply is its
+    whole answer, and the run PASSes."""
+    with ws_bot("stream") as url:
+        run = ws_run(url, tmp_path, "--reply-where", "type=message")
+    records = answered(run)
+    assert run.returncode == 0, run.output[-3000:]
+    assert {r["reply"] for r in records if r["kind"] == "plant"} == {"Noted."}
+    assert records and {r["verdict"] for r in records if r["kind"] == "probe"} == {"pass"}
 
 
 def test_a_bot_that_answers_with_the_message_itself_is_answered_by_it(tmp_path):
@@ -169,12 +115,3 @@ def test_a_bot_that_answers_with_the_message_itself_is_answered_by_it(tmp_path):
         finally:
             turns.close()
     assert status == 200 and contract.reply(data) == "hello", error
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).parent))
-    p = argparse.ArgumentParser()
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--mode", required=True, choices=("greet", "echo", "stream", "parrot", "forget"))
-    a = p.parse_args()
-    asyncio.run(bot(a.port, a.mode))
