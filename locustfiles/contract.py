@@ -28,6 +28,8 @@ SESSION = "{session}"  # where the session id goes in --chat-path
 REPLY_FORMATS = ("json", "text", "sse", "ndjson", "xml", "ai-sdk")
 BODY_FORMATS = ("json", "form")  # form: application/x-www-form-urlencoded, flat fields (a Flask request.form bot)
 METHODS = ("POST", "PUT", "PATCH", "GET")  # GET: the fields go in the query string (a Flask request.args bot)
+# a polled job's status (or state) while it still runs: its answer may hold the text so far (ChatContract.job_done)
+RUNNING = ("queued", "pending", "starting", "started", "running", "processing", "in_progress", "in progress")
 SESSION_SOURCES = ("reply", "header", "cookie")  # --session-from reply:FIELD | header:NAME | cookie:NAME
 MAX_BOT_SESSION = 200  # characters of an id the bot issues (it goes into headers, bodies and store keys)
 POLL_FIELD = re.compile(r"\{reply\.([^{}]+)\}")  # --poll-path's {reply.FIELD}: a value of the turn's answer
@@ -202,6 +204,20 @@ class ChatContract:
         except NoReply:
             return False
         return True
+
+    def job_done(self, content: bytes) -> bool:
+        """Whether a polled job's answer that holds a reply is its last: not while its ``status`` (or ``state``)
+        says it still runs (Replicate's ``processing`` answers the text so far; OpenAI's ``in_progress``, Celery's
+        ``STARTED``). --reply-where, when given, says when it is done instead (``reply``)."""
+        if self.where is not None or self.reply_format != "json":
+            return True
+        try:
+            payload = json_reply(content)
+        except codec.DecodeError:
+            return True
+        status = next((payload.get(name) for name in ("status", "state") if isinstance(payload, dict)
+                       and isinstance(payload.get(name), str)), "")
+        return status.lower() not in RUNNING
 
     @cached_property
     def joins_messages(self) -> bool:

@@ -376,7 +376,8 @@ class ChatUser(FastHttpUser):
 
     def poll(self, answered, answer: bytes, session: str, headers: dict, sent: float) -> tuple:
         """A job API's turn (``--poll-path``): the turn was answered with a job; GET it every POLL_EVERY_S until
-        its answer holds the reply (--reply-field), another status comes, or --timeout after the turn was sent.
+        its answer holds the reply (--reply-field) and no longer says it runs, another status comes, or --timeout
+        after the turn was sent.
         Each GET is a Locust request named ``poll``. Returns the last answer as ``send`` does, and why the job
         gave no reply (None when it did): such a turn is ``info``, as the bot may still store it."""
         contract, timeout = self.rt.contract, self.rt.settings.timeout
@@ -388,7 +389,7 @@ class ChatUser(FastHttpUser):
         while True:
             polled = self.client.get(path, headers=headers, name="poll")
             resp, status, content, error = with_body(polled, polled.status_code or 0, getattr(polled, "error", None))
-            if not 200 <= status < 300 or contract.has_reply(content or b""):
+            if not 200 <= status < 300 or contract.has_reply(content or b"") and contract.job_done(content):
                 return resp, status, content, error, None  # the reply, or what came instead
             if time() - sent + POLL_EVERY_S > timeout:
                 return resp, status, content, None, f"no reply: its job {path} had none after {timeout:g}s (--timeout)"

@@ -119,8 +119,9 @@ class SocketTurns:
 
                 warn_once("streamed", "--websocket: a frame holding reply field %r came after a turn's reply, before "
                           "the next turn: the bot answers in several frames (a streamed answer?); each turn takes "
-                          "the first, whose text its recall is judged on, and a stream's end has no mark goldfish "
-                          "knows: a FAIL of such a bot is not to be trusted", contract.reply_field)
+                          "the first, whose text its recall is judged on: name the frame that holds the whole answer "
+                          "with --reply-where (type=done, say); without it a FAIL of such a bot is not to be trusted",
+                          contract.reply_field)
                 WARNED.add("streamed")
         return True
 

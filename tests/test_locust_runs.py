@@ -307,13 +307,14 @@ def test_a_job_api_is_polled_for_each_reply(tmp_path):
     assert run.count("GET", "poll") >= 3 * len(records) and not run.count("GET", "poll", failures=True)
 
 
-def test_a_job_that_answers_its_text_so_far_while_it_runs_is_polled_until_reply_where_holds(tmp_path):
+@pytest.mark.parametrize("where", [[], ["--reply-where", "status=done"]])
+def test_a_job_that_answers_its_text_so_far_while_it_runs_is_polled_until_it_is_done(tmp_path, where):
     """A job whose answer holds the text generated so far while it runs (Replicate's): the first answer holding
-    --reply-field was a piece of the reply, and a correct bot FAILed every probe. --reply-where status=done polls on
-    until the job says it is done; without it the pieces are the replies, as before."""
+    --reply-field was a piece of the reply, and a correct bot FAILed every probe. A job whose status says it still
+    runs is polled on; --reply-where says when a job is done instead (status=done)."""
     with chat_bot("jobs-partial") as url:
-        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), *JOBS,
-                         "--reply-where", "status=done", "--http-url", f"{url}/history/{{session}}", time_s="3s")
+        run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path), *JOBS, *where,
+                         "--http-url", f"{url}/history/{{session}}", time_s="3s")
     assert run.returncode == 0, run.output[-3000:]
     records = [r for r in run.records() if not (r["error"] or "").startswith("interrupted")]
     assert {r["reply"] for r in records if r["kind"] == "plant"} == {"Noted."}
