@@ -1,5 +1,6 @@
 """The command-line entry points' console: output a terminal or log cannot encode is escaped, never a crash;
-SIGTERM ends a command as Ctrl-C does, with its clean-up and message; an empty option value is refused."""
+SIGTERM ends a command as Ctrl-C does, with its clean-up and message; an empty option value is refused; a name
+printed back holds no control character (refused, or shown escaped)."""
 from __future__ import annotations
 
 import argparse

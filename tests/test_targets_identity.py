@@ -69,13 +69,13 @@ def test_chaos_refuses_a_recorded_pid_that_another_process_took(app_member, stra
     ctl = Controller(plan, LocalBackend(str(app_member), health_timeout=30), tmp_path / "run").start()
     assert ctl.wait(60)
     assert stranger.poll() is None, "chaos signalled a process that is not the member"
-    apply, recover = read_timeline(tmp_path / "run")
+    (apply,) = read_timeline(tmp_path / "run")
     assert apply["outcome"] == "error"
     assert f"pid {stranger.pid} is no longer app" in apply["error"] and "refusing to signal" in apply["error"]
-    # The member itself was gone, so healing starts it again: a new pid with its own identity.
-    assert recover["outcome"] == "ok"
-    member = registry.load(app_member)["members"]["app"]
-    assert member["pid"] != stranger.pid and registry.member_alive(member) and registry.check_health(member)
+    # The member itself was gone before the kill: the fault did nothing, so nothing is recovered, and chaos starts
+    # no process it did not stop (chaos.backends.NotApplied)
+    assert apply["error"].startswith("NotApplied:") and ctl.outstanding.entries() == []
+    assert not registry.member_alive(registry.load(app_member)["members"]["app"])
 
 
 def test_stop_and_describe_never_take_a_stranger_for_the_member(app_member, stranger):
