@@ -175,7 +175,7 @@ def _run(args, plan, backend, ctl, run_dir) -> int:
     print(f"chaos: done ({via}); {len(failed)} fault(s) left outstanding", flush=True)
     for e in failed:
         print(f"  NOT healed: {e['key']} — run `python -m chaos heal {run_dir}`", flush=True)
-    unwritten = [w for w in (ctl.timeline.unwritten, ctl.outstanding.unwritten) if w]
+    unwritten = ctl.unwritten
     for what in unwritten:  # the faults were healed; what the run folder says of them is not whole
         print(f"chaos: could not write {printable(what)}: the run folder's record of the faults is incomplete "
               "(a full disk?), so an audit cannot tell when each was in force", flush=True)

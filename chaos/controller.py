@@ -181,6 +181,12 @@ class Controller:
     def done(self) -> bool:
         return self._done.is_set()
 
+    @property
+    def unwritten(self) -> list[str]:
+        """The run folder's records of the faults that could not be written (a full disk), each with why: the
+        faults were healed all the same, but what the folder says of them is not whole."""
+        return [w for w in (self.timeline.unwritten, self.outstanding.unwritten) if w]
+
     def _run(self, schedule) -> None:
         try:
             for t, f, k, _chosen in schedule:

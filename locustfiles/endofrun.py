@@ -535,7 +535,7 @@ class EndOfRun:
             say(f"chaos: {len(left)} fault(s) NOT healed — run `python -m chaos heal {run.run_dir}`")
         else:
             say("chaos: stopped, everything healed")
-        for what in filter(None, (run.controller.timeline.unwritten, run.controller.outstanding.unwritten)):
+        for what in run.controller.unwritten:
             say(f"chaos: could not write {what}: the run folder's record of the faults is incomplete (a full disk?)")
 
     # ---- Locust quits -----------------------------------------------------------------------

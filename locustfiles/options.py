@@ -19,7 +19,7 @@ import msgspec
 
 from chaos.backends import REGISTRY as CHAOS_BACKENDS
 from contracts import codec, durations, redact
-from contracts.console import control_character
+from contracts.console import control_character, printable  # a link's target, shown escaped
 from contracts.runfolder import RunFolder
 from locustfiles.contract import (BODY_FORMATS, METHODS, POLL_FIELD, REPLY_FORMATS, SESSION, SESSION_SOURCES,
                                   PathError, check_fields, set_dotted)
@@ -48,10 +48,6 @@ def check_line(value: str, option: str) -> str:
     return value
 
 
-def _path(path) -> str:  # a link's target is not checked as --run-dir is: a line break in it is shown escaped
-    return str(path) if str(path).isprintable() else codec.short(str(path), 200)
-
-
 def check_run_dir(run_dir: str) -> str:
     """A --run-dir inside another run's folder (its store/, journal/, audit/...) is refused: a live re-audit of that
     run replaces its store/ (this run deleted), its journal/ reads this run's files as its shards. A dangling link is
@@ -59,10 +55,10 @@ def check_run_dir(run_dir: str) -> str:
     if not run_dir:
         return run_dir
     if os.path.islink(run_dir) and not os.path.exists(run_dir):
-        raise OptionError(f"--run-dir {run_dir} is a symbolic link to {_path(os.readlink(run_dir))}, which does not exist: "
+        raise OptionError(f"--run-dir {run_dir} is a symbolic link to {printable(os.readlink(run_dir))}, which does not exist: "
                           "make that folder, or name another --run-dir")
     if (outer := RunFolder(run_dir).enclosing_run()) is not None:
-        raise OptionError(f"--run-dir {run_dir} lies inside the run folder {_path(outer)} (it holds run.json, journal/ or an "
+        raise OptionError(f"--run-dir {run_dir} lies inside the run folder {printable(outer)} (it holds run.json, journal/ or an "
                           "audit): a later audit of that run would delete or misread this one; name a folder outside it")
     return run_dir
 
