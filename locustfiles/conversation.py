@@ -21,9 +21,12 @@ tests at both ends (docs/locust.md "Why the turn path is not on Locust's public 
 """
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import os
 import random
+import zlib
 from http.cookiejar import DefaultCookiePolicy
 from time import perf_counter, time
 from urllib.parse import quote, urlencode
@@ -156,6 +159,18 @@ class SessionCookiePolicy(DefaultCookiePolicy):
 
     def return_ok_secure(self, cookie, request) -> bool:
         return cookie.name == self.name or super().return_ok_secure(cookie, request)
+
+
+def signed_payload(value: str) -> str | None:
+    """The JSON payload of a signed session cookie (itsdangerous' ``payload.timestamp.signature``, as Flask's and
+    Starlette's, a leading ``.`` when compressed), shortened; None for any other value."""
+    compressed, data = value.startswith("."), value.lstrip(".").split(".")[0]
+    try:
+        raw = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
+        loaded = json.loads(zlib.decompress(raw) if compressed else raw)
+    except (ValueError, zlib.error):
+        return None
+    return dumps(loaded).decode()[:200] if isinstance(loaded, dict) and "." in value.lstrip(".") else None
 
 
 def warn_once(what: str, message: str, *args) -> None:
@@ -414,10 +429,16 @@ class ChatUser(FastHttpUser):
         value = self.cookie(name)
         if value is not None and value != self.bot_session:
             c = next(c for c in self.client.client.cookiejar if c.name == name)
+            payload = signed_payload(value)
+            inside = f"; it is a signed session cookie whose payload is {payload}: the id the store uses is " \
+                     "probably one of its fields, which goldfish cannot read out of a signed cookie" if payload else ""
             warn_once("cookie", "--session-from cookie:%s: session %s turn %s got the cookie %s=%s, not the %s its "
-                      "first turn got: the bot started a new conversation (the audit reads the first one's history)."
-                      " The cookie is set with Path=%s Domain=%s%s", name, session, turn, name, value,
-                      self.bot_session, c.path, c.domain, " Secure" if c.secure else "")
+                      "first turn got. Either the bot started a new conversation, or the cookie holds more than the "
+                      "conversation's id (a signed session cookie, as Flask's, changes every turn)%s. The audit reads "
+                      "the history of the first value; if probes pass, the conversation went on: take the id from "
+                      "where it stays the same (--session-from reply:FIELD or header:NAME). The cookie is set with "
+                      "Path=%s Domain=%s%s", name, session, turn, name, value, self.bot_session, inside, c.path,
+                      c.domain, " Secure" if c.secure else "")
 
     def check_reissued(self, issued: str | None, session: str, turn: int) -> None:
         """A later turn's reply or header naming another id than the first turn's: the bot issues one per turn

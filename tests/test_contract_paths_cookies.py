@@ -10,6 +10,8 @@ Run one bot: ``python tests/test_contract_paths_cookies.py --port P --mode MODE`
     secure      POST /chat {"message"}: the conversation is the cookie sid, set with Secure (production settings
                 on a plain-http staging host)
     rotate      the same cookie, not Secure, but a new conversation every turn (a bot that never reads it)
+    signed      POST /chat {"message"}: the conversation is in a signed session cookie, Flask's way:
+                session=base64({"conv": id, "n": turns}).timestamp.signature, a new value every turn
     pad         the conversation is the cookie sid, a base64 id with '/' and '=' that the server quotes:
                 sid="ab/cd+N3=="
     ai-sdk      POST /chat {"session_id", "message"} answers the Vercel AI SDK data stream: f:{...}, 0:"piece" per
@@ -30,6 +32,7 @@ Run one bot: ``python tests/test_contract_paths_cookies.py --port P --mode MODE`
 from __future__ import annotations
 
 import argparse
+import base64
 import itertools
 import json
 import re
@@ -73,6 +76,12 @@ def make_app(mode: str):
             session = session or (f"ab/cd+{next(counter)}==" if mode == "pad" else f"s{next(counter)}")
             value = f'"{session}"' if mode == "pad" else session
             headers.append(("Set-Cookie", f"sid={value}; Path=/; HttpOnly" + ("; Secure" if mode == "secure" else "")))
+        elif mode == "signed":
+            payload = cookies.get("session", "").split(".")[0]
+            known = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))) if payload else {}
+            session = known.get("conv") or f"c{next(counter)}"
+            value = base64.urlsafe_b64encode(json.dumps({"conv": session, "n": known.get("n", 0) + 1}).encode())
+            headers.append(("Set-Cookie", f"session={value.decode().rstrip('=')}.ts.sig; Path=/; HttpOnly"))
         elif mode == "bearer":
             session = environ.get("HTTP_AUTHORIZATION", "").removeprefix("Bearer ")
             if session not in histories and not re.fullmatch(r"t\d+", session):
@@ -228,8 +237,19 @@ def test_a_session_cookie_that_changes_mid_conversation_is_warned_about(tmp_path
     cookie, the two ids and how the cookie is set."""
     done = run(tmp_path, "rotate", *COOKIE)
     warnings = re.findall(r"--session-from cookie:sid: session gf\w+ turn \d+ got the cookie sid=s\d+, not the s\d+ "
-                          r"its first turn got: the bot started a new conversation.*Path=/ .*", done.output)
-    assert done.returncode == 1 and len(warnings) == 1, done.output[-3000:]
+                          r"its first turn got. Either the bot started a new conversation.*Path=/ .*", done.output)
+    assert done.returncode == 1 and len(warnings) == 1 and "whose payload" not in warnings[0], done.output[-3000:]
+
+
+def test_a_signed_session_cookie_is_named_with_its_payload(tmp_path):
+    """Flask keeps the conversation in a signed cookie whose value changes every turn while the conversation goes on
+    (bot hunt 7: flask_cookie): the warning said "the bot started a new conversation", though no probe failed. It now
+    says the cookie is a signed session and shows its payload, where the id the store uses is."""
+    done = run(tmp_path, "signed", "--session-from", "cookie:session", "--session-field", "")
+    warnings = re.findall(r"--session-from cookie:session: .* not the \S+ its first turn got\. .*", done.output)
+    assert len(warnings) == 1 and re.search(r'a signed session cookie whose payload is \{"conv":"c\d+","n":\d+\}',
+                                            warnings[0]), done.output[-3000:]
+    assert "reply:FIELD or header:NAME" in warnings[0] and done.returncode == 2, done.output[-3000:]
 
 
 def test_a_quoted_session_cookie_is_the_id_inside_the_quotes(tmp_path):
