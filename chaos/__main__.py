@@ -25,7 +25,7 @@ from contracts.durations import parse_duration
 from contracts.runfolder import RunFolder, detach_output
 from targets import file as targets_file, registry
 
-
+UNAPPLIED_SHOWN = 10  # occurrences that did not apply, named at the end of a run (the line above counts them all)
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # a closed terminal too: faults are never left applied
 
 
@@ -175,11 +175,16 @@ def _run(args, plan, backend, ctl, run_dir) -> int:
     print(f"chaos: done ({via}); {len(failed)} fault(s) left outstanding", flush=True)
     for e in failed:
         print(f"  NOT healed: {e['key']} — run `python -m chaos heal {run_dir}`", flush=True)
+    if ctl.unapplied:  # a CI job reads exit 0 as "the faults happened"
+        print(f"chaos: {len(ctl.unapplied)} fault occurrence(s) did not apply, so this run tested less than its plan "
+              "(each is on the timeline):", flush=True)
+        for why in ctl.unapplied[:UNAPPLIED_SHOWN]:
+            print(f"  NOT applied: {printable(why)}", flush=True)
     unwritten = ctl.unwritten
     for what in unwritten:  # the faults were healed; what the run folder says of them is not whole
         print(f"chaos: could not write {printable(what)}: the run folder's record of the faults is incomplete "
               "(a full disk?), so an audit cannot tell when each was in force", flush=True)
-    return 1 if failed or unwritten else 0
+    return 1 if failed or unwritten or ctl.unapplied else 0
 
 
 def _check_toxiproxy(plan, flag: str | None) -> None:

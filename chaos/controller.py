@@ -61,6 +61,7 @@ class Controller:
         self.timeline = Timeline(self.run_dir, backend.name)
         self.outstanding = Outstanding(self.run_dir, backend.name, backend.config())
         self.failures: list[dict] = []        # failed recoveries (also on the timeline)
+        self.unapplied: list[str] = []        # occurrences whose apply failed (a target not running...), with why
         self._stop = threading.Event()
         self._done = threading.Event()
         self._lock = threading.Lock()
@@ -242,6 +243,7 @@ class Controller:
             except Exception as exc:  # noqa: BLE001 - log, then make sure nothing is left half-done
                 self.timeline.record("apply", fault, inst, "error", f"{type(exc).__name__}: {exc}",
                                      planned=planned, when=started)
+                self.unapplied.append(f"{fault.id} {fault.kind} on {inst}: {exc}")
                 if isinstance(exc, NotApplied):   # it never took effect: not outstanding, nothing to recover
                     self.outstanding.remove(key)
                 else:

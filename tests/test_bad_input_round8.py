@@ -6,7 +6,8 @@
 - a ``kill`` whose target was not running failed to apply, and was then "recovered" by starting the target: a
   target that would not start left the fault listed as ``NOT healed ... run python -m chaos heal`` (exit 1), though
   it never took effect. A fault whose apply did nothing is not outstanding now and nothing is recovered; the
-  timeline still says it failed to apply.
+  timeline still says it failed to apply, and ``chaos run`` ends naming it, exit 1: the run tested less than its
+  plan (before, exit 0).
 
 (``--reply-field ''`` was looked at too: it has a documented meaning, the JSON value itself is the reply text, so it
 is still taken: tests/test_bad_input_round6_options.py.)
@@ -74,9 +75,13 @@ def test_a_kill_that_found_its_target_down_is_not_left_outstanding(tmp_path):
     done = run_chaos("run", plan, "--targets", targets, "--run-dir", run, timeout=120)
 
     said = done.stdout + done.stderr
-    assert done.returncode == 0, said
     assert "NOT healed" not in said and "chaos heal" not in said, said
     assert "0 fault(s) left outstanding" in said, said
+    # the run tested nothing of its plan: said, and not exit 0, which a CI job reads as "the faults happened"
+    # (input hunt 8, W9)
+    assert done.returncode == 1, said
+    assert "1 fault occurrence(s) did not apply" in done.stdout and \
+        "NOT applied: down#0 kill on web: web is not running" in done.stdout, said
     assert json.loads((run / "chaos" / "outstanding.json").read_text())["faults"] == []
     timeline = read_timeline(run)
     assert [(r["event"], r["fault"], r["outcome"]) for r in timeline] == [("apply", "down#0", "error")], timeline
