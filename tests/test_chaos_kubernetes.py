@@ -66,6 +66,30 @@ def test_kill_deletes_with_grace_0_and_waits_for_a_new_ready_pod(replay, tmp_pat
     assert srv.unused() == []               # recovery polled until the new pod was Ready
 
 
+def test_a_pod_gone_before_its_kill_is_not_applied_and_not_waited_for(replay, tmp_path):
+    """The pod was listed, then deleted by someone else (a rollout) before the kill: the apply found it gone (404).
+    It was "recovered" by waiting for a replacement pod of the old uid, as if goldfish had killed it; now nothing was
+    applied, so nothing is outstanding and nothing is recovered (chaos.backends.NotApplied)."""
+    gone = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404,
+            "message": 'pods "refbot-7d9f-a" not found'}
+    srv = replay([
+        dict(LIST, body=pod_list(A, B)),                              # validate: instances
+        dict(LIST, body=pod_list(A, B)),                              # occurrence: instances
+        dict(LIST, body=pod_list(B)),                                 # apply: serving before
+        {"method": "GET", "path": f"/api/v1/namespaces/{NS}/pods/refbot-7d9f-a", "status": 404, "body": gone},
+    ])
+    plan = parse_plan("faults:\n  - {kind: kill, target: bot, at: 0s, count: 1}\n")
+    names = ["refbot-7d9f-a", "refbot-7d9f-b"]
+    plan.seed = next(s for s in range(100) if plan.faults[0].choose(names, 0, s) == ["refbot-7d9f-a"])
+    ctl = Controller(plan, backend(srv.url), tmp_path / "run").start()
+    assert ctl.wait(20)
+    tl = read_timeline(tmp_path / "run")
+    assert [(r["event"], r["outcome"]) for r in tl] == [("apply", "error")], tl
+    assert tl[0]["error"] == "NotApplied: pod chat/refbot-7d9f-a is gone (404)", tl
+    assert ctl.outstanding.entries() == [] and ctl.unapplied and srv.unused() == []
+    assert not [r for r in srv.requests if r["method"] == "DELETE"]
+
+
 def test_unsupported_kinds_are_refused_at_validation(replay, tmp_path):
     srv = replay([])
     plan = parse_plan("faults:\n  - {kind: pause, target: bot, at: 0s, duration: 1s}\n"

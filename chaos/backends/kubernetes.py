@@ -12,6 +12,7 @@ import time
 
 from chaos import faults as F
 from chaos.backend import Backend, MissingExtra
+from chaos.backends import NotApplied
 from chaos.faults import Fault
 
 # The same role label the docker backend reads; any other selector is one option away.
@@ -79,10 +80,15 @@ class KubernetesBackend(Backend):
     def apply(self, fault: Fault, instance: str) -> dict:
         selector = self.selectors.get(fault.target)
         before = len(self.instances(fault.target)) if selector else 1
-        pod = self.api.read_namespaced_pod(instance, self.namespace)
         grace = 0 if fault.kind == F.KILL else fault.params.get("grace")
         kw = {} if grace is None else {"grace_period_seconds": int(grace)}
-        self.api.delete_namespaced_pod(instance, self.namespace, **kw)
+        try:
+            pod = self.api.read_namespaced_pod(instance, self.namespace)
+            self.api.delete_namespaced_pod(instance, self.namespace, **kw)
+        except self.ApiException as exc:  # gone before it was deleted: nothing done, nothing to wait for
+            if exc.status == 404:
+                raise NotApplied(f"pod {self.namespace}/{instance} is gone (404)") from None
+            raise
         return {"pod": instance, "uid": pod.metadata.uid, "selector": selector, "serving_before": before}
 
     def recover(self, fault: Fault, instance: str, undo: dict) -> None:
