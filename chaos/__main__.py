@@ -115,12 +115,13 @@ def cmd_validate(args) -> int:
             controller = Controller(plan, make_backend(args.backend, **options),
                                     _run_folder(args.run_dir or "/tmp"), toxiproxy=args.toxiproxy)
             skips = controller.predicted_skips(controller.validate())
+            down = controller.not_running()
         finally:
             _remove_empty(new)  # validating writes nothing there
         print(f"{printable(args.plan)}: ok against backend {args.backend}"
               + (f"; {len(skips)} occurrence(s) will be skipped:" if skips else ""))
-        for skip in shown(skips):
-            print(f"warning: {skip}")
+        for skip in shown(skips) + down:
+            print(f"warning: {printable(skip)}")
     return 0
 
 

@@ -65,6 +65,10 @@ class Backend(ABC):
         """One line about the instance for the dry run."""
         return instance
 
+    def not_running(self, instance: str) -> str | None:
+        """Why the instance is not running now (a fault on it will not apply), or None: said before a run."""
+        return None
+
     def config(self) -> dict:
         """Constructor kwargs (JSON) to rebuild this backend in another process."""
         return {}

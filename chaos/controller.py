@@ -146,6 +146,20 @@ class Controller:
                 busy[instance] = (t + hold, f"{f.id}#{k}")
         return out
 
+    def not_running(self) -> list[str]:
+        """The planned faults' instances that are not running (after ``validate``): their faults will not apply
+        (chaos.backends.NotApplied), said before the run rather than found on its timeline."""
+        out, asked = [], set()
+        for f in self.plan.faults:
+            if f.kind == TOXIC:
+                continue
+            for instance in self.instances[f.id]:
+                why = None if instance in asked else self.backend.not_running(instance)
+                asked.add(instance)
+                if why:
+                    out.append(f"{self.plan.where(f, 'target')}: {why}: a fault on it will not apply (fault {f.id})")
+        return out
+
     def dry_run(self) -> list[str]:
         """What the plan would do, with the concrete instances; touches nothing. Beyond DRY_RUN_SHOWN
         occurrences, one line counts the rest (describing 100,000 occurrences took minutes)."""
@@ -161,13 +175,13 @@ class Controller:
             last = schedule[-1][0]
             lines.append(f"... and {len(schedule) - DRY_RUN_SHOWN} more occurrence(s), the last at +{last:g}s "
                          f"(the first {DRY_RUN_SHOWN} of {len(schedule)} are shown)")
-        return lines + [f"warning: {skip}" for skip in shown(self.predicted_skips(schedule))]
+        return lines + [f"warning: {skip}" for skip in shown(self.predicted_skips(schedule)) + self.not_running()]
 
     # ---- running ----------------------------------------------------------------------------
     def start(self) -> "Controller":
         """Validate, then schedule in a background thread (a greenlet under Locust)."""
         schedule = self.validate()
-        for skip in self.plan.warnings + shown(self.predicted_skips(schedule)):
+        for skip in self.plan.warnings + shown(self.predicted_skips(schedule)) + self.not_running():
             log.warning("chaos plan: %s", skip)
         self.t0_mono, self.t0_wall = time.monotonic(), time.time()
         self._scheduler = threading.Thread(target=self._run, args=(schedule,), name="chaos-scheduler", daemon=True)

@@ -91,6 +91,24 @@ def test_a_kill_that_found_its_target_down_is_not_left_outstanding(tmp_path):
     assert not member.get("pid"), member
 
 
+def test_validate_says_which_target_is_not_running(tmp_path):
+    """`chaos validate PLAN --targets FILE` said "ok" of a plan whose only target was down: its kill would not apply.
+    It is still valid (the target may be started before the run), but the validation says so, naming the line."""
+    targets = tmp_path / "targets.yaml"
+    targets.write_text(textwrap.dedent(f"""\
+        targets:
+          web:
+            command: {json.dumps([sys.executable, "-c", "pass"])}
+            health: {{tcp: "127.0.0.1:{free_port()}"}}
+        """))
+    plan = write_plan(tmp_path, "faults:\n  - {id: down, kind: kill, target: web, at: 0s, duration: 1s}\n")
+    done = run_chaos("validate", plan, "--targets", targets, timeout=60)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and f"{plan}: ok against backend local" in done.stdout, said
+    assert f"warning: {plan}:2: web is not running" in done.stdout and "a fault on it will not apply (fault down)" \
+        in done.stdout, said
+
+
 # ---- 3. a timeline that cannot be written (a full disk) --------------------------------------------------------------
 def test_a_timeline_that_cannot_be_written_is_said_and_the_fault_is_still_healed(chaos_stack, tmp_path):
     """chaos.jsonl on a full disk (a link to /dev/full: every write is ENOSPC): the recovery's record raised in the

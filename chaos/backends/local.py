@@ -186,6 +186,13 @@ class LocalBackend(Backend):
         st = self._state()
         return sentinel.replicated(st) and st["members"].get(instance, {}).get("role") in ("redis", "sentinel")
 
+    def not_running(self, instance: str) -> str | None:
+        m = self._state()["members"].get(instance)
+        if m is None or state.member_alive(m) or m.get("pid_file") and state.adopt_pid_file(dict(m)) is None:
+            return None
+        return state.pid_reused(dict(m, name=instance)) or f"{instance} is not running" + \
+            (f" (pid {m['pid']})" if m.get("pid") else "")
+
     def _running(self, st: dict, instance: str, untouched: bool = True) -> dict:
         """The member's record when its process runs. Else NotApplied while nothing has been done yet
         (``untouched``), RuntimeError after (a rolling restart's later member)."""
