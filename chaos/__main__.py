@@ -205,7 +205,12 @@ def _check_toxiproxy(plan, flag: str | None) -> None:
 
 
 def _run_folder(path: str) -> Path:
-    """The run folder, made now: a path that cannot be one is named as --run-dir's, not as an errno."""
+    """The run folder, made now: a path that cannot be one is named as --run-dir's, not as an errno. Never inside a
+    run folder (OLD/store: a live re-audit of OLD replaces its store/, and the timeline with it), as Locust's."""
+    if (outer := RunFolder(path).enclosing_run()) is not None:
+        raise ValueError(f"--run-dir {printable(path)} lies inside the run folder {printable(outer)} (it holds run.json, "
+                         "journal/ or an audit): a later audit of that run would delete or misread this one; name a "
+                         "folder outside it, or that run folder itself")
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -69,6 +69,18 @@ def test_a_run_dir_anywhere_inside_another_run_is_refused_naming_that_run(parser
     assert settings.run_dir == str(tmp_path / "new" / "run")
 
 
+def test_chaos_run_dir_inside_another_run_is_refused_as_locusts_is(tmp_path):
+    """`chaos run --run-dir OLD/store` wrote its timeline where a live re-audit of OLD replaces the folder."""
+    old = _old_run(tmp_path)
+    plan = tmp_path / "k.yaml"
+    plan.write_text("name: k\nfaults:\n  - {id: k1, kind: kill, target: bot, at: 1s, duration: 1s, count: 1}\n")
+    done = run_chaos("run", plan, "--backend", "local", "--state-dir", tmp_path / "stack", "--run-dir",
+                     old / "store" / "chaos")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--run-dir {old / 'store' / 'chaos'} lies inside the run folder {old}" in done.stderr, done.stderr
+    assert os.listdir(old / "store") == []
+
+
 # ---- 2. a --run-dir that is a dangling symbolic link ----------------------------------------------------------
 def test_a_dangling_symlink_run_dir_is_named_as_one_and_exits_at_once(tmp_path):
     target = tmp_path / "nonexist" / "deeper"
