@@ -31,14 +31,7 @@ class Decoded:
 
 def get_path(obj, path: str):
     """``get_path({"data": {"content": "x"}}, "data.content") == "x"``; None when absent."""
-    for part in path.split("."):
-        if isinstance(obj, dict):
-            obj = obj.get(part)
-        elif isinstance(obj, list) and part.isdigit() and int(part) < len(obj):
-            obj = obj[int(part)]
-        else:
-            return None
-    return obj
+    return _dig(obj, path.split("."))
 
 
 def message_list(document, path: str) -> list | None:
@@ -127,10 +120,15 @@ def _calls_tools(element: dict, content_path: list) -> bool:
 
 
 def _dig(obj, parts):
+    """The value at a path's parts: an object's field, or a list's item by its number (llama-index 0.14 keeps a
+    message's text at ``blocks.0.text``); None when absent."""
     for part in parts:
-        if not isinstance(obj, dict):
+        if isinstance(obj, dict):
+            obj = obj.get(part)
+        elif isinstance(obj, list) and part.isdigit() and int(part) < len(obj):
+            obj = obj[int(part)]
+        else:
             return None
-        obj = obj.get(part)
     return obj
 
 

@@ -65,6 +65,28 @@ def test_a_tool_calling_bot_stored_by_its_sdk_passes(layout, tmp_path, redis_ser
     assert summary["verdict"]["result"] == "pass", summary["verdict"]
 
 
+def llama_blocks(messages: list[dict]) -> list[dict]:
+    """The same as llama-index 0.14's RedisChatStore keeps a ChatMessage: its text in a list of blocks."""
+    return [{"role": "user" if m["type"] == "human" else "assistant", "additional_kwargs": {},
+             "blocks": [{"block_type": "text", "text": m["data"]["content"]}]} for m in messages]
+
+
+def test_a_text_inside_a_list_is_found_by_its_number_in_the_path(tmp_path, redis_server):
+    """--content-field blocks.0.text (bot hunt 8: llama_ok_blocks): the path stopped at the list, every entry was
+    "wrong shape: no text", and a correct llama-index bot got no verdict (exit 2)."""
+    specs = [[TurnSpec("plant", "ok"), TurnSpec("chatter", "ok"), TurnSpec("probe", "ok")] for _ in range(3)]
+    world = build_world(specs, start=time.time() - 60, seed=4)
+    client = redis_server.client()
+    for s in world.order:
+        if s not in world.gone:
+            client.rpush(s, *[json.dumps(e) for e in llama_blocks([m for _, m in world.stored[s]])])
+    write_journal(tmp_path, world.records)
+    summary = audit_run(tmp_path, StoreOptions(url=redis_server.url, key_template="{session}", direction="rpush",
+                                               role_field="role", content_field="blocks.0.text"))
+    assert not read_findings(tmp_path), read_findings(tmp_path)[:3]
+    assert summary["verdict"]["result"] == "pass", summary["verdict"]
+
+
 def test_tool_call_entries_decode_as_messages_without_text_and_malformed_ones_stay_corrupt():
     entries = [json.dumps(e) for e in (
         {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]},   # a message without text
