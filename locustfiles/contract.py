@@ -168,6 +168,12 @@ class ChatContract:
         return codec.loads(self.start_body) if self.start_body else {}
 
     @cached_property
+    def start_headers(self) -> dict:
+        """The --header headers of the request that starts a conversation (an API key): those that carry the
+        session id (``Authorization: Bearer {session}``) wait for the id that request issues."""
+        return {name: value for name, value in self.headers if SESSION not in value}
+
+    @cached_property
     def reply_path(self) -> tuple[str, ...]:
         return tuple(self.reply_field.split(".")) if self.reply_field else ()
 

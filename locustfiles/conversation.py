@@ -293,7 +293,7 @@ class ChatUser(FastHttpUser):
         contract, rt = self.rt.contract, self.rt
         sent = time()
         with self.client.post(contract.start_path, json=contract.start_request(), name="chat start",
-                              catch_response=True) as resp:
+                              headers=contract.start_headers or None, catch_response=True) as resp:
             if resp.status_code and 200 <= resp.status_code < 300:
                 self.bot_session = contract.issued_session(resp.content or b"", resp.headers.get, self.cookie, "json")
                 error = None if self.bot_session else f"no session id issued (--session-from {contract.session_from})"

@@ -20,6 +20,8 @@ Run one bot: ``python tests/test_contract_paths_cookies.py --port P --mode MODE`
                 turn, its history moved to it (a chain of response ids, as the Responses API's previous_response_id)
     bearer      POST /login answers {"access_token": "tN"}; POST /chat {"message"} with Authorization: Bearer tN:
                 the token is the conversation (an API whose login issues a token per chat), 401 without it
+    apikey      POST /start answers {"id": "cN"}; POST /chat {"session_id", "message"}: every request needs the header
+                X-Api-Key: k (401 without it)
     browser     POST /chat {"session_id", "message"}, and a memory per browser (the cookie uid, set on the first
                 request): a conversation's history starts with a note of the facts its browser told the bot before
                 (ChatGPT's memory)
@@ -65,6 +67,12 @@ def make_app(mode: str):
             said = histories.get(unquote(path[len("/history/"):]))
             start("200 OK" if said is not None else "404 Not Found", [("Content-Type", "application/json")])
             return [json.dumps({"messages": said or []}).encode()]
+        if mode == "apikey" and environ.get("HTTP_X_API_KEY") != "k":
+            start("401 Unauthorized", [("Content-Type", "application/json")])
+            return [b'{"error": "no API key"}']
+        if mode == "apikey" and path == "/start":
+            start("200 OK", [("Content-Type", "application/json")])
+            return [json.dumps({"id": f"c{next(counter)}"}).encode()]
         if mode == "bearer" and path == "/login":
             start("200 OK", [("Content-Type", "application/json")])
             return [json.dumps({"access_token": f"t{next(counter)}"}).encode()]
@@ -219,6 +227,14 @@ def test_a_token_the_bot_issued_goes_in_a_header_and_nowhere_else(tmp_path):
     assert done.returncode == 0 and verdict(done) == "pass", done.output[-3000:]
     issued = {r["bot_session"] for r in answered(done)}
     assert issued and all(re.fullmatch(r"t\d+", i) for i in issued), issued
+
+
+def test_the_request_that_starts_a_conversation_carries_the_api_key_header(tmp_path):
+    """--header 'X-Api-Key: k' went on every turn but not on --start-path's request: a bot whose every endpoint needs
+    the key answered 401, no conversation started, "nothing measured" (bot hunt 8: rest_loc_auth)."""
+    done = run(tmp_path, "apikey", "--start-path", "/start", "--session-from", "reply:id", "--header", "X-Api-Key: k")
+    assert done.returncode == 0 and verdict(done) == "pass", done.output[-3000:]
+    assert {r["bot_session"] for r in answered(done)} >= {"c0"}
 
 
 def test_a_secure_session_cookie_goes_back_over_plain_http(tmp_path):
