@@ -29,7 +29,8 @@ REPLY_FORMATS = ("json", "text", "sse", "ndjson", "xml", "ai-sdk")
 BODY_FORMATS = ("json", "form")  # form: application/x-www-form-urlencoded, flat fields (a Flask request.form bot)
 METHODS = ("POST", "PUT", "PATCH", "GET")  # GET: the fields go in the query string (a Flask request.args bot)
 # a polled job's status (or state) while it still runs: its answer may hold the text so far (ChatContract.job_done)
-RUNNING = ("queued", "pending", "starting", "started", "running", "processing", "in_progress", "in progress")
+RUNNING = ("queued", "in_queue", "pending", "waiting", "scheduled", "submitted", "starting", "started", "running",
+           "processing", "in_progress", "in progress", "generating", "streaming", "thinking", "working")
 SESSION_SOURCES = ("reply", "header", "cookie")  # --session-from reply:FIELD | header:NAME | cookie:NAME
 MAX_BOT_SESSION = 200  # characters of an id the bot issues (it goes into headers, bodies and store keys)
 POLL_FIELD = re.compile(r"\{reply\.([^{}]+)\}")  # --poll-path's {reply.FIELD}: a value of the turn's answer
@@ -302,9 +303,11 @@ class ChatContract:
 
 def cumulative(texts: list[str]) -> bool:
     """A stream whose every piece is the whole text so far (Gradio's, a chat page's that redraws the bubble): each
-    one longer than the one before and starting with it. Its reply is the last piece; joined, it was the answer
-    many times over, and a correct bot's stored reply read as unanswered for every reply that came in pieces."""
-    return len(texts) >= 2 and all(len(b) > len(a) and b.startswith(a) for a, b in zip(texts, texts[1:]))
+    one starting with the one before, and the text growing. Its reply is the last piece; joined, it was the answer
+    many times over, and a correct bot's stored reply read as unanswered for every reply that came in pieces. A
+    redraw of the same text (Gradio repeats the whole text at the end) keeps it cumulative; pieces that are all the
+    same ("ha", "ha") are deltas, joined."""
+    return len(texts) >= 2 and len(texts[-1]) > len(texts[0]) and all(map(str.startswith, texts[1:], texts))
 
 
 def sse_data(content: bytes) -> list:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import socket
 from pathlib import Path
 
@@ -408,3 +409,19 @@ def test_a_stream_is_cumulative_only_when_every_piece_extends_the_one_before():
     assert sse.reply(events("Hel", "lo", " there")) == "Hello there"          # deltas, joined
     assert sse.reply(events("ha", "ha", "ha")) == "hahaha"                   # a piece the same as the one before
     assert sse.reply(events("Hello", "Hel")) == "HelloHel"                   # shorter: not the text so far
+    # a redraw of the same text, and Gradio's final repeat of the whole text (bot hunt 8: cumul_repeat,
+    # cumul_final_dup): still the text so far; before, every reply that came so was judged unanswered
+    assert sse.reply(events("Hel", "Hel", "Hello", "Hello there", "Hello there")) == "Hello there"
+    assert sse.reply(events("ha", "ha", "haha")) == "haha"
+    assert sse.reply(events("Hel", "Help", "Hello")) == "HelHelpHello"       # a piece that does not extend the last
+
+
+@pytest.mark.parametrize("status", ["queued", "IN_QUEUE", "processing", "in_progress", "generating", "streaming"])
+def test_a_polled_job_whose_status_says_it_runs_is_not_done(status):
+    """A job's answer may hold the text so far while it runs (Replicate's, fal's IN_PROGRESS, a bot's "generating":
+    bot hunt 8 job_generating, every probe judged on a partial answer); it is polled on until its status says
+    otherwise."""
+    jobs = ChatContract(poll_path="/jobs/{reply.id}", reply_field="output")
+    assert not jobs.job_done(json.dumps({"status": status, "output": "Your postcode is"}).encode())
+    assert jobs.job_done(json.dumps({"status": "succeeded", "output": "Your postcode is X."}).encode())
+    assert jobs.job_done(json.dumps({"output": "Your postcode is X."}).encode())  # no status: its answer is the reply
