@@ -124,6 +124,8 @@ def make_app(mode: str):
             return [stream_events(text)]
         start("200 OK", headers)
         body = {"history": history} if mode.startswith("history") else {"reply": text}
+        if mode == "apikey":  # each answer names its message by the field that named the conversation at /start
+            body["id"] = f"msg{next(counter)}"
         return [json.dumps({**body, "conversation_id": session} if mode == "reissue" else body).encode()]
 
     return app
@@ -231,10 +233,12 @@ def test_a_token_the_bot_issued_goes_in_a_header_and_nowhere_else(tmp_path):
 
 def test_the_request_that_starts_a_conversation_carries_the_api_key_header(tmp_path):
     """--header 'X-Api-Key: k' went on every turn but not on --start-path's request: a bot whose every endpoint needs
-    the key answered 401, no conversation started, "nothing measured" (bot hunt 8: rest_loc_auth)."""
+    the key answered 401, no conversation started, "nothing measured" (bot hunt 8: rest_loc_auth). The id comes from
+    the start request: an answer's own ``id`` (its message's) is not a new conversation id (bot hunt 8: oai_conv)."""
     done = run(tmp_path, "apikey", "--start-path", "/start", "--session-from", "reply:id", "--header", "X-Api-Key: k")
     assert done.returncode == 0 and verdict(done) == "pass", done.output[-3000:]
     assert {r["bot_session"] for r in answered(done)} >= {"c0"}
+    assert "was issued the id" not in done.output, done.output[-3000:]
 
 
 def test_a_secure_session_cookie_goes_back_over_plain_http(tmp_path):
