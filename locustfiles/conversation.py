@@ -211,6 +211,7 @@ class ChatUser(FastHttpUser):
         self._lean = True  # False once the bot redirected: then every turn goes through urlopen
         self.bot_session: str | None = None  # the id the bot issued for the conversation in progress (--session-from)
         self.socket = None  # the conversation's WebSocket (--websocket): locustfiles/socket_turns.py
+        self.failed_starts = 0  # conversations in a row the bot did not start (--start-path)
         reuse_only_fresh(self.client.client.clientpool.get_client(URL(self.host)))
 
     def wait_time(self):
@@ -252,7 +253,12 @@ class ChatUser(FastHttpUser):
             self.cookie_policy = SessionCookiePolicy(rt.contract.session_source[1])
             jar.set_policy(self.cookie_policy)
         if rt.contract.start_path and not self.start_conversation(session):
-            return  # the bot did not start a conversation: its first turn is journaled as never sent (fail)
+            # the bot did not start a conversation: its first turn is journaled as never sent (fail); the next try
+            # waits as after a failed turn (without it, ten users sent a failing start 500 times a second)
+            self.failed_starts += 1
+            gevent.sleep(min(RETRY_WAIT_S * 2 ** (self.failed_starts - 1), RETRY_WAIT_MAX_S))
+            return
+        self.failed_starts = 0
         facts: dict[str, Fact] = {}  # fact -> what was planted of it (locustfiles/judge.py: planted, probe_verdict)
         turn = 0
         steps = rt.script.steps

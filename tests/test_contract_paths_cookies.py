@@ -241,6 +241,15 @@ def test_the_request_that_starts_a_conversation_carries_the_api_key_header(tmp_p
     assert "was issued the id" not in done.output, done.output[-3000:]
 
 
+def test_a_bot_that_will_not_start_conversations_is_not_hammered(tmp_path):
+    """Every start refused (401: no API key): a failed start went on to the next conversation at once, and ten users
+    with --think 0 sent about 500 starts a second at the bot for the whole run. It waits now as after a failed turn
+    (0.5 s, doubling up to 4 s): about 4 a user in 3 s."""
+    done = run(tmp_path, "apikey", "--start-path", "/start", "--session-from", "reply:id", "--think", "0")
+    starts = [r for r in done.records() if (r["error"] or "").startswith("conversation not started: HTTP 401")]
+    assert done.returncode != 0 and 10 <= len(starts) <= 60, (len(starts), done.output[-2000:])
+
+
 def test_a_secure_session_cookie_goes_back_over_plain_http(tmp_path):
     """The bot's session cookie is Secure and the bot is on http (loopback staging): goldfish reads that cookie
     as the conversation's id and sends it back, as a browser does to localhost; each conversation keeps one id."""
