@@ -657,7 +657,7 @@ class EndOfRun:
                 say(f"warning: {problem}")  # the unreadable gate fails (the audit says them in its own output)
             self._say_verdict(online["verdict"], "online, from the journal: the store was not audited")
             run.verdict = online["verdict"]
-            return EXIT_GATE if run.result == "fail" else EXIT_OK
+            return verdict_exit_code(online["verdict"])  # 2 for a run that measured nothing (no probe sent)
         wait = s.settle - (time.monotonic() - started)
         if wait >= SETTLE_SAID_S:  # a long wait without a word looked like a hung run
             say(f"settle: the audit reads the store in {wait:,.0f} s (--settle), at "

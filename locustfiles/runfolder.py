@@ -46,7 +46,8 @@ def start_run(settings, script, target: str | None) -> Path:
             plan_text = None
     meta = {"run": settings.run_id, "label": settings.label, "target": target, "options": settings.public(),
             "plan": settings.chaos or None, "plan_text": plan_text, "script": script.name,
-            "script_sha": script.sha, "start": time.time(), "end": None, "versions": versions()}
+            "script_sha": script.sha, "script_probes": sum(step.kind == "probe" for step in script.steps),
+            "start": time.time(), "end": None, "versions": versions()}
     write_json_atomic(folder.run_json, meta)
     return folder.path
 

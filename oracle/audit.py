@@ -212,7 +212,8 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         gates = gates or verdict.parse_gates(None)
         t = tally.totals
         result["verdict"] = verdict.require_healed(verdict.require_quiet(verdict.require_measured(
-            verdict.evaluate(result["observed"], gates), result["turns"]["ok"], t["probes"], t["answered"], gates),
+            verdict.evaluate(result["observed"], gates), result["turns"]["ok"], t["probes"], t["answered"], gates,
+            scripted_probes(folder)),
             t["errors"], t["errors_quiet"], t["turns_quiet"], t["turns"], gates), faults)
         result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted + linked.misfiled_replies,
                                                                result["metrics"]["probe_amnesia"]["count"],
@@ -224,6 +225,16 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                              ("windows.csv", folder.windows_csv), ("summary.json", folder.summary)):
             (folder.audit / f"{name}.tmp").replace(target)  # the tables as a set: never new ones beside an old verdict
     return result
+
+
+def scripted_probes(folder: RunFolder) -> int | None:
+    """The recall probes a conversation of the run's script holds (run.json's ``script_probes``), None when not known
+    (an older run.json, or none): a run that sent none of them measured nothing of memory."""
+    try:
+        value = codec.load_document(folder.run_json).get("script_probes")
+    except (OSError, codec.DecodeError, AttributeError):
+        return None
+    return value if type(value) is int and value >= 0 else None
 
 
 def require_whole_journal(folder: RunFolder, now: int) -> list[str]:
@@ -516,7 +527,8 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
                 "unreadable": {"count": counts["unreadable"], "total": counts["total"] + counts["unreadable"]}}
     gates = gates or verdict.parse_gates(None)
     judged = verdict.require_healed(verdict.require_quiet(verdict.require_measured(
-        verdict.evaluate(observed, gates), counts["ok"], counts["probes"], counts["probes_answered"], gates),
+        verdict.evaluate(observed, gates), counts["ok"], counts["probes"], counts["probes_answered"], gates,
+        scripted_probes(folder)),
         counts["errors"], counts["errors_quiet"], counts["quiet"], counts["total"], gates), faults)
     judged["root_causes"] = verdict.root_causes({}, 0, observed["probe_amnesia"]["count"], counts["leaked"])
     turns = {k: int(counts[k]) for k in ("total", "ok", "fail", "info", "errors", "probes_answered", "probes_failed",

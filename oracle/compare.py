@@ -278,14 +278,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: the candidate {printable(path)} and {what} {printable(earlier)} are the same run "
                       f"({same}): a run compared with itself proves nothing; give different runs", file=sys.stderr)
                 return 2
-    from oracle.verdict import NOTHING_ACKNOWLEDGED, exit_code, of_summary
+    from oracle.verdict import exit_code, of_summary, unmeasured
 
-    for path, r in zip(args.runs, runs):  # a run whose target acknowledged no turn (its audit's exit 2): its rates
-        own = judged if r is last else of_summary(r.summary)  # are 0/0, and "no significant change ... exit 1" read
-        if isinstance(own, dict) and exit_code(own) == 2:  # as a regression (refused turns stored anyway stay 1)
+    for path, r in zip(args.runs, runs):  # a run that measured nothing (its audit's exit 2: no turn acknowledged, no
+        own = judged if r is last else of_summary(r.summary)  # probe sent): its rates are 0/0, and "no significant
+        if isinstance(own, dict) and exit_code(own) == 2:  # change ... exit 1" read as a regression
             what = "the base" if r is base else "the candidate"
-            print(f"error: {what} {printable(path)}: {NOTHING_ACKNOWLEDGED} (its audit exits 2 too): it cannot be "
-                  "compared; run it again against a target that answers", file=sys.stderr)
+            print(f"error: {what} {printable(path)}: {unmeasured(own)} (its audit exits 2 too): it cannot be "
+                  "compared; run it again so that it measures", file=sys.stderr)
             return 2
     breaches = [printable(b) for b in judged["failed"]]
     gate = overall(results[last.path.as_posix()])

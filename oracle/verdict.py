@@ -22,6 +22,12 @@ OFF, UNMEASURED = "off", "not measured"
 NOTHING_ACKNOWLEDGED = "nothing measured: no turn was acknowledged by the target (refused, unreachable or always failing)"
 NO_PROBE_ANSWERED = ("nothing measured of memory: {sent:,} recall probe(s) were sent and none was answered (each failed "
                      "or was still in flight when the test stopped: a bot that hangs on them)")
+# the verdict of a run that sent no recall probe: the load ended before any conversation reached one (a bot that
+# never remembers PASSed a 4-second run), or its script has none
+NO_PROBE_SENT = ("nothing measured of memory: no recall probe was sent (the load ended before any conversation reached "
+                 "one: run longer, or give a --script that probes sooner; a script with no probe by design: --gate "
+                 "probe_amnesia=off)")
+UNMEASURED_RUN = (NOTHING_ACKNOWLEDGED, NO_PROBE_SENT)  # exit 2 when nothing else failed: the test measured nothing
 
 
 class GateError(ValueError):
@@ -310,22 +316,32 @@ def of_summary(summary: dict, gates: Gates | None = None) -> dict:
 
 
 def exit_code(v: dict) -> int:
-    """The exit code of a verdict (README "Exit codes"): 0 pass; 2 when the target acknowledged no turn and nothing
-    else failed but the requests it refused (the `errors` gate fails with it under strict: a run that reached no
-    bot is bad input, not a bug found); else 1 (refused turns stored anyway, say, are a finding)."""
+    """The exit code of a verdict (README "Exit codes"): 0 pass; 2 when the test measured nothing (``unmeasured``) and
+    nothing else failed: a target that acknowledged no turn (the `errors` gate fails with it under strict, for the
+    requests it refused: a run that reached no bot is bad input, not a bug found), or a run that sent no recall
+    probe; else 1 (refused turns stored anyway, say, are a finding)."""
     if v.get("result") != FAIL:
         return 0
-    failed_gates = [r for r in v.get("rules") or [] if r.get("result") == FAIL and r.get("gate") != "errors"]
-    others = [line for line in requirements(v) if line != NOTHING_ACKNOWLEDGED and not line.startswith(NO_QUIET[:20])]
-    return 2 if NOTHING_ACKNOWLEDGED in requirements(v) and not (failed_gates or others) else 1
+    why = unmeasured(v)
+    failed_gates = [r for r in v.get("rules") or [] if r.get("result") == FAIL
+                    and not (why == NOTHING_ACKNOWLEDGED and r.get("gate") == "errors")]
+    others = [line for line in requirements(v) if line not in UNMEASURED_RUN and not line.startswith(NO_QUIET[:20])]
+    return 2 if why and not (failed_gates or others) else 1
 
 
-def require_measured(v: dict, acknowledged: int, probes: int, answered: int, gates: Gates) -> dict:
+def unmeasured(v: dict) -> str | None:
+    """The line saying the test measured nothing (``UNMEASURED_RUN``) among the verdict's, or None."""
+    return next((line for line in requirements(v) if line in UNMEASURED_RUN), None)
+
+
+def require_measured(v: dict, acknowledged: int, probes: int, answered: int, gates: Gates,
+                     scripted: int | None = None) -> dict:
     """Fail ``v`` (an ``evaluate`` result) for what no gate could measure: a target that acknowledged no
-    turn, or recall probes sent with none answered (unless the probe gate is off): a gate of nothing holds."""
+    turn, recall probes sent with none answered, or none sent though the script has some (``scripted``: run.json's
+    ``script_probes``; None: not known) (the last two unless the probe gate is off): a gate of nothing holds."""
     lines = [] if acknowledged else [NOTHING_ACKNOWLEDGED]  # which says it all: no probe either
-    if acknowledged and probes and not answered and not gates.limits.get("probe_amnesia", ZERO).off:
-        lines.append(NO_PROBE_ANSWERED.format(sent=probes))
+    if acknowledged and not answered and not gates.limits.get("probe_amnesia", ZERO).off:
+        lines += [NO_PROBE_ANSWERED.format(sent=probes)] if probes else [NO_PROBE_SENT] if scripted else []
     if lines:
         v["result"], v["failed"] = FAIL, lines + v["failed"]
     return v

@@ -474,6 +474,22 @@ def test_sessions_sharing_one_key_give_bounded_cross_talk_findings(tmp_path):
     assert next(r for r in summary["verdict"]["rules"] if r["gate"] == "crosstalk")["count"] == 40
 
 
+@pytest.mark.parametrize("scripted, result", [(2, FAIL), (0, "pass"), (None, "pass"), ("two", "pass")])
+def test_a_run_that_sent_none_of_its_scripts_probes_is_no_pass(tmp_path, scripted, result):
+    """The audit reads run.json's script_probes (written at the start of a Locust run): a script with probes of which
+    none was sent measured nothing of memory (exit 2); a script without any, or a run.json that does not say (an
+    older goldfish, a damaged value), is judged on the rest as before."""
+    from oracle.verdict import NO_PROBE_SENT, exit_code
+
+    (tmp_path / "run.json").write_text(json.dumps({"run": "r", **({} if scripted is None else
+                                                                  {"script_probes": scripted})}))
+    summary = _audit(tmp_path, _world())
+    assert summary["verdict"]["result"] == result, summary["verdict"]["failed"]
+    if result == FAIL:
+        assert summary["verdict"]["failed"] == [NO_PROBE_SENT] and exit_code(summary["verdict"]) == 2
+        assert audit_run(tmp_path, gates=parse_gates("strict,probe_amnesia=off"))["verdict"]["result"] == "pass"
+
+
 def test_expiry_allowed_by_its_gate_is_not_also_a_stored_loss(tmp_path):
     """A bot that sets a TTL on histories by design: `--gate strict,expired=off` still FAILed, on stored_loss, since
     the expired sessions' turns counted as lost too (and the headline named the expiry just allowed). With the

@@ -76,6 +76,25 @@ def test_locusts_own_exit_code_on_error_still_applies(tmp_path):
         assert "FAIL  errors:" in run.output
 
 
+def test_a_run_that_sent_none_of_its_scripts_probes_measured_nothing_of_memory(tmp_path):
+    """The load ended before any conversation reached its probe (a 2-second run, the probe after a long pause): a
+    bot that never reads its memory PASSed, "0 failed recall probes of 0" (verdict hunt: short_run_no_probe_pass).
+    Now it is no PASS, exit 2 as for a test that measured nothing, unless the probe gate is off."""
+    script = tmp_path / "late.yaml"
+    script.write_text("name: late\nsteps:\n  - plant: order number\n  - think: 30\n  - probe: order number\n")
+    with chat_bot("memory") as url:
+        run = run_locust(url, tmp_path / "run", "--script", script, "--think", "0", users=2, time_s="2s")
+        assert run.returncode == 2, run.output[-3000:]
+        assert "nothing measured of memory: no recall probe was sent" in run.output, run.output[-3000:]
+        assert run_json(run.run_dir)["script_probes"] == 1 and run_json(run.run_dir)["exit_code"] == 2
+        run = run_locust(url, tmp_path / "off", "--script", script, "--think", "0", "--gate", "strict,probe_amnesia=off",
+                         users=2, time_s="2s")
+        assert run.returncode == 0, run.output[-3000:]
+        script.write_text("name: chat\nsteps:\n  - chatter\n  - chatter\n")  # no probe by design: not required
+        run = run_locust(url, tmp_path / "chat", "--script", script, "--think", "0", users=2, time_s="2s")
+        assert run.returncode == 0, run.output[-3000:]
+
+
 # ---- signals after the load ------------------------------------------------------------------------
 
 def start_locust(host, run_dir, *extra, **kw) -> subprocess.Popen:
