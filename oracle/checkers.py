@@ -658,17 +658,18 @@ def _each_reply_follows(ok_stored, by_turn, decoded: Decoded, v: StoredView) -> 
 
 
 def _corrupt_replies(unanswered: list[dict], decoded: Decoded, v: StoredView) -> list[dict]:
-    """An unanswered turn whose next stored entry is corrupt (with no token of its own) was answered:
-    the corrupt entry is its reply. One fault (a mangled reply), counted once, as corrupt."""
-    loose = {bad["index"]: bad for bad in decoded.corrupt if "turn" not in bad}
+    """An unanswered turn whose next stored entry is corrupt (with no token of its own, or that turn's: a reply
+    that quotes its message, mangled) was answered: the corrupt entry is its reply. One fault (a mangled reply),
+    counted once, as corrupt."""
+    at = {bad["index"]: bad for bad in decoded.corrupt}
     kept = []
     for f in unanswered:
-        bad = loose.pop(v.entry_of(f["turn"]) + 1, None)
-        if bad is None:
+        bad = at.pop(v.entry_of(f["turn"]) + 1, None)
+        if bad is None or bad.get("turn", f["turn"]) != f["turn"]:
             kept.append(f)
             continue
         bad["turn"] = f["turn"]
-        bad["tied_by"] = f"its place right after turn {f['turn']}'s user entry, where that turn's reply belongs"
+        bad.setdefault("tied_by", f"its place right after turn {f['turn']}'s user entry, where that turn's reply belongs")
     return kept
 
 

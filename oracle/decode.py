@@ -194,8 +194,8 @@ def decode_elements(entries: list, shape: Shape) -> list | None:
     entry does not fit (bad JSON, already decoded, another shape, multimodal content)."""
     try:
         return list(map(shape.decoder.decode, entries))
-    except (ValueError, TypeError):  # msgspec errors are ValueErrors; a dict entry is a TypeError
-        return None
+    except (ValueError, TypeError, RecursionError):  # msgspec errors are ValueErrors; a dict entry is a TypeError;
+        return None  # an entry nested too deeply goes to the exact path, which finds it corrupt
 
 
 def _fill(out: Decoded, roles: list, texts: list, shape: Shape) -> None:

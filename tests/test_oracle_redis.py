@@ -342,6 +342,24 @@ def test_damage_done_in_redis_after_langchain_wrote(tmp_path, redis_server):
                                  ("vanished", s_gone, None), ("duplicated", s_dup, 0)}
 
 
+@pytest.mark.parametrize("depth", [1100, 100_000])
+def test_an_entry_nested_too_deeply_is_corrupt_and_the_snapshot_reads_back(tmp_path, redis_server, depth):
+    """A stored entry that is valid JSON with a field nested deeper than the decoder goes (input hunt 9: W3): the
+    audit crashed with RecursionError (exit 3, no verdict) where a garbage entry is a corrupt finding; and the
+    snapshot of it must read back in a re-audit, with the same finding."""
+    run, world, _ = make_run(tmp_path, redis_server, sessions=3)
+    client = redis_server.client()
+    s_deep = world.order[0]
+    newest = json.loads(client.lindex(f"message_store:{s_deep}", 0))
+    deep = json.dumps(newest)[:-1] + ', "x": ' + "[" * depth + "]" * depth + "}"
+    client.lset(f"message_store:{s_deep}", 0, deep)
+    last_ok = max(r["turn"] for r in world.turns(s_deep) if r["outcome"] == "ok")
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+    assert finding_keys(run) == {("corrupt", s_deep, last_ok)} and summary["verdict"]["result"] == "fail"
+    again = audit_run(run)  # from the snapshot
+    assert finding_keys(run) == {("corrupt", s_deep, last_ok)} and again["anomalies"] == summary["anomalies"]
+
+
 def test_store_evidence_reads_the_evictions_the_run_s_telemetry_sampled(tmp_path, redis_server):
     """The eviction counter over the run comes from telemetry.jsonl's ``store`` samples (then the audit's
     own INFO), so a session gone before the store began evicting is not called evicted."""
