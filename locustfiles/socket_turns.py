@@ -8,6 +8,8 @@ and so are, as no turn's reply:
 - a frame whose reply is the very message just sent: a chat room's echo of the user's own message. It is the reply
   only when nothing else comes by --timeout (a bot that answers with the message itself).
 - with --reply-where (``type=done``: a streamed answer's final frame), a frame it does not keep.
+A bot that closes the connection after each answer is read so too: the next turn opens another. A turn sent right
+after a reply waits until the connection has been quiet a few milliseconds, so that it is not sent into that close.
 
 Outcomes follow Jepsen's rule as HTTP turns do (locustfiles/outcome.py), where a socket allows more: a turn
 whose connection could not be opened (refused, a handshake the bot rejected) never left, so it is ``fail``;
@@ -26,6 +28,7 @@ from locustfiles.contract import NoReply
 from locustfiles.outcome import NotSent, classify_error
 
 WARNED: set = set()  # warnings given (once a process)
+SETTLE_S = 0.005  # a connection is quiet this long after a reply before the next turn goes on it (SocketTurns.drained)
 BARRIER = b"goldfish"  # the ping a new connection is read up to (frames the bot sent with its handshake: a greeting)
 
 
@@ -36,6 +39,7 @@ class SocketTurns:
     def __init__(self, timeout: float):
         self.timeout = timeout
         self.socket: websocket.WebSocket | None = None
+        self.replied = 0.0  # when the last reply came (monotonic)
         self.lock = Semaphore()
 
     def exchange(self, url: str, frame: bytes, headers: dict, contract, message: str = "") -> tuple:
@@ -82,6 +86,7 @@ class SocketTurns:
                     if text == message and echo is None:
                         echo = data  # the user's own message echoed back (a chat room's): the answer comes next
                         continue
+                    self.replied = monotonic()
                     return 200, data, None
             except Exception as exc:  # noqa: BLE001 - sent: whatever happens now, the bot may have it
                 self.close()
@@ -90,19 +95,23 @@ class SocketTurns:
                 self.close()
                 raise
 
-    def waiting(self) -> bool:
-        """Whether a frame (or the start of one) is waiting to be read, without blocking. websocket-client reads a
-        frame's bytes and no more, so the socket's (and TLS's decrypted) buffer holds exactly what is unread."""
+    def waiting(self, within: float = 0.0) -> bool:
+        """Whether a frame (or the start of one) is waiting to be read, or comes ``within`` seconds. websocket-client
+        reads a frame's bytes and no more, so the socket's (and TLS's decrypted) buffer holds exactly what is unread."""
         sock = self.socket.sock
         if sock is None:
             return False
         pending = getattr(sock, "pending", None)
-        return bool(pending and pending()) or bool(select.select([sock], [], [], 0)[0])
+        return bool(pending and pending()) or bool(select.select([sock], [], [], within)[0])
 
     def drained(self, deadline: float, contract) -> bool:
         """Read and drop the frames waiting before a turn is sent: they answer no turn of this one (the rest of an
-        earlier reply streamed in frames, a greeting). False when the bot closed the connection meanwhile."""
-        while self.waiting():
+        earlier reply streamed in frames, a greeting). False when the bot closed the connection meanwhile. A turn
+        right after a reply (a burst, --think 0) waits until the connection has been quiet SETTLE_S since it: a bot
+        that closes after each answer sends its close right behind it, and a turn sent into that close was lost."""
+        within = max(self.replied + SETTLE_S - monotonic(), 0.0)
+        while self.waiting(within):
+            within = 0.0
             self.socket.settimeout(max(deadline - monotonic(), 0.001))  # a frame half-way in: read it to its end
             try:
                 opcode, data = self.socket.recv_data(control_frame=True)

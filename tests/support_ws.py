@@ -9,7 +9,8 @@ Modes: ``memory`` answers from the session's facts; ``forget`` from none (every 
 remembers, but closes each connection at its fourth frame, stored and unanswered. Frames that are no turn's reply
 (tests/test_websocket_frames.py): ``greet`` sends a welcome on connect; ``echo`` sends the user's own message back
 before the answer (a chat room's); ``stream`` sends the answer in token frames ({"type": "token"}) before the
-whole of it; ``parrot`` answers with the message itself; ``chatty-forget`` greets and echoes, and remembers nothing.
+whole of it; ``parrot`` answers with the message itself; ``chatty-forget`` greets and echoes, and remembers nothing;
+``close-each`` closes the connection right after each answer.
 Run one: ``python tests/support_ws.py --port P --mode memory``.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from support_locust import answer
 
 GREETING = "Hi! I am the delivery assistant. How can I help?"
-MODES = ("memory", "forget", "drop", "greet", "echo", "stream", "parrot", "chatty-forget")
+MODES = ("memory", "forget", "drop", "greet", "echo", "stream", "parrot", "chatty-forget", "close-each")
 
 
 async def main(port: int, mode: str) -> None:
@@ -65,6 +66,9 @@ async def main(port: int, mode: str) -> None:
                 for i in range(0, len(text), 4):
                     await socket.send(json.dumps({"type": "token", "reply": text[i:i + 4]}))
             await socket.send(json.dumps({"type": "message", "reply": text}))
+            if mode == "close-each":  # one answer per connection: closed cleanly right behind it
+                await socket.close()
+                return
 
     async with serve(chat, "127.0.0.1", port, process_request=http):
         await asyncio.Future()
