@@ -666,11 +666,11 @@ class EndOfRun:
         stop_follower(run)
         self._enter(run, AUDIT)
         code, summary = self.audit(s)
-        if summary is None:
-            if code == EXIT_BAD and online["verdict"]["result"] == "fail":  # the store unjudged, the clients saw a bug
+        if summary is None:  # the store unjudged (options it cannot be read with, or it failed: a Redis that died
+            if online["verdict"]["result"] == "fail":  # in the settle); the clients saw a bug all the same: FAIL
                 self._say_verdict(online["verdict"], "online, from the journal: the store could not be judged (above)")
                 run.verdict = online["verdict"]
-                return EXIT_GATE
+                return verdict_exit_code(online["verdict"])
             return code
         self._enter(run, REPORT)
         try:

@@ -110,6 +110,25 @@ def phase(run_dir) -> str | None:
         return None
 
 
+def test_a_store_that_dies_before_the_audit_does_not_hide_what_the_clients_saw(tmp_path, redis_server):
+    """Every probe failed as the clients saw it, and the Redis died in the settle: "audit FAILED ... NO VERDICT, exit
+    code 3", the journal's FAIL neither said nor used (input hunt 9: store_dies_before_audit_hides_fail). A bug found
+    fails the run: the journal's verdict, exit 1, as for a store the options cannot read."""
+    run_dir = tmp_path / "run"
+    with chat_bot("forget") as url:
+        proc = start_locust(url, run_dir, "--store-url", redis_server.url, "--settle", "3s", "--think", "0",
+                            "--script", quick_script(tmp_path), users=4, time_s="2s")
+        try:
+            wait_until(lambda: phase(run_dir) == "settle", timeout=60, what="the settle phase")
+            redis_server.stop(signal.SIGKILL)
+            out, err = finish(proc, 90)
+        finally:
+            _kill_group(proc)
+    assert "audit FAILED" in err and "verdict FAIL (online, from the journal: the store could not be judged" in err, \
+        err[-3000:]
+    assert proc.returncode == 1 and run_json(run_dir)["exit_code"] == 1, err[-3000:]
+
+
 @pytest.mark.slow
 def test_sigterm_during_the_audit_exits_143_and_says_how_to_finish(tmp_path, refbot_stack):  # noqa: F811
     stack = refbot_stack(replicas=1, mode="correct", think_ms=0, jitter_ms=5)
