@@ -50,8 +50,13 @@ def claimable(pf: PlanFault, k: int, instances: list[str], busy: set, held: int,
 
 class Controller:
     def __init__(self, plan: Plan, backend: Backend, run_dir: str | Path, toxiproxy: str | None = None,
-                 stop_timeout: float = 120.0):
+                 stop_timeout: float = 120.0, outstanding: Outstanding | None = None):
+        """``outstanding``: what an earlier controller left (``heal_run``); without it the run folder must have
+        no fault left outstanding (ValueError, nothing touched), since this controller rewrites that file."""
         self.plan, self.backend, self.run_dir = plan, backend, Path(run_dir)
+        if outstanding is None:
+            refuse_unhealed(self.run_dir)
+            outstanding = Outstanding(self.run_dir, backend.name, backend.config())
         self.stop_timeout = stop_timeout
         url = toxiproxy or plan.toxiproxy
         self.toxiproxy = None
@@ -59,7 +64,7 @@ class Controller:
             from chaos.backends.toxiproxy import ToxiproxyBackend
             self.toxiproxy = ToxiproxyBackend(url)
         self.timeline = Timeline(self.run_dir, backend.name)
-        self.outstanding = Outstanding(self.run_dir, backend.name, backend.config())
+        self.outstanding = outstanding
         self.failures: list[dict] = []        # failed recoveries (also on the timeline)
         self.unapplied: list[str] = []        # occurrences whose apply failed (a target not running...), with why
         self._stop = threading.Event()
@@ -347,6 +352,23 @@ class Controller:
             self._done.set()
 
 
+def refuse_unhealed(run_dir: str | Path) -> None:
+    """ValueError naming the file and its faults when ``run_dir``'s outstanding.json lists faults a controller left
+    (SIGKILLed mid-fault): a new controller there would rewrite that file, the one record ``chaos heal`` needs, and
+    leave the faults in force (a bot SIGSTOPped) with nothing saying so. A file listing none is reused."""
+    try:
+        left = Outstanding.load(run_dir)
+    except ValueError as exc:  # cut short or edited by hand: it may list faults in force, so it is not overwritten
+        raise ValueError(f"{exc}; a chaos run there would overwrite it: look at it, heal by hand what it lists, "
+                         "then remove it (or give another run folder)") from None
+    entries = left.entries()
+    if entries:
+        faults = ", ".join(f"{e['fault']['id']} ({e['fault']['kind']} on {e['instance']})" for e in entries[:5])
+        more = f" and {len(entries) - 5} more" if len(entries) > 5 else ""
+        raise ValueError(f"{left.path} lists {len(entries)} fault(s) an earlier chaos run left in force: {faults}{more}; "
+                         f"run `python -m chaos heal {run_dir}` first (a new run there would overwrite that record)")
+
+
 def heal_run(run_dir: str | Path, backend: Backend | None = None) -> tuple[int, list[dict]]:
     """Recover what a dead controller left in run_dir (``python -m chaos heal``).
 
@@ -363,7 +385,6 @@ def heal_run(run_dir: str | Path, backend: Backend | None = None) -> tuple[int, 
             raise ValueError(f"{left.path}: {exc}") from None
     toxi_url = next((e.get("toxiproxy") for e in entries if e.get("toxiproxy")), None)
     plan = Plan(faults=[], path=str(run_dir))
-    ctl = Controller(plan, backend, run_dir, toxiproxy=toxi_url)
-    ctl.outstanding = left
+    ctl = Controller(plan, backend, run_dir, toxiproxy=toxi_url, outstanding=left)
     failed = ctl.heal(via="heal-cli")
     return len(entries) - len(failed), failed

@@ -351,7 +351,9 @@ def down(state_dir=None, say=print) -> list[str] | None:
         if not st:
             return None
         stopped = _stop_all(st)
-        Path(st.get("haproxy_socket", directory / "haproxy.sock")).unlink(missing_ok=True)
+        sock = st.get("haproxy_socket", directory / "haproxy.sock")
+        if isinstance(sock, (str, Path)):  # null (a targets file's registry) or host:port: no socket file to remove
+            Path(sock).unlink(missing_ok=True)
         state.remove(directory)
     say(f"stack down: stopped {', '.join(stopped) if stopped else 'nothing (no member was running)'}")
     return stopped

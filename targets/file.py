@@ -109,6 +109,8 @@ def sync(targets: Targets) -> Path:
         raise TargetsError([f"{targets.path}: state_dir: cannot create {targets.state_dir}: {exc.strerror}"]) from None
     with registry.locked_state(targets.state_dir, missing_ok=True) as st:
         old = st.get("members", {})
+        if others := _others_running(targets, old):
+            raise TargetsError(others)
         members, problems = {}, []
         for name, spec in targets.members.items():
             member = dict(spec, pid=old.get(name, {}).get("pid"), pid_start=old.get(name, {}).get("pid_start"))
@@ -124,6 +126,18 @@ def sync(targets: Targets) -> Path:
         st.update(version=registry.VERSION, dir=str(targets.state_dir), targets=str(targets.path),
                   haproxy_socket=targets.haproxy_socket, members=members)
     return targets.state_dir
+
+
+def _others_running(targets: Targets, old: dict) -> list[str]:
+    """A problem when the state file records running members this file does not name (a refbot stack's folder as
+    state_dir): rewriting it would drop them, so `refbot down` and chaos would no longer know them (orphans)."""
+    running = [f"{name} (pid {m.get('pid')})" for name, m in old.items()
+               if name not in targets.members and isinstance(m, dict) and registry.member_alive(m)]
+    if not running:
+        return []
+    return [f"{targets.path}: state_dir: {registry.state_path(targets.state_dir)} records running member(s) this file "
+            f"does not name: {', '.join(running)}; writing it would lose them (left running, unknown to chaos and "
+            "`refbot down`): give this file a state_dir of its own, or stop them first"]
 
 
 # ---- one target -------------------------------------------------------------------------------
