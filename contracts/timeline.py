@@ -62,10 +62,11 @@ def telemetry_sample(raw: bytes | str) -> dict:
     record = _object(raw)
     _number(record, "time", required=True)
     if record.get("users") is not None and not _whole(record["users"]):
-        raise RecordError(f"users {codec.short(record['users'])} is not a whole number")
+        raise RecordError(f"users {codec.short(record['users'])} is not a whole number from 0 to 2**64-1")
     rss = record.get("rss")
     if rss is not None and not (isinstance(rss, dict) and all(map(_whole, rss.values()))):
-        raise RecordError(f"rss {codec.short(rss)} is not {{process: bytes}}")
+        raise RecordError(f"rss {codec.short(rss)} is not {{process: bytes}} (bytes a whole number from 0 to "
+                          "2**64-1)")
     if record.get("store_error") is not None and not isinstance(record["store_error"], str):
         raise RecordError(f"store_error {codec.short(record['store_error'])} is not text")
     store = record.get("store")
@@ -84,8 +85,13 @@ def telemetry_sample(raw: bytes | str) -> dict:
     return record
 
 
+WHOLE_MAX = 2 ** 64 - 1  # a 64-bit counter's largest value (Redis's, a process's RSS in bytes)
+
+
 def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """A whole number >= 0 that a 64-bit counter can hold: a 400-digit ``rss`` passed, and the report's chart
+    crashed converting it to a float (OverflowError, exit 3); now the line is one file:line warning."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= WHOLE_MAX
 
 
 def _object(raw) -> dict:

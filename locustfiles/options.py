@@ -338,6 +338,16 @@ def _check_run_time(get, shaped: bool) -> None:
                           "time (-t 10m), or leave -t out and stop the run yourself (Ctrl-C)")
 
 
+def _check_users(get) -> None:
+    """Locust takes ``-u -1`` (its parser checks only that it is a whole number), then raises in two greenlets
+    (``target_user_count must be >= 0``), idles for the whole -t and ends with nothing journaled. Refused at
+    start, as ``-t 0`` is. (A negative ``-r`` Locust's parser refuses itself: "must be > 0".)"""
+    users = get("num_users")
+    if isinstance(users, int) and not isinstance(users, bool) and users < 0:
+        raise OptionError(f"-u/--users {users}: a negative number of users; give the peak number of concurrent "
+                          "users (-u 10), or 0 to start none")
+
+
 def _step_duration(value, steps: int) -> float:
     seconds = parse_duration(value, "step-duration")
     if steps and seconds < 1:
@@ -545,6 +555,7 @@ class Settings:
         if (step_users > 0) != (steps > 0):
             raise OptionError("--step-users and --steps go together (both > 0 to enable the step shape)")
         _check_run_time(get, shaped=step_users > 0)
+        _check_users(get)
         label = check_line(str(get("label") or "dev"), "--label")
         check_run_dir(check_line(str(get("run_dir") or ""), "--run-dir"))
         headers = dict(parse_header(h) for h in (get("header") or []))

@@ -21,7 +21,7 @@ from contracts.durations import DurationError, parse_duration
 from oracle.history import JournalError
 from oracle.keys import TemplateMismatch
 from oracle.snapshot import SnapshotError
-from oracle.options import (OptionError, add_gate_options, add_store_options, gates, read_options_given,
+from oracle.options import (Once, OptionError, add_gate_options, add_store_options, gates, read_options_given,
                             shape_options, store_options)
 from oracle.store import StoreError
 from oracle.verdict import cut_short, rule_line
@@ -34,9 +34,10 @@ def parser() -> argparse.ArgumentParser:
         "store (omit --store-url, --http-url and --reader to re-audit from the run's store/ snapshot)"))
     p.add_argument("--jobs", type=_at_least_one, help="processes reading and judging a Redis store in parallel (default: one "
                    "per core, at most 8, from 20,000 sessions up); 1 for one process")
-    p.add_argument("--window", type=_seconds(1.0), default=5.0,
+    # each once: `--window 5s --window 1s` used the last without a word (--recovery decides which errors a fault excuses)
+    p.add_argument("--window", type=_seconds(1.0), default=5.0, action=Once,
                    help="window length, at least 1s: a row of windows.csv and a bar of the charts (default 5s)")
-    p.add_argument("--recovery", type=_seconds(0.0), default=5.0,
+    p.add_argument("--recovery", type=_seconds(0.0), default=5.0, action=Once,
                    help="recovery margin after each fault (default 5s)")
     add_gate_options(p.add_argument_group("the verdict's gates (exit 1 when one fails)"))
     return p

@@ -345,9 +345,13 @@ def load_run(path: str | Path) -> RunData:
     untrusted = cut_short(run)
     if untrusted:  # written by the Locust run's end (locustfiles/endofrun.py)
         warnings.insert(0, f"{untrusted}; the run exits 3")
-    summary = _read_json(summary_file, warnings, default=None)
+    try:  # the reason kept (nested too deeply, an integer past the digit limit), as run.json's warning keeps it
+        summary = codec.loads(summary_file.read_bytes())  # DecodeError (a ValueError) whatever the bytes
+    except (OSError, ValueError) as exc:
+        raise NotAudited(f"{summary_file}: unreadable ({exc}) - re-run `python -m oracle audit {path}`") from None
     if not isinstance(summary, dict):
-        raise NotAudited(f"{summary_file}: not a JSON object - re-run `python -m oracle audit {path}`")
+        raise NotAudited(f"{summary_file}: not a JSON object but a {type(summary).__name__} - re-run "
+                         f"`python -m oracle audit {path}`")
     wrong = [key for key in SUMMARY_PARTS if not isinstance(summary.get(key), dict)] + \
         [key for key in ("observed", "verdict") if key in summary and not isinstance(summary[key], dict)]
     if wrong:  # a hand-edited or truncated summary: no report that looks like a verdict

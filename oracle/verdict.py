@@ -121,8 +121,13 @@ def gate_name(text: str, where: str) -> str:
     return name
 
 
-def parse_limit(text, where: str) -> Limit:
-    """``0`` or ``3`` (a count), ``1%`` or ``0.01`` (a rate), ``off``."""
+def parse_limit(text, where: str, gate: str | None = None, off: str | None = None) -> Limit:
+    """``0`` or ``3`` (a count), ``1%`` or ``0.01`` (a rate), ``off``.
+
+    ``gate``: the gate the limit is for (a spec's item, a gates file's line); a rate of 100% for it is refused:
+    the gate could never fail, and a bot that forgot every probe PASSed ``--gate probe_amnesia=100%`` (and
+    ``probe_amnesia=1.0``, a gates file's ``probe_amnesia: 100%``) while ``--max-probe-amnesia 1.0`` was refused.
+    ``off``: how to turn that gate off where the limit was written (default ``--gate GATE=off``)."""
     raw = str(text).strip().lower()
     if raw in ("off", "any", "none", "ignore"):
         return Limit()
@@ -138,6 +143,9 @@ def parse_limit(text, where: str) -> Limit:
                         "or off)") from None
     if not math.isfinite(value) or value < 0 or (rate and value > 1):
         raise GateError(f"{where}: {short(text)} is out of range (a count >= 0, or a rate from 0% to 100%)")
+    if rate and value >= 1 and gate is not None:  # `1` is a count (one allowed); `1.0` and `100%` allowed every one
+        raise GateError(f"{where}: {short(text)} is a rate of 100%: the gate could never fail (for 1% write 0.01 or "
+                        f"1%; to turn the gate off, {off or f'--gate {gate}=off'})")
     return Limit(rate=float(value)) if rate else Limit(count=int(value))
 
 
@@ -161,7 +169,8 @@ def parse_gates(spec: str | None, where: str = "--gate", shorthands: dict[str, L
         profile = None
         if "=" in item:
             name, _, value = item.partition("=")
-            given = {gate_name(name, f"{where} {short(item)}"): parse_limit(value, f"{where} {short(item)}")}
+            gate = gate_name(name, f"{where} {short(item)}")
+            given = {gate: parse_limit(value, f"{where} {short(item)}", gate, off=f"{where} {gate}=off")}
         elif item.lower() in PROFILES:
             profile, given = item.lower(), {}
         else:
@@ -235,7 +244,8 @@ def _gates_file(path: str, where: str) -> tuple[str | None, dict[str, Limit]]:
         if name in set_at:
             raise GateError(f"{line}: {short(key.value)} sets the {name} gate, which {set_at[name]} sets already: "
                             "keep one")
-        out[name], set_at[name] = parse_limit(value.value, f"{line}: {key.value}"), f"line {key.start_mark.line + 1}"
+        limit = parse_limit(value.value, f"{line}: {key.value}", name, off=f"{key.value}: off")
+        out[name], set_at[name] = limit, f"line {key.start_mark.line + 1}"
     return profile, out
 
 
