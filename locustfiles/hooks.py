@@ -17,7 +17,7 @@ from pathlib import Path
 
 import gevent
 from locust import events
-from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, LocalRunner, MasterRunner, WorkerRunner
 
 from contracts.runfolder import RunFolder, detach_output
 from locustfiles import endofrun, live, options, telemetry
@@ -131,7 +131,9 @@ def _on_init(environment, runner, web_ui=None, **_kw):
         _outlive_the_terminal()
         environment.events.report_to_master.add_listener(
             lambda client_id, data, **_: live.report_to_master(rt.journal and rt.journal.tally, data))
-        return
+        if runner.state in (STATE_SPAWNING, STATE_RUNNING):  # a worker joining a running test can get its spawn,
+            _on_test_start(environment)  # and test_start, before init: its users journaled nothing, and a PASS
+        return  # left their conversations unjudged
     _reach_store(rt.settings)
     if isinstance(runner, LocalRunner):
         runner.register_message(MSG_STEP, _on_step)
