@@ -169,7 +169,10 @@ def store_arguments(store) -> str:
 
 
 def combine(goldfish: int, locust: int) -> int:
-    """Goldfish's code when it has one, else Locust's: neither masks the other's failure."""
+    """Goldfish's code when it has one, else Locust's: neither masks the other's failure. A run that measured
+    nothing (2) because it was cut short (Locust's 3: users raised, every worker went missing) is 3: not trusted."""
+    if goldfish == EXIT_BAD and locust == EXIT_AUDIT:
+        return EXIT_AUDIT
     return goldfish if goldfish != EXIT_OK else locust
 
 

@@ -198,10 +198,11 @@ def _audit(args) -> int:
         print(f"oracle audit: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     print(render(summary, run))
-    if summary["verdict"]["result"] == "fail":
+    code = verdict_exit_code(summary["verdict"])  # as at the end of a Locust run: nothing to judge is 2
+    if code == 1:
         print(headline(summary["verdict"]))
-        return verdict_exit_code(summary["verdict"])  # as at the end of a Locust run: nothing to judge is 2
-    try:
+        return code
+    try:  # a PASS, or nothing measured, of a run cut short is not trusted
         untrusted = cut_short(recorded_run(run))
     except (OSError, codec.DecodeError) as exc:  # a damaged run.json may have said the run was cut short
         print(f"NO VERDICT — {RunFolder(run).run_json} cannot be read ({exc}), so whether Locust's users raised "
@@ -211,7 +212,7 @@ def _audit(args) -> int:
         print(f"NOT TRUSTED — {untrusted}; the stored data alone: {headline(summary['verdict'])}")
         return 3
     print(headline(summary["verdict"]))
-    return 0
+    return code
 
 
 def _online(run: Path, limits, recovery_s: float) -> int:

@@ -22,7 +22,7 @@ from oracle.report_data import (EXAMPLES_PER_CLASS, RATE_METRICS, RATE_TITLES, R
                                 rate)
 from oracle.report_format import interval, ms, number, output_link_problem, pct, verdict
 from oracle.explain import NOT_SCANNED, journal_copy_line
-from oracle.verdict import cut_short, of_summary, rule_line
+from oracle.verdict import cut_short, exit_code, of_summary, rule_line
 
 CHARTS = {
     "timeline": ("Timeline", charts.timeline,
@@ -125,10 +125,12 @@ class UnsafeOutput(RunFolderError):
 
 def shown_verdict(data: RunData) -> tuple[str, str, str]:
     """(level, headline, detail) of the badge and the terminal: the audit's verdict, except that a held
-    verdict of a run whose Locust users raised exceptions is NOT TRUSTED (a FAIL stays a FAIL)."""
+    verdict of a run whose Locust users raised exceptions is NOT TRUSTED (a FAIL stays a FAIL, unless it only says
+    the run measured nothing: cut short, it had no chance to)."""
     level, headline, detail = verdict(data.summary)
     untrusted = cut_short(data.run)
-    if untrusted and level != "fail":
+    v = data.summary.get("verdict")
+    if untrusted and (level != "fail" or isinstance(v, dict) and exit_code(v) == 2):
         return "warn", "NOT TRUSTED", f"{untrusted}; the stored data alone: {headline} - {detail}"
     return level, headline, detail
 
