@@ -133,7 +133,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                     getattr(reader, "client", None), store, gone, sum(r.gone_count for r in results) >= ok_sessions,
                     tally.first_ack, (tally.totals["failed_probes"], tally.totals["answered"]),
                     sum(r.gone_count for r in results), evidence.get("counters_at_start"),
-                    sum(r.keys_seen for r in results), folder.run_json, sessions)
+                    sum(r.keys_seen for r in results), folder.run_json, sessions, bool(evidence.get("ttl_in_use")))
             writer.close(True, sessions)
         else:
             for record in read_foreign(folder.path):

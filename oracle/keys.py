@@ -196,7 +196,7 @@ class ForeignKeys:
 def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list[str], all_gone: bool,
                           first_ack: float | None, probes: tuple[int, int] = (0, 0), gone_count: int | None = None,
                           at_start: dict | None = None, keys_seen: int = 0, run_json=None,
-                          sessions: int = 0) -> dict | None:
+                          sessions: int = 0, ttl_in_use: bool = True) -> dict | None:
     """Evidence about acknowledged sessions whose key does not exist; raises TemplateMismatch when
     the evidence says the oracle looks in the wrong place.
 
@@ -212,7 +212,9 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     evicted_keys when the run began (its first telemetry sample), so that only what it expired or evicted
     since counts (a shared staging Redis has expired millions of keys in its life); ``keys_seen``: sessions
     whose key the rolling audit read under this template during the run (then the template is right and
-    the keys were lost since, whatever else the store says); ``probes``:
+    the keys were lost since, whatever else the store says); ``ttl_in_use``: keys under the template were seen
+    with a TTL (store_evidence), else the server's expired keys were others' (a cache sharing the Redis) and
+    explain none of the gone sessions (judge.Evidence.gone_class calls them vanished then); ``probes``:
     (failed, answered) recall probes — a bot that remembered (few failed) keeps its memory
     somewhere, so finding none of it here means the wrong place; a bot that forgot may simply not
     keep this run's memory in this store (memory in a process, built per request): a loss.
@@ -284,14 +286,16 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             f"{f', and its server started after the run ({_ago(restarted_at)}), which would read as a restart that lost everything' if restarted else ''}"
             f". Another store holds none of the run's histories, so it says nothing of a loss: audit with --store-url "
             f"at the run's store ({_masked(recorded)}, with its password if it has one). Nothing was judged.")
-    if not restarted and expired + evicted < gone_count and not forgot:
+    if not restarted and (expired if ttl_in_use else 0) + evicted < gone_count and not forgot:
         raise TemplateMismatch(
             f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
             f"{template!r} at {options.where()}, no key of the store holds their session ids in its name (looked "
             f"at the {scanned:,} keys named like one; the store holds {_examples(client)}), and nothing explains a "
             "loss: the server has been up since "
-            f"before the first acknowledged turn ({_ago(restarted_at)}), and the keys it expired ({expired}) and "
-            f"evicted ({evicted}){' since the run began' if at_start else ''} are fewer than the missing sessions; and the bot remembered ({failed} of "
+            f"before the first acknowledged turn ({_ago(restarted_at)}), and what it expired and evicted"
+            f"{' since the run began' if at_start else ''} explains fewer than the missing sessions (expired {expired}"
+            f"{'' if ttl_in_use else ', none of them under the template, where no key was seen with a TTL'}; evicted "
+            f"{evicted}); and the bot remembered ({failed} of "
             f"{answered} recall probes failed), so its memory is somewhere. The template or --store-url does not "
             "point where the bot writes (or someone flushed the store); a bot that keeps histories where no template "
             "names them (under an id of its own, in one hash per user, in one stream of events) is read with "
