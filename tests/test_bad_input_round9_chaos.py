@@ -160,3 +160,25 @@ def test_a_recorded_member_that_is_not_running_is_dropped(tmp_path):
 
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert list(registry.load(state_dir)["members"]) == ["web"]
+
+
+@pytest.mark.parametrize("kind, instance, said", [
+    ("nuke", "bot-1", "local backend cannot recover 'nuke': nothing was undone"),
+    ("pause", "bot-9", "no member 'bot-9' in "),
+])
+def test_heal_of_a_fault_it_cannot_undo_fails_and_keeps_the_record(chaos_stack, tmp_path, kind, instance, said):
+    """An outstanding.json edited by hand, or from another goldfish: a kind this one does not know was "recovered ...
+    ok, 1 recovered" and dropped from the record, though nothing was undone; an instance the stack does not have
+    was a bare KeyError (input hunt 9: W10). Both are failed recoveries now, named, and the record is kept."""
+    run = tmp_path / "run"
+    (run / "chaos").mkdir(parents=True)
+    entry = {"key": f"p1#0@{instance}", "fault": {"id": "p1#0", "kind": kind, "target": instance, "duration": 60,
+                                                  "params": {}},
+             "instance": instance, "state": "applied", "undo": {}, "applied": 1.0, "planned": 1.0, "toxiproxy": None}
+    outstanding = run / "chaos" / "outstanding.json"
+    outstanding.write_text(json.dumps({"backend": "local", "backend_config": {"state_dir": str(chaos_stack.state_dir)},
+                                       "faults": [entry]}))
+    healed = run_chaos("heal", run)
+    out = healed.stdout + healed.stderr
+    assert healed.returncode == 1 and "0 recovered, 1 failed" in healed.stdout and said in out, out
+    assert [e["key"] for e in json.loads(outstanding.read_text())["faults"]] == [f"p1#0@{instance}"]
