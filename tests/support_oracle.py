@@ -323,3 +323,15 @@ FUNCTION_STORE: dict = {}
 
 def function_reader(sessions: list[str]) -> list[dict]:
     return [{"session": s, "exists": True, "entries": FUNCTION_STORE[s]} for s in sessions if s in FUNCTION_STORE]
+
+
+def oracle_main(capsys, *args):
+    """``python -m oracle ...`` through its main(), in this process: (exit code, stdout, stderr)."""
+    from oracle.__main__ import main
+
+    try:
+        code = main([*map(str, args)])
+    except SystemExit as exc:  # argparse refusing an option
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err

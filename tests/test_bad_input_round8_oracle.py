@@ -16,7 +16,7 @@ import pytest
 from oracle import compare
 from oracle.audit import audit_run
 from oracle.verdict import NOTHING_ACKNOWLEDGED, parse_gates
-from support_oracle import TurnSpec, build_world, write_journal, write_snapshot
+from support_oracle import TurnSpec, build_world, oracle_main, write_journal, write_snapshot
 from support_report import synthetic
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -24,14 +24,7 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::Depr
 
 def audit(capsys, *args):
     """``python -m oracle audit ...`` through its main(), in this process: (exit code, stdout, stderr)."""
-    from oracle.__main__ import main
-
-    try:
-        code = main(["audit", *map(str, args)])
-    except SystemExit as exc:  # argparse refusing an option
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return oracle_main(capsys, "audit", *args)
 
 
 @pytest.fixture

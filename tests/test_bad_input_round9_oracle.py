@@ -26,7 +26,7 @@ from oracle.audit import audit_run
 from oracle.options import OptionError, gates as gates_of
 from oracle.verdict import GateError, parse_gates
 from support_locust import CHATFILE, LOCUST, REPO
-from support_oracle import TurnSpec, build_world, write_journal, write_snapshot
+from support_oracle import TurnSpec, build_world, oracle_main, write_journal, write_snapshot
 from support_report import synthetic
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -34,16 +34,7 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::Depr
 NEVER_FAILS = "is a rate of 100%: the gate could never fail"
 
 
-def oracle(capsys, *args):
-    """``python -m oracle ...`` through its main(), in this process: (exit code, stdout, stderr)."""
-    from oracle.__main__ import main
-
-    try:
-        code = main([*map(str, args)])
-    except SystemExit as exc:  # argparse refusing an option
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+oracle = oracle_main  # python -m oracle ..., in this process
 
 
 @pytest.fixture
