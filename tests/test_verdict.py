@@ -487,6 +487,8 @@ def test_a_run_that_sent_none_of_its_scripts_probes_is_no_pass(tmp_path, scripte
     assert summary["verdict"]["result"] == result, summary["verdict"]["failed"]
     if result == FAIL:
         assert summary["verdict"]["failed"] == [NO_PROBE_SENT] and exit_code(summary["verdict"]) == 2
+        probe_rule = next(r for r in summary["verdict"]["rules"] if r["gate"] == "probe_amnesia")
+        assert probe_rule["result"] == "not measured"  # not a PASS of 0 of 0 beside the line saying so
         assert audit_run(tmp_path, gates=parse_gates("strict,probe_amnesia=off"))["verdict"]["result"] == "pass"
 
 
