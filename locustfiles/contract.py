@@ -363,7 +363,16 @@ def ai_sdk_text(content: bytes) -> str:
 
 
 def ndjson_lines(content: bytes) -> list:
-    """Each line of a JSON Lines stream (Ollama's), decoded; a line that is not JSON is NoReply."""
+    """Each line of a JSON Lines stream (Ollama's), decoded; a line that is not JSON is NoReply. A body that is one
+    JSON array is a stream of its items (Gemini's streamGenerateContent without alt=sse: an array of chunks, written
+    as they come): joined by the items at a ``*`` of --reply-field, one per line, it split the answer's words."""
+    if content.lstrip()[:1] == b"[":
+        try:
+            whole = codec.loads(content)
+        except codec.DecodeError:
+            whole = None
+        if isinstance(whole, list):
+            return whole
     out = []
     for number, line in enumerate(content.splitlines(), 1):
         if line.strip():

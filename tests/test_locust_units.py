@@ -148,6 +148,12 @@ def test_streamed_replies_langserve_openai_plain_and_errors():
     assert ollama.reply(b'{"message": {"content": "No"}}\n\n{"message": {"content": "ted."}, "done": true}') == "Noted."
     with pytest.raises(NoReply, match="line 2 of the stream is not JSON"):
         ollama.reply(b'{"message": {"content": "No"}}\nnope\n')
+    # a JSON array of chunks (Gemini's streamGenerateContent without alt=sse, pretty-printed) is a stream of its
+    # items, joined with nothing (bot hunt 8: gemini_array; with --reply-field '*.candidates...' the value was split)
+    gemini = ChatContract(reply_format="ndjson", reply_field="candidates.0.content.parts.0.text")
+    chunks = [{"candidates": [{"content": {"parts": [{"text": piece}], "role": "model"}}]}
+              for piece in ("Your order n", "umber is 675", "9-LM37.")]
+    assert gemini.reply(json.dumps(chunks, indent=2).encode()) == "Your order number is 6759-LM37."
     assert ChatContract(reply_format="text", reply_field="").reply("ünï\ud800".encode("utf-8", "surrogatepass")) \
         == "ünï\ufffd\ufffd\ufffd"
     # a text body's line end is no part of the reply: journaled with it, every stored reply differed from its
