@@ -131,9 +131,11 @@ def _on_init(environment, runner, web_ui=None, **_kw):
         _outlive_the_terminal()
         environment.events.report_to_master.add_listener(
             lambda client_id, data, **_: live.report_to_master(rt.journal and rt.journal.tally, data))
-        if runner.state in (STATE_SPAWNING, STATE_RUNNING):  # a worker joining a running test can get its spawn,
-            _on_test_start(environment)  # and test_start, before init: its users journaled nothing, and a PASS
-        return  # left their conversations unjudged
+        # a worker that joins a running test can get its spawn, and test_start, before this init: without a journal
+        # opened now, its users talked to the bot, journaled nothing, and a PASS left their conversations unjudged
+        if runner.state in (STATE_SPAWNING, STATE_RUNNING):
+            _on_test_start(environment)
+        return
     _reach_store(rt.settings)
     if isinstance(runner, LocalRunner):
         runner.register_message(MSG_STEP, _on_step)

@@ -226,9 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                     "candidate is worse than BASE on any rate or fails a gate of the verdict, 3 when its Locust users "
                     "raised exceptions (conversations cut short), 0 otherwise, 2 on bad input.")
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run folders, base first")
-    from oracle.options import Once  # each given at most once: argparse kept the last of two silently
-
-    # `--margin 0.5 --margin 0.001` judged with the last, without a word: each verdict-changing option once
+    from oracle.options import Once  # each verdict-changing option at most once: argparse kept the last of two
+    # silently (`--margin 0.5 --margin 0.001` judged with the last, without a word)
     parser.add_argument("--margin", type=float, default=0.01, action=Once,
                         help="smallest absolute rate increase that counts as worse (default 0.01 = 1 point)")
     parser.add_argument("--alpha", type=float, default=0.05, action=Once, help="significance level (default 0.05)")
