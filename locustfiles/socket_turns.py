@@ -40,6 +40,7 @@ class SocketTurns:
         self.timeout = timeout
         self.socket: websocket.WebSocket | None = None
         self.replied = 0.0  # when the last reply came (monotonic)
+        self.replies = 0  # replies on the open connection
         self.lock = Semaphore()
 
     def exchange(self, url: str, frame: bytes, headers: dict, contract, message: str = "") -> tuple:
@@ -57,6 +58,7 @@ class SocketTurns:
                         url, timeout=self.timeout, header=[f"{name}: {value}" for name, value in headers.items()])
                     self.socket.ping(BARRIER)
                     self.read_to_pong(deadline)
+                    self.replies = 0
             except websocket.WebSocketBadStatusException as exc:
                 return 0, None, NotSent(f"not sent: the WebSocket handshake was answered HTTP {exc.status_code}")
             except Exception as exc:  # noqa: BLE001 - every other way a connection fails to open
@@ -86,7 +88,7 @@ class SocketTurns:
                     if text == message and echo is None:
                         echo = data  # the user's own message echoed back (a chat room's): the answer comes next
                         continue
-                    self.replied = monotonic()
+                    self.replied, self.replies = monotonic(), self.replies + 1
                     return 200, data, None
             except Exception as exc:  # noqa: BLE001 - sent: whatever happens now, the bot may have it
                 self.close()
@@ -127,10 +129,12 @@ class SocketTurns:
                 from locustfiles.conversation import warn_once
 
                 warn_once("streamed", "--websocket: a frame holding reply field %r came after a turn's reply, before "
-                          "the next turn: the bot answers in several frames (a streamed answer?); each turn takes "
+                          "the next turn: the bot answers in several frames (a streamed answer?)%s; each turn takes "
                           "the first, whose text its recall is judged on: name the frame that holds the whole answer "
                           "with --reply-where (type=done, say); without it a FAIL of such a bot is not to be trusted",
-                          contract.reply_field)
+                          contract.reply_field, "" if self.replies > 1 else ", or it greets a new connection after "
+                          "the first turn has left (then that turn took the greeting, and every reply came a turn "
+                          "late): a greeting with a field of its own is left out with --reply-where (type!=greeting)")
                 WARNED.add("streamed")
         return True
 

@@ -10,7 +10,8 @@ remembers, but closes each connection at its fourth frame, stored and unanswered
 (tests/test_websocket_frames.py): ``greet`` sends a welcome on connect; ``echo`` sends the user's own message back
 before the answer (a chat room's); ``stream`` sends the answer in token frames ({"type": "token"}) before the
 whole of it; ``parrot`` answers with the message itself; ``chatty-forget`` greets and echoes, and remembers nothing;
-``close-each`` closes the connection right after each answer.
+``close-each`` closes the connection right after each answer; ``greet-late`` sends its welcome ({"type": "greeting"})
+50 ms after the connection opened, after the first turn has left (and delays its answers to come after it).
 Run one: ``python tests/support_ws.py --port P --mode memory``.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from support_locust import answer
 
 GREETING = "Hi! I am the delivery assistant. How can I help?"
-MODES = ("memory", "forget", "drop", "greet", "echo", "stream", "parrot", "chatty-forget", "close-each")
+MODES = ("memory", "forget", "drop", "greet", "echo", "stream", "parrot", "chatty-forget", "close-each", "greet-late")
 
 
 async def main(port: int, mode: str) -> None:
@@ -47,6 +48,11 @@ async def main(port: int, mode: str) -> None:
         frames = 0
         if mode in ("greet", "chatty-forget"):  # a chat widget's welcome, before any turn
             await socket.send(json.dumps({"type": "message", "reply": GREETING}))
+        if mode == "greet-late":  # the welcome after a lookup, once the first turn has left
+            async def greet():
+                await asyncio.sleep(0.05)
+                await socket.send(json.dumps({"type": "greeting", "reply": GREETING}))
+            asyncio.get_running_loop().create_task(greet())
         async for frame in socket:
             frames += 1
             body = json.loads(frame)
@@ -54,6 +60,8 @@ async def main(port: int, mode: str) -> None:
             text = answer({} if mode in ("forget", "chatty-forget") else memory.setdefault(session, {}), message)
             if mode == "parrot":
                 text = message  # answers with the message itself (a correct echo bot has no memory to test)
+            if mode == "greet-late" and frames == 1:  # thinking: the welcome goes first
+                await asyncio.sleep(0.1)
             histories.setdefault(session, []).extend([{"role": "user", "content": message},
                                                       {"role": "assistant", "content": text}])
             if mode == "drop" and frames == 4:

@@ -127,3 +127,20 @@ def test_a_bot_that_closes_after_each_answer_is_reconnected_without_losing_a_tur
     assert run.returncode == 0, run.output[-3000:]
     assert len(records) > 50 and {r["outcome"] for r in records} == {"ok"}
     assert {r["verdict"] for r in records if r["kind"] == "probe"} == {"pass"}
+
+
+def test_a_greeting_after_the_first_turn_left_is_named_and_left_out_by_its_type(tmp_path):
+    """The welcome comes 50 ms after the connection opened, after the ping's pong and after the first turn left (bot
+    hunt 8: ws_greet_late): the first turn took it, and every reply came a turn late. No timing tells it from an
+    answer; the warning said only "a streamed answer?". It names the greeting now, and a greeting with a field of its
+    own is left out with --reply-where."""
+    with ws_bot("greet-late") as url:
+        (tmp_path / "plain").mkdir()
+        (tmp_path / "where").mkdir()
+        plain = ws_run(url, tmp_path / "plain", "--think", "0.1")
+        where = ws_run(url, tmp_path / "where", "--think", "0.1", "--reply-where", "type!=greeting")
+    assert "or it greets a new connection after the first turn has left" in plain.output, plain.output[-3000:]
+    records = answered(where)
+    assert where.returncode == 0, where.output[-3000:]
+    assert records and GREETING not in {r["reply"] for r in records}
+    assert {r["verdict"] for r in records if r["kind"] == "probe"} == {"pass"}
