@@ -133,8 +133,8 @@ def _on_init(environment, runner, web_ui=None, **_kw):
             lambda client_id, data, **_: live.report_to_master(rt.journal and rt.journal.tally, data))
         # a worker that joins a running test can get its spawn, and test_start, before this init: without a journal
         # opened now, its users talked to the bot, journaled nothing, and a PASS left their conversations unjudged
-        if runner.state in (STATE_SPAWNING, STATE_RUNNING):
-            _on_test_start(environment)
+        if getattr(runner, "worker_state", runner.state) in (STATE_SPAWNING, STATE_RUNNING):  # a worker's own state:
+            _on_test_start(environment)  # SPAWNING from the spawn message on (runner.state only once users run)
         return
     _reach_store(rt.settings)
     if isinstance(runner, LocalRunner):
