@@ -22,7 +22,6 @@ tests at both ends (docs/locust.md "Why the turn path is not on Locust's public 
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import os
 import random
@@ -40,6 +39,7 @@ from locust.contrib.fasthttp import FAILURE_EXCEPTIONS, ErrorResponse, FastHttpS
 from locust.exception import CatchResponseError
 
 from locustfiles.contract import SESSION, ChatContract
+from contracts import codec
 from contracts.codec import dumps
 from contracts.journal import Turn, in_flight
 from locustfiles.judge import Fact, crosstalk, planted, probe_verdict
@@ -161,14 +161,19 @@ class SessionCookiePolicy(DefaultCookiePolicy):
         return cookie.name == self.name or super().return_ok_secure(cookie, request)
 
 
+def retry_wait(failures: int) -> float:
+    """Seconds a user waits after ``failures`` failed tries in a row (turns, or conversation starts)."""
+    return min(RETRY_WAIT_S * 2 ** (failures - 1), RETRY_WAIT_MAX_S)
+
+
 def signed_payload(value: str) -> str | None:
     """The JSON payload of a signed session cookie (itsdangerous' ``payload.timestamp.signature``, as Flask's and
     Starlette's, a leading ``.`` when compressed), shortened; None for any other value."""
     compressed, data = value.startswith("."), value.lstrip(".").split(".")[0]
     try:
         raw = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
-        loaded = json.loads(zlib.decompress(raw) if compressed else raw)
-    except (ValueError, zlib.error):
+        loaded = codec.loads(zlib.decompress(raw) if compressed else raw)
+    except (ValueError, zlib.error):  # codec.DecodeError is a ValueError
         return None
     return dumps(loaded).decode()[:200] if isinstance(loaded, dict) and "." in value.lstrip(".") else None
 
@@ -256,7 +261,7 @@ class ChatUser(FastHttpUser):
             # the bot did not start a conversation: its first turn is journaled as never sent (fail); the next try
             # waits as after a failed turn (without it, ten users sent a failing start 500 times a second)
             self.failed_starts += 1
-            gevent.sleep(min(RETRY_WAIT_S * 2 ** (self.failed_starts - 1), RETRY_WAIT_MAX_S))
+            gevent.sleep(retry_wait(self.failed_starts))
             return
         self.failed_starts = 0
         facts: dict[str, Fact] = {}  # fact -> what was planted of it (locustfiles/judge.py: planted, probe_verdict)
@@ -287,7 +292,7 @@ class ChatUser(FastHttpUser):
                 turn += 1
                 failed = 0 if outcome == "ok" else failed + 1
                 if failed and i + 1 < len(steps):  # as a person whose message failed waits before the next one
-                    gevent.sleep(min(RETRY_WAIT_S * 2 ** (failed - 1), RETRY_WAIT_MAX_S))
+                    gevent.sleep(retry_wait(failed))
             if pause and i + 1 < len(steps):
                 gevent.sleep(self.think())
 
