@@ -308,6 +308,8 @@ class Controller:
         fault, inst = Fault.from_dict(entry["fault"]), entry["instance"]
         try:
             be = self.backend_for(fault.kind)
+            if fault.kind not in be.kinds:  # an outstanding.json edited, or from another goldfish: say so, keep it
+                raise UnsupportedFault(f"{be.name} backend cannot recover {fault.kind!r}: nothing was undone")
             detail = be.recover(fault, inst, entry.get("undo") or {})
         except Exception as exc:  # noqa: BLE001 - a failed heal is recorded and reported, never raised
             err = f"{type(exc).__name__}: {exc}"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos.backend import Backend
 from conftest import free_port, wait_until
 from support_chaos import chaos_stack, read_timeline, run_chaos, write_plan  # noqa: F401 - fixture
 from targets import registry
@@ -182,3 +183,47 @@ def test_heal_of_a_fault_it_cannot_undo_fails_and_keeps_the_record(chaos_stack, 
     out = healed.stdout + healed.stderr
     assert healed.returncode == 1 and "0 recovered, 1 failed" in healed.stdout and said in out, out
     assert [e["key"] for e in json.loads(outstanding.read_text())["faults"]] == [f"p1#0@{instance}"]
+
+
+class RecordingBackend(Backend):
+    """A stand-in for the kubernetes backend (kill and restart only), which needs a cluster: it records what it
+    is asked to recover. Only the controller's choice of what to recover is under test here."""
+
+    name, kinds = "kubernetes", frozenset({"kill", "restart"})
+
+    def __init__(self):
+        self.recovered = []
+
+    def instances(self, target):
+        return [target]
+
+    def apply(self, fault, instance):
+        raise AssertionError("heal applied a fault")
+
+    def recover(self, fault, instance, undo):
+        self.recovered.append((fault.kind, instance))
+
+
+def test_heal_never_calls_a_kind_recovered_that_the_backend_cannot_do(tmp_path):
+    """The check of an unknown kind lived in the local backend only: the docker and kubernetes backends "recovered" a
+    kind they do not do (their recover falls through), dropped the record and said ok. The controller checks it
+    for every backend now, and recovers the rest."""
+    from chaos.controller import heal_run
+
+    run = tmp_path / "run"
+    (run / "chaos").mkdir(parents=True)
+    entries = [{"key": f"p{i}#0@web-{i}", "fault": {"id": f"p{i}#0", "kind": kind, "target": "web", "duration": 60,
+                                                     "params": {}},
+                "instance": f"web-{i}", "state": "applied", "undo": {}, "applied": 1.0, "planned": 1.0,
+                "toxiproxy": None} for i, kind in enumerate(("pause", "kill"))]
+    outstanding = run / "chaos" / "outstanding.json"
+    outstanding.write_text(json.dumps({"backend": "kubernetes", "backend_config": {}, "faults": entries}))
+    backend = RecordingBackend()
+
+    recovered, failed = heal_run(run, backend)
+
+    assert backend.recovered == [("kill", "web-1")]
+    assert (recovered, [f["key"] for f in failed]) == (1, ["p0#0@web-0"])
+    said = [r for r in read_timeline(run) if r["event"] == "recover" and r["outcome"] == "error"]
+    assert "kubernetes backend cannot recover 'pause': nothing was undone" in said[0]["error"], said
+    assert [e["key"] for e in json.loads(outstanding.read_text())["faults"]] == ["p0#0@web-0"]

@@ -153,8 +153,6 @@ class LocalBackend(Backend):
 
     def recover(self, fault: Fault, instance: str, undo: dict) -> dict | None:
         k = fault.kind
-        if k not in self.kinds:  # an outstanding.json edited or from another goldfish: nothing was undone, say so
-            raise UnsupportedFault(f"local backend cannot recover {k!r}: nothing was undone")
         if k not in F.WHOLE_TARGET_KINDS and instance not in self._state()["members"]:  # those name their target
             raise state.StateError(f"no member {instance!r} in {state.state_path(self.state_dir)}: nothing was undone")
         if k == F.REDIS_FAILOVER or (k in (F.KILL, F.RESTART, F.REDIS_RESTART, F.PAUSE) and self._replicated_store(instance)):
