@@ -24,7 +24,7 @@ from oracle.snapshot import SnapshotError
 from oracle.options import (Once, OptionError, add_gate_options, add_store_options, gates, read_options_given,
                             shape_options, store_options)
 from oracle.store import StoreError
-from oracle.verdict import cut_short, rule_line
+from oracle.verdict import rule_line, trusted_exit_code
 
 
 def parser() -> argparse.ArgumentParser:
@@ -198,20 +198,19 @@ def _audit(args) -> int:
         print(f"oracle audit: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     print(render(summary, run))
-    code = verdict_exit_code(summary["verdict"])  # as at the end of a Locust run: nothing to judge is 2
-    if code == 1:
+    if verdict_exit_code(summary["verdict"]) == 1:  # a finding stands whatever run.json says
         print(headline(summary["verdict"]))
-        return code
+        return 1
     try:  # a PASS, or nothing measured, of a run cut short is not trusted
-        untrusted = cut_short(recorded_run(run))
+        code, untrusted = trusted_exit_code(summary["verdict"], recorded_run(run))
     except (OSError, codec.DecodeError) as exc:  # a damaged run.json may have said the run was cut short
         print(f"NO VERDICT — {RunFolder(run).run_json} cannot be read ({exc}), so whether Locust's users raised "
               "exceptions (which cut conversations short) cannot be told: repair or remove it")
         return 2
     if untrusted:  # as at the end of the Locust run
         print(f"NOT TRUSTED — {untrusted}; the stored data alone: {headline(summary['verdict'])}")
-        return 3
-    print(headline(summary["verdict"]))
+    else:
+        print(headline(summary["verdict"]))
     return code
 
 

@@ -22,7 +22,7 @@ from oracle.report_data import (EXAMPLES_PER_CLASS, RATE_METRICS, RATE_TITLES, R
                                 rate)
 from oracle.report_format import interval, ms, number, output_link_problem, pct, verdict
 from oracle.explain import NOT_SCANNED, journal_copy_line
-from oracle.verdict import cut_short, exit_code, of_summary, rule_line
+from oracle.verdict import of_summary, rule_line, trusted_exit_code
 
 CHARTS = {
     "timeline": ("Timeline", charts.timeline,
@@ -128,9 +128,8 @@ def shown_verdict(data: RunData) -> tuple[str, str, str]:
     verdict of a run whose Locust users raised exceptions is NOT TRUSTED (a FAIL stays a FAIL, unless it only says
     the run measured nothing: cut short, it had no chance to)."""
     level, headline, detail = verdict(data.summary)
-    untrusted = cut_short(data.run)
-    v = data.summary.get("verdict")
-    if untrusted and (level != "fail" or isinstance(v, dict) and exit_code(v) == 2):
+    _, untrusted = trusted_exit_code(of_summary(data.summary), data.run)
+    if untrusted:
         return "warn", "NOT TRUSTED", f"{untrusted}; the stored data alone: {headline} - {detail}"
     return level, headline, detail
 

@@ -464,6 +464,15 @@ def headline(v: dict) -> str:
 UNREADABLE = "run.json unreadable"  # the key a reader puts in place of a run.json it could not read: why
 
 
+def trusted_exit_code(v: dict, run: dict) -> tuple[int, str | None]:
+    """The exit code of verdict ``v`` of a run whose run.json is ``run``, and why it is not trusted (None when it
+    is): a PASS, or nothing measured, of a run cut short (``cut_short``) is NOT TRUSTED, 3; a FAIL that found
+    something stays a FAIL, 1. The one rule of ``oracle audit``, the report's badge and the run's own end."""
+    code = exit_code(v)
+    why = cut_short(run) if code != 1 else None
+    return (3, why) if why else (code, None)
+
+
 UNWHOLE_PHASES = ("load", "heal")  # a run's phases before its journal is whole (locustfiles/endofrun.py)
 
 

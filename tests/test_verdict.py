@@ -13,7 +13,7 @@ import pytest
 
 from oracle.audit import audit_run
 from oracle.verdict import (FAIL, GATES, OFF, PASS, UNMEASURED, GateError, Limit, evaluate, headline,
-                            legacy_overrides, parse_gates, parse_limit)
+                            legacy_overrides, parse_gates, parse_limit, require_measured, trusted_exit_code)
 from support_oracle import (TurnSpec, build_world, finding_keys, lc, read_findings, simple_specs, write_journal,
                             write_snapshot)
 
@@ -1155,3 +1155,21 @@ def test_a_reply_telling_a_value_another_locust_process_planted_is_crosstalk(tmp
     (found,) = [f for f in read_findings(tmp_path) if f["class"] == "crosstalk"]
     assert (found["session"], found["turn"], found["evidence"]["source_session"]) == (a, leak["turn"], b)
     assert f"carries {value!r}, the value session {b}" in found["explanation"]
+
+
+CUT_SHORT = {"user_exceptions": {"count": 2, "first": "KeyError: 'reply'"}}
+
+
+@pytest.mark.parametrize("forgot,acknowledged,run,code,untrusted", [
+    (0, 10, {}, 0, False),
+    (0, 10, CUT_SHORT, 3, True),
+    (1, 10, CUT_SHORT, 1, False),  # a finding stands, cut short or not
+    (0, 0, {"workers_lost": {"all": True, "count": 2}}, 3, True),  # measured nothing: it was cut short
+    (0, 0, {}, 2, False),
+])
+def test_a_verdict_of_a_run_cut_short_is_trusted_only_when_it_found_something(forgot, acknowledged, run, code,
+                                                                               untrusted):
+    gates = parse_gates(None)
+    v = require_measured(evaluate({"probe_amnesia": {"count": forgot, "total": 5}}, gates), acknowledged, 5, 5, gates)
+    got, why = trusted_exit_code(v, run)
+    assert (got, why is not None) == (code, untrusted)
