@@ -621,7 +621,7 @@ class EndOfRun:
 
     def _finish(self, run: Run) -> int:
         s = run.settings
-        from oracle import JournalError, TimelineError, headline, journal_verdict, verdict_exit_code
+        from oracle import JournalError, TimelineError, journal_verdict, verdict_exit_code
 
         # the store settles (phase settle since the heal) while the journal is read
         if run.bad:
@@ -675,16 +675,22 @@ class EndOfRun:
                 run.verdict = online["verdict"]
                 return verdict_exit_code(online["verdict"])
             return code
+        return self._report(run, code, summary)
+
+    def _report(self, run: Run, code: int, summary: dict) -> int:
+        """The report, then the verdict said; the run's code."""
+        from oracle import headline, render_report, verdict_exit_code
+
         self._enter(run, REPORT)
         try:
-            from oracle import render_report
-
-            run.report = render_report(s.run_dir)
+            run.report = render_report(run.settings.run_dir)
             say(f"report: {run.report}")
         except Exception as exc:  # noqa: BLE001
             log.exception("report failed")
-            say(f"report FAILED: {type(exc).__name__}: {exc} (re-run `python -m oracle report {s.run_dir}`)")
+            say(f"report FAILED: {type(exc).__name__}: {exc} (re-run `python -m oracle report {run.settings.run_dir}`)")
             code = EXIT_AUDIT
+        if run.interrupted:  # a Ctrl-C while the report rendered (it never waits) said "no verdict": none follows
+            raise Stopped()
         self._say_verdict(summary["verdict"], f"gates {summary['verdict']['gates']}")
         run.verdict = summary["verdict"]
         say(headline(summary["verdict"]))

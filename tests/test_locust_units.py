@@ -408,6 +408,35 @@ def test_a_signal_during_the_report_leaves_run_json_interrupted_not_done(tmp_pat
     assert meta["exit_code"] == 130 and meta["phase"] == "report" and meta["interrupted"]["signal"] == "SIGINT"
 
 
+def test_a_ctrl_c_during_the_report_is_followed_by_no_verdict_line(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C while the report rendered said "SIGINT during report: ... no verdict", and the report went on (it
+    never waits) and then printed "verdict PASS" and "PASS - 13 gate(s) held" below it (verdict hunt 9)."""
+    import json
+
+    import gevent
+
+    import oracle
+    from locustfiles.endofrun import Stopped
+
+    end, run = _finishing_run(tmp_path, "audit")
+    (tmp_path / "run.json").write_text(json.dumps({"run": "r", "end": None}))
+
+    def report_with_a_ctrl_c(_run_dir):
+        end.on_signal("SIGINT")
+        return str(tmp_path / "report.html")
+
+    monkeypatch.setattr(oracle, "render_report", report_with_a_ctrl_c)
+    held = {"result": "pass", "failed": [], "rules": [], "gates": "strict"}
+    with pytest.raises(Stopped):
+        end._report(run, 0, {"verdict": held})
+    said = capsys.readouterr()
+    assert "SIGINT during report: stopped with exit code 130, no verdict" in said.out + said.err
+    assert "PASS" not in (said.out + said.err).split("no verdict", 1)[1]
+    assert run.verdict is None and end.code == 130
+    with pytest.raises(SystemExit):  # the stop thrown at main's next wait, as in the process
+        gevent.sleep(0)
+
+
 def test_a_stream_is_cumulative_only_when_every_piece_extends_the_one_before():
     sse = ChatContract(reply_format="sse", reply_field="t")
     events = lambda *texts: "".join(f'data: {{"t": "{t}"}}\n\n' for t in texts).encode()  # noqa: E731
