@@ -30,7 +30,7 @@ from oracle.report_data import (RATE_METRICS as POOLED, NotAudited, RunData, Run
                                 mend_surrogates, rate)
 from oracle.report_format import html_target_problem, interval, ms, number, pct
 from oracle.snapshot import SnapshotError, read_meta
-from oracle.verdict import cut_short, of_summary
+from oracle.verdict import of_summary, trusted_exit_code
 
 
 NO_VERDICT = "no-verdict"  # the verdict column of a run that ended without one (one word: columns split on blanks)
@@ -153,14 +153,17 @@ def unknown_starts(runs: list[RunData]) -> list[str]:
     return notes
 
 
+RESULT_OF_EXIT = {0: "pass", 1: "fail", 2: "unmeasured", 3: "untrusted"}  # a run that measured nothing is no fail
+
+
 def per_run(runs: list[RunData], alpha: float, margin: float, failed: list[Unjudged] = ()) -> list[dict]:
     """compare's trend rows, each run judged against the previous audited one, plus its night and verdict;
     with a row for each run in ``failed`` (no rates, verdict ``no-verdict`` and its reason), all in start order."""
     results = {r.path.as_posix(): compare_pair(prev, r, alpha, margin) for prev, r in zip(runs, runs[1:])}
     rows = trend_rows(runs, results)
     for row, r in zip(rows, runs):
-        result = of_summary(r.summary)["result"]
-        row.update(night=night(r), result="untrusted" if result == "pass" and cut_short(r.run) else result,
+        code, _ = trusted_exit_code(of_summary(r.summary), r.run)  # as its own audit exits
+        row.update(night=night(r), result=RESULT_OF_EXIT[code],
                    vs_previous="-" if row["verdict"] == "base" else row["verdict"], start=r.run.get("start"))
     rows += [{"label": u.label, "run": printable(u.path.name), "verdict": "-", "throughput": None, "p95": None,
               **{m: rate(None) for m in POOLED}, "night": night(u), "result": NO_VERDICT, "vs_previous": "-",

@@ -210,3 +210,20 @@ def test_an_output_path_that_cannot_be_written_is_bad_input_naming_it(tmp_path, 
             continue
         assert main(["compare", str(base), str(cand), "--gate", "off", "--html", str(target)]) == 2
         assert str(target) in capsys.readouterr().err
+
+
+def test_trend_lists_a_run_that_measured_nothing_as_unmeasured_not_as_a_failure(tmp_path):
+    """A run that sent no recall probe exits 2 (it measured nothing), and its audit says so; the trend listed it
+    as "fail", beside the nights whose bot forgot."""
+    import json
+
+    from oracle import trend
+    from oracle.verdict import NO_PROBE_SENT, of_summary
+
+    base = synthetic(tmp_path / "a", label="v1", seed=1)
+    quiet = synthetic(tmp_path / "b", label="v2", seed=2, probes=0)
+    summary = json.loads((quiet / "audit" / "summary.json").read_text())
+    summary["verdict"] = {**of_summary(summary), "result": "fail", "failed": [NO_PROBE_SENT]}  # as the audit writes
+    (quiet / "audit" / "summary.json").write_text(json.dumps(summary))
+    rows = trend.per_run([load_run(base), load_run(quiet)], 0.05, 0.01)
+    assert [r["result"] for r in rows] == ["pass", "unmeasured"]
