@@ -366,7 +366,8 @@ def status(state_dir=None) -> list[dict] | None:
         return None
     lb_view = {}
     try:
-        lb_view = server_status(st["haproxy_socket"], haproxy.BACKEND)
+        if isinstance(st.get("haproxy_socket"), str):  # null: a targets file's record, no load balancer
+            lb_view = server_status(st["haproxy_socket"], haproxy.BACKEND)
     except OSError:
         pass
     rows = []
@@ -384,8 +385,8 @@ def format_status(rows: list[dict]) -> str:
     header = f"{'member':<10} {'role':<8} {'pid':>8} {'port':>6} {'state':<6} {'release':<8} {'mode':<22} haproxy"
     lines = [header]
     for r in rows:
-        role = r.get("replication") or r["role"]  # a replicated store's data members: primary / replica
-        lines.append(f"{r['name']:<10} {role:<8} {r['pid'] or '-':>8} {r['port']:>6} "
+        role = r.get("replication") or r["role"] or "-"  # primary / replica of a replicated store; none: a target
+        lines.append(f"{r['name']:<10} {role:<8} {r['pid'] or '-':>8} {r['port'] or '-':>6} "
                      f"{'up' if r['healthy'] else 'down':<6} {r['release']:<8} {r['mode']:<22} {r['lb']}")
     return "\n".join(lines)
 

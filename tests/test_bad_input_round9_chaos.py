@@ -227,3 +227,17 @@ def test_heal_never_calls_a_kind_recovered_that_the_backend_cannot_do(tmp_path):
     said = [r for r in read_timeline(run) if r["event"] == "recover" and r["outcome"] == "error"]
     assert "kubernetes backend cannot recover 'pause': nothing was undone" in said[0]["error"], said
     assert [e["key"] for e in json.loads(outstanding.read_text())["faults"]] == ["p0#0@web-0"]
+
+
+def test_refbot_status_of_a_targets_files_record_lists_its_members(tmp_path):
+    """`refbot status --state-dir` of a targets file's record (no HAProxy socket, members without a port) was a
+    traceback (helper-84's note)."""
+    state_dir = tmp_path / "state"
+    path = tmp_path / "t.yaml"
+    path.write_text(f"state_dir: {state_dir}\ntargets:\n  web:\n    command: {json.dumps([sys.executable, '-c', 'pass'])}\n")
+    assert run_chaos("validate", "--targets", path).returncode == 0
+    assert list(registry.load(state_dir)["members"]) == ["web"]
+    shown = subprocess.run([sys.executable, "-m", "refbot", "status", "--state-dir", str(state_dir)],
+                           capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in shown.stderr and shown.returncode in (0, 1), shown.stderr
+    assert [line.split()[0] for line in shown.stdout.splitlines()[1:]] == ["web"], shown.stdout
