@@ -190,7 +190,8 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         if linked.window:
             found.extend([window_warning(linked.window)])
         found.extend(unspanned(tally, context.faults) if tally.totals["answered"] else [])
-        found.extend(short_ttl(evidence))
+        found.extend(short_ttl(evidence, linked.classes.get("expired", 0) + tally.totals["expired_after_end"]))
+        found.extend(after_end_note(tally.totals, evidence))
         found.extend(tally.far_turns(folder.audit / "sessions.csv.tmp"))  # turns days off the rest: a wrong clock
         result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
                                window_s, recovery_s, sum(r.entries for r in results), linked.misrouted, found,
@@ -306,18 +307,36 @@ def unspanned(tally: Tally, faults: list[Fault]) -> list[str]:
 SHORT_TTL_S = 3600.0  # a history that expires sooner forgets a user who comes back within the hour
 
 
-def short_ttl(evidence: dict) -> list[str]:
+def short_ttl(evidence: dict, expired: int = 0) -> list[str]:
     """A warning when the bot's history keys expire within the hour: a user who pauses longer than the TTL is
     forgotten, and an audit that reads the keys before they expire PASSes without having measured that (a bot
-    whose 30-second TTL forgot every user who took a minute to answer PASSed silently)."""
+    whose 30-second TTL forgot every user who took a minute to answer PASSed silently). Not when keys of the
+    run did expire (``expired`` sessions): then it is said by the findings, or by ``after_end_note``."""
     floor = evidence.get("ttl_floor")
-    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor < SHORT_TTL_S:
+    if expired or isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor < SHORT_TTL_S:
         return []
     return [f"store: the keys under the key template expire: the shortest TTL a key was given is about "
             f"{max(1, round(floor)):,} s. A user who pauses longer than that between two messages is forgotten (by "
             "design or not); this run's keys were read before they expired, so the verdict says nothing of it. To "
             "measure it, give the conversations pauses longer than the TTL (--think): the sessions whose keys expire "
             "then count against the expired gate"]
+
+
+def after_end_note(totals, evidence: dict) -> list[str]:
+    """Sessions whose keys expired only once their conversations were over (judge.Evidence.gone_class): by
+    design, and not judged from the store. Said, with how to judge them: a soak longer than the bot's TTL
+    FAILed a correct bot, every such session "expired", its turns stored loss."""
+    n = totals["expired_after_end"]
+    if not n:
+        return []
+    floor = evidence.get("ttl_floor")
+    ttl = f", about {max(1, round(floor)):,} s" if isinstance(floor, (int, float)) and not isinstance(floor, bool) else ""
+    return [f"store: the keys of {n:,} session(s) expired after their conversations ended, before the audit read "
+            f"them (no pause in those conversations was as long as the keys' TTL{ttl}): the bot keeps a history "
+            f"that long after its last message, by design. Their histories were not judged (their recall probes "
+            f"were), and their {totals['expired_after_end_ok']:,} acknowledged turns are left out of stored loss. "
+            "To judge them, read the store before the TTL runs out: a shorter --settle, or the rolling audit "
+            "during the run (--audit-every)"]
 
 
 def window_warning(window: dict) -> str:

@@ -219,6 +219,9 @@ def finding(cls: str, session: str | None, turn: int | None, time: float | None,
     return {"class": cls, "session": session, "turn": turn, "time": time, "evidence": evidence}
 
 
+AFTER_END = "expired after its conversation"  # a gone key that is no finding (judge.Evidence.gone_class)
+
+
 def check_vanished(session: str, turns: list[Turn], raw: RawSession, gone_class) -> list[dict]:
     """The whole session key is gone although the store acknowledged turns of it; ``gone_class``
     names the likely cause from the store's own evidence (evicted, expired or vanished)."""
@@ -232,6 +235,21 @@ def check_vanished(session: str, turns: list[Turn], raw: RawSession, gone_class)
     return [finding(cls, session, None, last.received or last.sent, key=raw.key, ok_turns=len(ok),
                     last_ok_turn=last.turn, ttl_in_use=cls == "expired", ok_turn_numbers=[t.turn for t in ok],
                     first_ok_sent=min(t.sent for t in ok))]
+
+
+def longest_pause(turns: list[Turn]) -> float:
+    """The longest wait in a conversation between a turn's answer (or its send, unanswered) and the next turn."""
+    ordered = sorted(turns, key=lambda t: t.sent)
+    return max((b.sent - (a.received or a.sent) for a, b in zip(ordered, ordered[1:])), default=0.0)
+
+
+def expired_after_end(turns: list[Turn], raw: RawSession, gone_class) -> bool:
+    """The session's key is gone, and only because it expired after the conversation ended (AFTER_END)."""
+    ok = [t for t in turns if t.outcome == "ok"]
+    if raw.exists or not ok:
+        return False
+    last = max(ok, key=lambda t: t.received or t.sent)
+    return gone_class(last.received or last.sent, min(t.sent for t in turns), longest_pause(turns)) == AFTER_END
 
 
 def check_lost(session: str, turns: list[Turn], raw: RawSession, v: StoredView) -> list[dict]:
@@ -744,7 +762,7 @@ class SessionResult:
 
 
 def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Decoded,
-                  journal: dict[str, list[Turn]], gone_class=lambda last_ack, first_write=None: "vanished") -> SessionResult:
+                  journal: dict[str, list[Turn]], gone_class=lambda last_ack, first_write=None, longest_pause=None: "vanished") -> SessionResult:
     """Every checker over one session, and the counts its row in sessions.csv needs.
 
     Checkers that cannot fire are skipped (no foreign entries: no cross-talk; one copy of each
@@ -753,8 +771,9 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
     """
     by_turn = {t.turn: t for t in turns}
     v = view(session, decoded, raw, by_turn)
+    after_end = expired_after_end(turns, raw, gone_class)  # by design, and too late to judge: no finding
     if not raw.exists:
-        findings = check_vanished(session, turns, raw, gone_class)
+        findings = [] if after_end else check_vanished(session, turns, raw, gone_class)
     else:
         findings = check_lost(session, turns, raw, v)
         altered = check_facts(session, by_turn, decoded, v, raw.key)
@@ -781,7 +800,7 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
                     and t.turn not in v.merged))]
     stored = v.copies.keys() | v.merged.keys() if v.merged else v.copies
     return SessionResult(findings, session_stats(turns, stored, v.corrupt_turns, counted(findings),
-                                                 len(lost_turns), raw.exists), lost_turns,
+                                                 len(lost_turns), raw.exists, after_end), lost_turns,
                          layout(session, raw, [by_turn.get(t) for _, t, _ in v.own], decoded))
 
 
@@ -849,7 +868,7 @@ def journal_stats(turns: list[Turn]) -> dict:
 
 
 def session_stats(turns: list[Turn], copies, corrupt_turns, findings: list[dict], lost_turns: int,
-                  exists: bool) -> dict:
+                  exists: bool, after_end: bool = False) -> dict:
     counts = dict.fromkeys(_CLASSES, 0)
     for f in findings:
         counts[f["class"]] += 1
@@ -886,4 +905,5 @@ def session_stats(turns: list[Turn], copies, corrupt_turns, findings: list[dict]
         "first_sent": first_sent, "last_received": last_received,
         "expired": counts["expired"], "aborted": counts["aborted"], "lost_turns": lost_turns,
         "crosstalk_online": online, "exists": exists, "evicted": counts["evicted"],
+        "expired_after_end": int(after_end),
     }

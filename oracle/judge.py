@@ -30,7 +30,7 @@ from contracts import codec
 from contracts.journal import Turn, decode_chunk, one_per_turn
 from contracts.runfolder import RunFolder
 from oracle.attribution import first_fault_after, overlapping
-from oracle.checkers import check_leaked_replies, check_session, pending
+from oracle.checkers import AFTER_END, check_leaked_replies, check_session, expired_after_end, pending
 from oracle.clean import prove_clean
 from oracle.decode import Shape, decode_session
 from oracle.history import Journal, Problems, SessionLines, decode_turns, join_pieces, repeats
@@ -38,7 +38,7 @@ from oracle.keys import SessionSet
 from oracle.snapshot import SnapshotError, session_lines, snapshot_lines, snapshot_session
 from oracle.redis_reader import digest
 from oracle.rolling import Judged, RollingPrior, RollingWriter, journal_print
-from oracle.store import StoreOptions, make_reader
+from oracle.store import RawSession, StoreOptions, make_reader
 from oracle.tables import SESSION_COLUMNS, STORE_COLUMNS
 from oracle.tally import Tally
 from oracle.verdict import BY_DESIGN
@@ -76,13 +76,18 @@ class Evidence:
                    [tuple(e) for e in evidence.get("expiries") or []], evidence.get("ttl_floor"),
                    evidence.get("ttl_at") or 0.0)
 
-    def gone_class(self, last_ack: float, first_write: float | None = None) -> str:
+    def gone_class(self, last_ack: float, first_write: float | None = None, longest_pause: float | None = None) -> str:
         """``evicted`` when the store evicted keys after the session's last acknowledged turn, else ``expired``
         when keys under the template carry TTLs, the store may have expired a key since the session's first
         write and the session is older than the shortest TTL they were given, else ``vanished``: a key the store
         never expired did not expire (a Redis that restarted without persistence, keys under a 1-hour TTL, lost
         sessions written a minute before), nor did one deleted seconds after its first write under a 1-hour TTL
-        while other keys (rate limits) expired."""
+        while other keys (rate limits) expired.
+        ``AFTER_END`` in place of ``expired`` when the key could only have expired once its conversation was over:
+        no pause in it (``longest_pause``, between a turn's answer and the next turn) was as long as the shortest
+        TTL, and its last acknowledged turn is older than that TTL. A bot that keeps a history for N seconds after
+        its last message (LangChain's ``ttl``) does so by design, and the user never came back: nobody was
+        forgotten, the audit just read too late to judge what was stored."""
         if self._evicted.rose_after(last_ack):
             return "evicted"
         if not self.ttl_in_use:
@@ -92,6 +97,9 @@ class Evidence:
         if self.ttl_floor is not None and self.ttl_at - (last_ack if first_write is None else first_write) < \
                 self.ttl_floor:  # younger than any TTL the store's keys were given: deleted, not expired
             return "vanished"
+        if self.ttl_floor is not None and longest_pause is not None and longest_pause < self.ttl_floor <= \
+                self.ttl_at - last_ack:
+            return AFTER_END
         return "expired"
 
 
@@ -243,7 +251,8 @@ class _Partition:
         self.issued = issued_ids(turns_by)
         self.journaled = {e.session: (e.shard, journal_print(e)) for e in entries} \
             if self.rolling is not None or self.prior is not None else {}
-        reused = self._reusable([e for e in entries if e.session in turns_by]) if self.prior is not None else {}
+        reused = self._reusable([e for e in entries if e.session in turns_by], turns_by) if self.prior is not None \
+            else {}
         if self.ctx.live:
             wanted = [s for s in turns_by if s not in reused]
             raws = list(chain.from_iterable(self.reader.read(self._stored_ids(wanted))))
@@ -290,17 +299,20 @@ class _Partition:
         """The ids the store keeps these sessions under: the bot's own where it issued one (--session-from)."""
         return [self.issued.get(s, s) for s in sessions] if self.issued else sessions
 
-    def _reusable(self, entries: list[SessionLines]) -> dict[str, Judged]:
+    def _reusable(self, entries: list[SessionLines], turns_by: dict[str, list[Turn]]) -> dict[str, Judged]:
         """The rolling audit's clean judgements of these sessions whose journal lines are the same and whose
         key still has the digest it had then: nothing was added, lost or changed since, so the judgement
-        stands and the whole history is not read again. A session with findings is always judged again,
-        with the evidence of the end of the run (evictions, TTLs)."""
+        stands and the whole history is not read again; or whose key is gone since, only because it expired
+        after the conversation (AFTER_END: what was judged whole expired whole, by design). A session with
+        findings is always judged again, with the evidence of the end of the run (evictions, TTLs)."""
         taken = self.prior.take(entries)
         self.result.keys_seen += sum(j.exists for j in taken.values())
         prior = {s: j for s, j in taken.items() if not j.findings and j.journal == self.journaled[s][1]}
         digests = self.reader.digests(self._stored_ids(list(prior))) if prior else {}
         now = {s: digests.get(self.issued.get(s, s)) for s in prior}
-        reused = {s: j for s, j in prior.items() if now.get(s) == j.digest}
+        gone = {s for s, d in now.items() if isinstance(d, list) and d[:1] == ["none"]}  # redis_reader.digests
+        reused = {s: j for s, j in prior.items() if now.get(s) == j.digest or j.exists and s in gone
+                  and expired_after_end(turns_by[s], RawSession(s, "", exists=False), self.ctx.evidence.gone_class)}
         self.result.reused += len(reused)
         return reused
 
@@ -413,6 +425,8 @@ class _Partition:
             "crosstalk_sessions": int(((rows["crosstalk"] + rows["crosstalk_online"]) > 0).sum()),
             "leaked_sessions": int((rows["crosstalk_online"] > 0).sum()),
             "lost_turns": int(rows["lost_turns"].sum()),
+            "expired_after_end": int(rows["expired_after_end"].sum()),  # not judged: their turns are no stored loss
+            "expired_after_end_ok": int(rows["ok"][rows["expired_after_end"] > 0].sum()),
             **{f"{gone}_lost_turns": int(rows["lost_turns"][rows[gone] > 0].sum()) for gone in BY_DESIGN}})
         rows.to_csv(self.rows, header=False, index=False)
 

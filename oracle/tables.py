@@ -24,10 +24,10 @@ SESSION_COLUMNS = ["session", "turns", "ok", "fail", "info", "info_stored", "pro
                    "probes_failed", "lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished",
                    "unanswered", "anomalous", "first_sent", "last_received",
                    # additions after the pinned columns (backward compatible)
-                   "expired", "aborted", "lost_turns", "crosstalk_online", "exists", "evicted"]
+                   "expired", "aborted", "lost_turns", "crosstalk_online", "exists", "evicted", "expired_after_end"]
 # what only the store can say; a session proven clean has 0 of each and exists
 STORE_COLUMNS = ["info_stored", "lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished",
-                 "unanswered", "expired", "aborted", "lost_turns", "evicted"]
+                 "unanswered", "expired", "aborted", "lost_turns", "evicted", "expired_after_end"]
 
 
 def add_confirmed_crosstalk(path: Path, confirmed: Counter, totals: Counter) -> None:
@@ -111,7 +111,7 @@ def observed(t: Counter, metrics: dict, causes: Counter, entries: int, misrouted
 
     return {
         "probe_amnesia": of(t["failed_probes"], t["answered"]),
-        "stored_loss": {**of(max(0, t["lost_turns"] - misrouted), t["ok"]),
+        "stored_loss": {**of(max(0, t["lost_turns"] - misrouted), t["ok"] - t["expired_after_end_ok"]),
                         **{gone: int(t[f"{gone}_lost_turns"]) for gone in BY_DESIGN}},
         "crosstalk": of(metrics["crosstalk"]["count"], t["sessions"]),
         "duplicated": of(causes["duplicated"], t["turns"]),

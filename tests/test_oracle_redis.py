@@ -82,12 +82,23 @@ def test_answers_langchain_stored_from_a_stream_are_answers(tmp_path, redis_serv
     assert main([str(tmp_path / "run"), "--user-role", "ai"]) == 2  # both a user's and an assistant's: refused
 
 
+def paused_an_hour(run, world, session) -> None:
+    """The session's user paused an hour after its second turn: longer than a 1-hour TTL, so its key may have
+    expired while the conversation went on (a key that expired only after it ended is no finding)."""
+    for r in world.records:
+        if r["session"] == session and r["turn"] >= 2:
+            r["sent"] += 3600
+            r["received"] = r["received"] + 3600 if r["received"] is not None else None
+    write_journal(run, world.records)
+
+
 def test_expired_when_keys_carry_a_ttl_and_foreign_keys(tmp_path, redis_server):
     run, world, _ = make_run(tmp_path, redis_server)
     client = redis_server.client()
     for s in world.order:
         client.expire(f"message_store:{s}", 3600)
     gone = world.order[2]
+    paused_an_hour(run, world, gone)
     client.pexpire(f"message_store:{gone}", 1)
     wait_until(lambda: not client.exists(f"message_store:{gone}"), what="the key to expire")
     client.rpush("message_store:not-ours", "x")
@@ -407,6 +418,7 @@ def test_only_keys_under_the_template_with_a_ttl_make_a_gone_session_expired(tmp
     that never wrote its history "expired" (the key's TTL ran out), not "vanished". Only a TTL on a key under the
     key template says this bot's histories expire."""
     run, world, _ = make_run(tmp_path, redis_server, "vanished")
+    paused_an_hour(run, world, world.order[1])
     client = redis_server.client()
     client.set("unrelated:cache:1", "x", ex=3600)
     summary = audit_run(run, StoreOptions(url=redis_server.url))
@@ -571,3 +583,40 @@ def test_history_keys_that_expire_within_the_hour_are_named_beside_the_verdict(t
     assert bool(said) == warned, summary["problems"]
     if warned:
         assert "about 30 s" in said[0] or "about 29 s" in said[0], said[0]
+
+
+def test_a_key_that_expired_after_its_conversation_ended_is_no_finding(tmp_path, redis_server):
+    """A bot that keeps a history N seconds after its last message (LangChain's ``ttl``), audited more than N
+    seconds after a conversation ended: its key is gone by design and its user never came back, yet every such
+    session was `expired` and its turns stored loss, so a soak longer than the TTL FAILed a correct bot (bot hunt 9,
+    real LangChain). It is no finding now, said in a warning, and its turns are out of stored loss; a session with a
+    pause as long as the TTL inside it is still `expired`."""
+    import time
+
+    world = build_world(simple_specs(6), start=time.time() - 120, seed=4)  # ended about 110 s ago, pauses of 0.2-1.2 s
+    paused = world.order[2]
+    late = [r for r in world.records if r["session"] == paused and r["turn"] >= 2]
+    for r in late:  # this user came back after 40 s: longer than the keys' TTL
+        r["sent"] += 40
+        r["received"] = r["received"] + 40 if r["received"] is not None else None
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    store_with_langchain(redis_server.url, world, ttl=30)
+    client = redis_server.client()
+    expired = int(client.info("stats")["expired_keys"])
+    client.set("message_store:short-lived", "x", px=1)  # the store expires keys under the template
+    wait_until(lambda: client.get("message_store:short-lived") is None and
+               int(client.info("stats")["expired_keys"]) > expired, what="a key to expire")
+    after_end, kept = world.order[:2], world.order[3:]
+    client.delete(*[f"message_store:{s}" for s in after_end + [paused]])  # as their TTL would have
+
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+
+    assert summary["anomalies"] == {"expired": 1}, summary["anomalies"]
+    assert {f["session"] for f in read_findings(run)} == {paused}
+    ok_turns = {s: sum(r["outcome"] == "ok" for r in world.records if r["session"] == s) for s in world.order}
+    stored_loss = summary["observed"]["stored_loss"]
+    assert stored_loss["total"] == sum(ok_turns[s] for s in kept + [paused])
+    assert stored_loss["count"] == ok_turns[paused]
+    said = [p for p in summary["problems"] if "expired after their conversations ended" in p]
+    assert len(said) == 1 and "the keys of 2 session(s)" in said[0], summary["problems"]

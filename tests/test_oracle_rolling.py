@@ -173,3 +173,34 @@ def test_follow_of_a_folder_that_is_not_one_is_exit_2(tmp_path, monkeypatch, cap
     for run in (tmp_path / "missing", tmp_path / "file"):
         assert follow.main([str(run)]) == 2
         assert "is not a folder" in capsys.readouterr().err
+
+
+def test_a_key_judged_whole_that_expired_after_its_conversation_stays_judged(tmp_path, redis_server):
+    """The rolling audit judged a session whole; its key then expired, by its TTL, after the conversation ended.
+    The final audit judged it again as `expired` (its digest no longer matched) and FAILed a correct bot's soak
+    (bot hunt 9, `--audit-every`). What was judged whole and expired whole after its end stands."""
+    import time
+
+    from support_oracle import read_findings
+    from conftest import wait_until
+
+    world = build_world(simple_specs(12), start=time.time() - 120, seed=7)
+    run = tmp_path / "run"
+    write_journal(run, world.records, by_user=True)
+    store_with_langchain(redis_server.url, world, ttl=60)
+    store = StoreOptions(url=redis_server.url)
+    progress = one_pass(run, store)
+    judged = [json.loads(line)["session"] for f in sorted((run / "audit" / "rolling").glob("judged.*.jsonl"))
+              for line in f.read_text().splitlines()]
+    assert progress["sessions"] == len(judged) == 8
+    client = redis_server.client()
+    expired = int(client.info("stats")["expired_keys"])
+    client.set("message_store:short-lived", "x", px=1)  # the store expires keys under the template
+    wait_until(lambda: client.get("message_store:short-lived") is None and
+               int(client.info("stats")["expired_keys"]) > expired, what="a key to expire")
+    client.delete(*[f"message_store:{s}" for s in judged[:2]])  # as their TTL would have, after they ended
+
+    summary = audit_run(run, store)
+
+    assert summary["rolling"] == {"reused": 8}
+    assert summary["anomalies"] == {} and read_findings(run) == []

@@ -364,3 +364,18 @@ def test_a_gone_key_expired_only_when_the_store_expired_a_key_since_the_sessions
     assert Evidence(True, [], [(500.0, 3)]).gone_class(108.0, 105.0) == "expired"  # no sample before: since start
     assert Evidence(True, []).gone_class(108.0) == "expired"  # an older snapshot: no counter known
     assert Evidence(False, [], [(500.0, 3)]).gone_class(108.0, 105.0) == "vanished"  # no TTL under the template
+
+
+def test_a_gone_key_that_could_only_have_expired_after_its_conversation_is_after_end():
+    """Keys under the template live 5 s after their last write; the audit reads at 120 s. A session acknowledged
+    last at 108 s, none of whose pauses reached 5 s, expired once it was over: by design (AFTER_END, no finding).
+    A pause of 6 s inside it, or an audit 2 s after its end (too soon for a TTL restarted by its last write),
+    leaves `expired`."""
+    from oracle.checkers import AFTER_END
+    from oracle.judge import Evidence
+
+    ttl = Evidence(True, [], [(100.0, 40), (120.0, 41)], ttl_floor=5.0, ttl_at=120.0)
+    assert ttl.gone_class(108.0, 100.0, longest_pause=1.0) == AFTER_END
+    assert ttl.gone_class(108.0, 100.0, longest_pause=6.0) == "expired"
+    assert ttl.gone_class(118.0, 100.0, longest_pause=1.0) == "expired"
+    assert ttl.gone_class(108.0, 100.0) == "expired"  # no pauses known: as before
