@@ -65,7 +65,13 @@ FINISHING = (SETTLE, AUDIT, REPORT)
 
 
 def say(text: str) -> None:
-    print(f"goldfish: {redact.text(text)}", file=sys.stderr, flush=True)
+    """A line on stderr. One that cannot be written (its pipe closed: `2>&1 | head`, a log collector gone; a
+    full disk) is dropped: raised inside Locust's event hooks, it skipped the journal or the verdict, and the
+    run exited 0. The run folder keeps the record."""
+    try:
+        print(f"goldfish: {redact.text(text)}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # ValueError: stderr closed
+        pass
 
 
 def load_chaos(settings, run_dir: str | Path):

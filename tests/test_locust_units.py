@@ -292,7 +292,7 @@ def test_the_session_id_a_bot_issues_is_found_where_the_contract_says():
     assert reply.issued_session(b'{"answer": "a", "data": {"conversation_id": 42}}') == "42"
     for unusable in (b'{"answer": "a"}', b'{"data": {"conversation_id": ""}}', b'{"data": {"conversation_id": true}}',
                      b'{"data": {"conversation_id": "a\\nb"}}', b"not json",
-                     b'{"data": {"conversation_id": "%s"}}' % (b"x" * 201)):
+                     b'{"data": {"conversation_id": "%s"}}' % (b"x" * 4097)):
         assert reply.issued_session(unusable) is None, unusable
     stream = ChatContract(session_from="reply:conversation_id", reply_format="sse", reply_field="answer")
     events = b'data: {"event": "message", "conversation_id": ""}\n\ndata: {"answer": "a", "conversation_id": "c-2"}\n\n'
@@ -460,3 +460,31 @@ def test_a_polled_job_whose_status_says_it_runs_is_not_done(status):
     assert not jobs.job_done(json.dumps({"status": status, "output": "Your postcode is"}).encode())
     assert jobs.job_done(json.dumps({"status": "succeeded", "output": "Your postcode is X."}).encode())
     assert jobs.job_done(json.dumps({"output": "Your postcode is X."}).encode())  # no status: its answer is the reply
+
+
+@pytest.mark.parametrize("target", ["closed pipe", "/dev/full"])
+def test_a_line_goldfish_cannot_print_never_stops_the_run(target, monkeypatch):
+    """`locust ... 2>&1 | head -2`: the pipe closed, and say() raised BrokenPipeError inside Locust's event hooks,
+    which log it and go on: the journal was never opened, or the audit and verdict were skipped, and Locust exited
+    0 (input hunt 10). A line that cannot be written is dropped; the run folder keeps the record."""
+    import os
+    import sys
+
+    from locustfiles.endofrun import say
+
+    if target == "closed pipe":
+        read, write = os.pipe()
+        os.close(read)
+        stream = os.fdopen(write, "w")
+    else:
+        stream = open(target, "w")
+    monkeypatch.setattr(sys, "stderr", stream)
+    try:
+        say("verdict FAIL (gates strict):")
+        say("FAIL — 6 recall probes the bot answered without the planted fact")
+    finally:
+        monkeypatch.undo()
+        try:
+            stream.close()
+        except OSError:
+            pass
