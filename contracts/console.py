@@ -1,9 +1,10 @@
 """The command-line entry points' console: output a terminal or log cannot encode is escaped, never a crash;
-SIGTERM ends a command as Ctrl-C does, with its clean-up and message; an empty option value is refused; a name
+output whose reader went away (`| head -1`) goes nowhere, never a crash; SIGTERM ends a command as Ctrl-C does, with its clean-up and message; an empty option value is refused; a name
 printed back holds no control character (refused, or shown escaped)."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -17,6 +18,44 @@ def escape_unencodable() -> None:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # None when the stream is closed
             stream.reconfigure(errors="backslashreplace")
+
+
+def tolerate_closed_output() -> None:
+    """`python -m oracle audit RUN | head -1` (or a CI log reader gone): the pipe closed, and the next print raised
+    BrokenPipeError after the audit's work was done: a traceback and exit 3, "no verdict", for a run that PASSed.
+    What is printed after the reader went away goes to /dev/null; the exit code is still the command's."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _ReaderGoneIsFine):
+            setattr(sys, name, _ReaderGoneIsFine(stream))
+
+
+class _ReaderGoneIsFine:
+    """A text stream whose writes, once its reader has gone (EPIPE), go to /dev/null instead of raising."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # the buffered text then flushes there, at exit too
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 class Terminated(KeyboardInterrupt):

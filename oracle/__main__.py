@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from contracts.console import escape_unencodable
+    from contracts.console import escape_unencodable, tolerate_closed_output
 
     escape_unencodable()
+    tolerate_closed_output()
     sys.exit(main())

@@ -174,3 +174,24 @@ def test_audit_window_or_recovery_given_twice_is_refused_naming_both(amnesic_run
     assert code == 2, out + err
     assert option in err and "given twice" in err and all(s in err for s in shown), err
     assert oracle(capsys, "audit", amnesic_run, option, second)[0] == 1  # once is fine (the run FAILs strict)
+
+
+@pytest.mark.parametrize("command", ["trend", "compare"])
+def test_output_whose_reader_went_away_is_no_crash_and_keeps_the_exit_code(tmp_path, command):
+    """`python -m oracle trend RUNS | head -1` (or a CI log reader gone): the next print raised BrokenPipeError
+    after the work was done: a traceback and exit 3, "no verdict" (input hunt 10). The rest of the output goes
+    nowhere; the exit code is the command's, as with the whole output read."""
+    import os
+    import sys
+
+    runs = [str(synthetic(tmp_path / name, label=label, seed=seed)) for name, label, seed in (("a", "v1", 1),
+                                                                                             ("b", "v2", 2))]
+    whole = subprocess.run([sys.executable, "-m", "oracle", command, *runs], cwd=REPO, capture_output=True,
+                           text=True, timeout=120)
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line: every write meets EPIPE
+    cut = subprocess.run([sys.executable, "-m", "oracle", command, *runs], cwd=REPO, stdout=write,
+                         stderr=subprocess.PIPE, text=True, timeout=120)
+    os.close(write)
+    assert "Traceback" not in cut.stderr and "BrokenPipeError" not in cut.stderr, cut.stderr
+    assert cut.returncode == whole.returncode, (cut.returncode, whole.returncode, cut.stderr)
