@@ -275,6 +275,14 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             "bot names each conversation's key by something other than the session id (a hash of it, another case), "
             "which no template can give: key histories by the id the client sends, or read them with --reader "
             "(a function from session ids to histories). Nothing was judged.")
+    ended = _recorded_end(run_json)
+    if restarted and ended is not None and restarted_at > ended:
+        raise TemplateMismatch(
+            f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
+            f"{template!r} at {options.where()}, and its server started at {_utc(restarted_at)}, after this run ended "
+            f"(at {_utc(ended)}, run.json's end): a store restarted since without persistence no longer holds the run, "
+            "so it says nothing of a loss during it. Audit the run's own reading of the store: `python -m oracle "
+            "audit RUN` without --store-url re-judges its snapshot. Nothing was judged.")
     recorded = _recorded_store_url(run_json)
     if recorded is not None and not _same_store(options.url, recorded):
         empty = _holds_no_key(client)
@@ -321,6 +329,22 @@ def _http_all_empty(options: StoreOptions, sessions: int, not_found: int, probes
         f"APIs answer an id they do not know with an empty list), and {remembered}. It reads somewhere the bot does "
         "not write, so the options are wrong (or the store was emptied): pass the URL of the bot's history API "
         "that holds these sessions. Nothing was judged.")
+
+
+def _utc(when: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
+
+
+def _recorded_end(run_json) -> float | None:
+    """When the run ended, as its run.json records (``end``: after its own audit); None when not known."""
+    if run_json is None:
+        return None
+    from contracts import codec
+    try:
+        end = codec.load_document(run_json).get("end")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(end) if isinstance(end, (int, float)) and not isinstance(end, bool) else None
 
 
 def _recorded_store_url(run_json) -> str | None:

@@ -83,3 +83,31 @@ def test_a_counter_key_found_first_does_not_hide_the_message_keys(redis_server):
     found = {sessions[0]: [(0, f"seq:{sessions[0]}"), (0, f"msg:{sessions[0]}:000001")],
              sessions[1]: [(0, f"msg:{sessions[1]}:000003")]}
     assert _message_keys(client, found)[0] == "msg:{session}:*"
+
+
+def test_a_store_restarted_after_the_run_ended_is_no_loss_and_keeps_the_snapshot(tmp_path, redis_server, capsys):
+    """A run PASSed; its Redis restarted later without persistence (a staging Redis rebooted overnight). A live
+    re-audit said "FAIL: 17 sessions whose whole history is gone", exit 1, and replaced the PASSing snapshot, so the
+    snapshot re-audit FAILed too (verdict hunt 10). A restart after run.json's end says nothing of the run: exit 2,
+    the run's own snapshot kept."""
+    import json
+
+    from oracle import audit_cli
+    from support_oracle import write_snapshot
+
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("probe", "ok")] for _ in range(4)],
+                        seed=6)  # the run was long ago; the server started since
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    last = max(r["received"] or r["sent"] for r in world.records)
+    (tmp_path / "run.json").write_text(json.dumps({"run": world.records[0]["run"], "start": world.records[0]["sent"],
+                                                   "end": last + 60}))
+    assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 0  # its own reading PASSes
+    before = (tmp_path / "store" / "meta.json").read_text(), (tmp_path / "audit" / "summary.json").read_text()
+    capsys.readouterr()
+
+    assert audit_cli.main([str(tmp_path), "--store-url", redis_server.url, "--jobs", "1"]) == 2
+    said = capsys.readouterr()
+    assert "after this run ended" in said.err and "without --store-url re-judges its snapshot" in said.err, said.err
+    assert (tmp_path / "store" / "meta.json").read_text() == before[0]
+    assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 0
