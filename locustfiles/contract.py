@@ -25,6 +25,9 @@ from xml.etree import ElementTree
 from contracts import codec
 
 SESSION = "{session}"  # where the session id goes in --chat-path
+# goldfish's own id of the conversation (the journal's session): known from the first turn and constant, also with
+# --session-from (a bot's user id that must stay one over the conversation, Dify's ``user``)
+CONVERSATION = "{conversation}"
 REPLY_FORMATS = ("json", "text", "sse", "ndjson", "xml", "ai-sdk")
 BODY_FORMATS = ("json", "form")  # form: application/x-www-form-urlencoded, flat fields (a Flask request.form bot)
 METHODS = ("POST", "PUT", "PATCH", "GET")  # GET: the fields go in the query string (a Flask request.args bot)
@@ -32,7 +35,7 @@ METHODS = ("POST", "PUT", "PATCH", "GET")  # GET: the fields go in the query str
 RUNNING = ("queued", "in_queue", "pending", "waiting", "scheduled", "submitted", "starting", "started", "running",
            "processing", "in_progress", "in progress", "generating", "streaming", "thinking", "working")
 SESSION_SOURCES = ("reply", "header", "cookie")  # --session-from reply:FIELD | header:NAME | cookie:NAME
-MAX_BOT_SESSION = 200  # characters of an id the bot issues (it goes into headers, bodies and store keys)
+MAX_BOT_SESSION = 4096  # characters of an id the bot issues (it goes into headers, bodies and store keys; a JWT)
 POLL_FIELD = re.compile(r"\{reply\.([^{}]+)\}")  # --poll-path's {reply.FIELD}: a value of the turn's answer
 URL_HEADERS = ("location", "content-location")  # a 201 Created names the new conversation by its URL
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # server-sent events' line ends (not str.splitlines': no \x0b, \u2028...)
@@ -103,19 +106,25 @@ class ChatContract:
         return not (self.session_header or self.headers or self.body or not self.session_field or self.session_from
                     or "." in self.message_field + self.session_field or self.reply_format == "sse")
 
-    def request(self, session: str | None, message: str) -> tuple[dict, dict | None]:
+    def request(self, session: str | None, message: str, conversation: str | None = None) -> tuple[dict, dict | None]:
         """The JSON body and the headers (None when there are none) of one turn; ``session`` None: a turn
-        sent before the bot issued the id (``--session-from``), which carries none."""
+        sent before the bot issued the id (``--session-from``), which carries none. ``conversation``: goldfish's
+        own id of it, for ``{conversation}`` (default ``session``: they differ only with --session-from)."""
         if self._simple:
             return {self.session_field: session, self.message_field: message}, None  # the hot, common case
+        conversation = conversation or session
         template = self._template
         if session is not None and self._session_in_body:  # {"user_id": "{session}"}: the id in more places
-            template = template.replace(SESSION.encode(), codec.dumps(session)[1:-1])
+            template = _filled(template, SESSION, session)
+        if template and conversation is not None:
+            template = _filled(template, CONVERSATION, conversation)
         body: dict = codec.loads(template) if template else {}  # a fresh copy per turn
         set_dotted(body, self.message_field, message)
         headers = dict(self.headers)
         if session is not None and self._session_in_headers:
             headers = {name: value.replace(SESSION, session) for name, value in headers.items()}
+        if conversation is not None:
+            headers = {name: value.replace(CONVERSATION, conversation) for name, value in headers.items()}
         if self.reply_format == "sse" and not any(name.lower() == "accept" for name in headers):
             headers["Accept"] = "text/event-stream"
         if session is not None and self.session_header:  # None: the bot has not issued it yet (--session-from)
@@ -129,24 +138,37 @@ class ChatContract:
         default the turns' --reply-format), or ``header(name)`` / ``cookie(name)`` (the caller's lookups of the
         response's headers and its cookie jar). None when it holds none that can be sent back: an id is text
         (or a whole number) of printable characters, at most MAX_BOT_SESSION long."""
+        return next(filter(None, map(usable_session, self._issued(content, header, cookie, reply_format))), None)
+
+    def no_session_issued(self, content: bytes, header=None, cookie=None, reply_format: str | None = None) -> str:
+        """Why a 2xx response issued no usable id (``issued_session`` None): its error text."""
+        longest = max((v for v in self._issued(content, header, cookie, reply_format) if isinstance(v, str)),
+                      key=len, default="")
+        if len(longest) > MAX_BOT_SESSION:
+            return f"the session id issued is {len(longest)} characters long, more than {MAX_BOT_SESSION} " \
+                   f"(--session-from {self.session_from})"
+        return f"no session id issued (--session-from {self.session_from})"
+
+    def _issued(self, content: bytes, header, cookie, reply_format: str | None) -> list:
+        """The values where --session-from says the id is, as they come (the first usable one is the id)."""
         reply_format = reply_format or self.reply_format
         source, name = self.session_source or ("", "")
-        value = None
         if source in ("header", "cookie"):
             lookup = header if source == "header" else cookie
             value = lookup(name) if lookup is not None else None
             if source == "header" and name.lower() in URL_HEADERS and isinstance(value, str):
                 value = last_segment(value)
-        elif source == "reply":  # the first piece of a stream that names it (Dify's events all do)
+            return [value]
+        if source == "reply":  # the first piece of a stream that names it (Dify's events all do)
             try:
                 pieces = [json_reply(content)] if reply_format == "json" else \
                     sse_data(content) if reply_format == "sse" else \
                     [part for _, part in ai_sdk_parts(content)] if reply_format == "ai-sdk" else \
                     ndjson_lines(content)
             except (codec.DecodeError, NoReply):
-                return None
-            return next(filter(None, (usable_session(_at(piece, name.split("."))) for piece in pieces)), None)
-        return usable_session(value)
+                return []
+            return [_at(piece, name.split(".")) for piece in pieces]
+        return []
 
     def poll_target(self, content: bytes, session: str) -> str | None:
         """The path a turn's job is polled at (``--poll-path``): ``{session}`` and each ``{reply.FIELD}`` (a
@@ -164,15 +186,15 @@ class ChatContract:
             values[field] = quote(value, safe="")
         return POLL_FIELD.sub(lambda m: values[m[1]], self.poll_path.replace(SESSION, quote(session, safe="")))
 
-    def start_request(self) -> dict:
-        """The body of the request that starts a conversation (``--start-path``): a fresh copy each time."""
-        return codec.loads(self.start_body) if self.start_body else {}
+    def start_request(self, conversation: str = "") -> dict:
+        """The body of the request that starts a conversation (``--start-path``): a fresh copy each time, its
+        ``{conversation}`` goldfish's id of it (a ``{session}`` is refused: options.check_placeholders)."""
+        return codec.loads(_filled(self.start_body.encode(), CONVERSATION, conversation)) if self.start_body else {}
 
-    @cached_property
-    def start_headers(self) -> dict:
+    def start_headers(self, conversation: str) -> dict:
         """The --header headers of the request that starts a conversation (an API key): those that carry the
         session id (``Authorization: Bearer {session}``) wait for the id that request issues."""
-        return {name: value for name, value in self.headers if SESSION not in value}
+        return {name: value.replace(CONVERSATION, conversation) for name, value in self.headers if SESSION not in value}
 
     @cached_property
     def reply_path(self) -> tuple[str, ...]:
@@ -426,6 +448,11 @@ def last_segment(url: str) -> str:
     """The last path segment of a URL or path, percent-decoded: the id in ``Location: /v1/sessions/abc``
     (the id then goes into --chat-path's ``{session}``, not the whole URL)."""
     return unquote(urlsplit(url.strip()).path.rstrip("/").rpartition("/")[2])
+
+
+def _filled(template: bytes, placeholder: str, value: str) -> bytes:
+    """A JSON template with ``placeholder`` in its strings replaced by ``value``, escaped as JSON text."""
+    return template.replace(placeholder.encode(), codec.dumps(value)[1:-1])
 
 
 def usable_session(value) -> str | None:

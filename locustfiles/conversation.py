@@ -139,10 +139,10 @@ class Wire:
         """A GET turn's URL: its fields as the query string."""
         return url + ("&" if "?" in url else "?") + query.decode()
 
-    def request(self, session: str, message: str) -> tuple[bytes, dict]:
+    def request(self, session: str | None, message: str, conversation: str | None = None) -> tuple[bytes, dict]:
         """The body (a GET's query) and a fresh headers dict (urlopen's error path writes into the dict it is
-        given)."""
-        body, headers = self.contract.request(session, message)
+        given); ``conversation``: goldfish's own id of it (``{conversation}``)."""
+        body, headers = self.contract.request(session, message, conversation)
         payload = urlencode(body).encode() if self.form else dumps(body)
         return payload, self.headers.copy() if headers is None else locust_headers(headers, self.auth_header,
                                                                                    self.defaults)
@@ -303,11 +303,13 @@ class ChatUser(FastHttpUser):
         cannot start conversations as it counts one that cannot answer them."""
         contract, rt = self.rt.contract, self.rt
         sent = time()
-        with self.client.post(contract.start_path, json=contract.start_request(), name="chat start",
-                              headers=contract.start_headers or None, catch_response=True) as resp:
+        with self.client.post(contract.start_path, json=contract.start_request(session), name="chat start",
+                              headers=contract.start_headers(session) or None, catch_response=True) as resp:
             if resp.status_code and 200 <= resp.status_code < 300:
-                self.bot_session = contract.issued_session(resp.content or b"", resp.headers.get, self.cookie, "json")
-                error = None if self.bot_session else f"no session id issued (--session-from {contract.session_from})"
+                answer = resp.content or b""
+                self.bot_session = contract.issued_session(answer, resp.headers.get, self.cookie, "json")
+                error = None if self.bot_session else \
+                    contract.no_session_issued(answer, resp.headers.get, self.cookie, "json")
             else:
                 error = f"HTTP {resp.status_code}" if resp.status_code else classify_error(resp.error)[1]
             if error:
@@ -351,7 +353,7 @@ class ChatUser(FastHttpUser):
             nonce = facts[fact].latest  # journaled: the latest plant sent
         wire = self.wire()
         issued = bool(rt.contract.session_from)
-        payload, headers = wire.request(self.bot_session if issued else session, message)
+        payload, headers = wire.request(self.bot_session if issued else session, message, session)
         # an id the bot issued goes into the path percent-encoded (goldfish's own are URL-safe: contracts/tokens.py)
         url, uri = wire.target(quote(self.bot_session, safe="") if issued and wire.per_session else session)
         if wire.in_query:
@@ -386,7 +388,7 @@ class ChatUser(FastHttpUser):
             self.bot_session = rt.contract.issued_session(content, resp.headers.get, self.cookie)
             if self.bot_session is None:  # the bot stored this turn somewhere we cannot name: not acknowledged
                 outcome, reply = "info", None
-                error_text = f"no session id issued (--session-from {rt.contract.session_from})"
+                error_text = rt.contract.no_session_issued(content, resp.headers.get, self.cookie)
         elif issued and outcome == "ok" and rt.contract.session_source[0] == "cookie":
             self.check_cookie(session, turn)
         elif issued and outcome == "ok" and "reissued" not in WARNED and not rt.contract.start_path:  # else the id

@@ -21,8 +21,8 @@ from chaos.backends import REGISTRY as CHAOS_BACKENDS
 from contracts import codec, durations, redact
 from contracts.console import control_character, printable  # a link's target, shown escaped
 from contracts.runfolder import RunFolder
-from locustfiles.contract import (BODY_FORMATS, METHODS, POLL_FIELD, REPLY_FORMATS, SESSION, SESSION_SOURCES,
-                                  PathError, check_fields, set_dotted)
+from locustfiles.contract import (BODY_FORMATS, CONVERSATION, METHODS, POLL_FIELD, REPLY_FORMATS, SESSION,
+                                  SESSION_SOURCES, PathError, check_fields, set_dotted)
 from oracle import (AuditOptionError, NotEmpty, StoreOptions, add_gate_options, add_store_options, audit_option_names,
                     gates, store_options)
 
@@ -238,6 +238,7 @@ def check_request(get) -> None:
     reply_format = _one_of(str(get("reply_format") or "json"), REPLY_FORMATS, "--reply-format")
     check_session_from(str(get("session_from") or "").strip(), path, reply_format, str(get("start_path") or "").strip(),
                        str(get("start_body") or ""))
+    check_placeholders(get)
     check_reply_where(str(get("reply_where") or ""), reply_format, str(get("reply_field") or ""),
                       bool(get("poll_path") or get("websocket")))
     check_poll_path(str(get("poll_path") or "").strip())
@@ -399,9 +400,10 @@ def check_session_from(text: str, path: str, reply_format: str, start_path: str 
     if start_path:
         if not text:
             raise OptionError("--start-path needs --session-from: where its response issues the session id")
-        if not start_path.startswith("/") or SESSION in start_path or any(
+        if not start_path.startswith("/") or SESSION in start_path or CONVERSATION in start_path or any(
                 c.isspace() or not c.isprintable() for c in start_path):
-            raise OptionError(f"--start-path: {start_path!r} must start with '/', without spaces or {SESSION}")
+            raise OptionError(f"--start-path: {start_path!r} must start with '/', without spaces, {SESSION} or "
+                              f"{CONVERSATION}")
     json_object(start_body, "--start-body")  # checked without --start-path too: run.json records it
     if not text:
         return
@@ -418,6 +420,24 @@ def check_session_from(text: str, path: str, reply_format: str, start_path: str 
         raise OptionError(f"--session-from with {SESSION} in --chat-path: a conversation's first turn has no id to "
                           "put there yet (send the id in the body or a header, or start conversations with "
                           "--start-path)")
+
+
+def check_placeholders(get) -> None:
+    """No value may go out with a literal {session}: where it can never be filled, it is refused, naming
+    {conversation} (goldfish's own id of the conversation, known from its first turn and constant)."""
+    use = f"use {CONVERSATION}, goldfish's own id of the conversation (the same on every turn)"
+    if SESSION in str(get("start_body") or ""):
+        raise OptionError(f"--start-body: {SESSION} is the id the start request's response issues, not known when it "
+                          f"is sent: {use}")
+    if not str(get("session_from") or "").strip() or str(get("start_path") or "").strip():
+        return
+    headers = get("header") or []
+    for option, text in (("--body", str(get("body") or "")),
+                         ("--header", "".join(map(str, headers if isinstance(headers, list) else [headers])))):
+        if SESSION in text:
+            raise OptionError(f"{option}: {SESSION} is the id the bot issues (--session-from), which a conversation's "
+                              f"first turn goes without: it could not be filled there: {use}, or start "
+                              "conversations with --start-path")
 
 
 SOCKET_REPLY_FORMATS = ("json", "text", "xml")  # a frame holds the whole reply: no stream to put together
