@@ -198,6 +198,7 @@ def _audit(args) -> int:
         print(f"oracle audit: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     print(render(summary, run))
+    redraw_report(run)
     if verdict_exit_code(summary["verdict"]) == 1:  # a finding stands whatever run.json says
         print(headline(summary["verdict"]))
         return 1
@@ -212,6 +213,23 @@ def _audit(args) -> int:
     else:
         print(headline(summary["verdict"]))
     return code
+
+
+def redraw_report(run: Path) -> None:
+    """The run's report.html, when it has one, drawn again from the tables just written: a re-audit that changed
+    the verdict (other gates, the store read again) left the page's badge saying the earlier one beside a new
+    summary.json (verdict hunt 10). One that cannot be drawn is said; the verdict and exit code stand."""
+    page = RunFolder(run).report
+    if not page.exists():
+        return
+    try:
+        from oracle.report import render as render_report
+
+        render_report(run)
+        print(f"report: {page} (drawn again for this audit)")
+    except Exception as exc:  # noqa: BLE001 - the audit's verdict stands; the page is said to be the earlier one
+        print(f"warning: {page} could not be drawn again ({type(exc).__name__}: {exc}): it shows the earlier audit; "
+              f"draw it with `python -m oracle report {shlex.quote(str(run))}`", file=sys.stderr)
 
 
 def _online(run: Path, limits, recovery_s: float) -> int:

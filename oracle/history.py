@@ -129,6 +129,20 @@ class Journal:
         if not runs:
             raise JournalError(f"{self.folder.journal} holds no valid journal records"
                                + (f"; first problem: {first}" if first else "") + cr_only_note(self.shards))
+        (journaled, shard), = runs.items()
+        recorded = self._recorded_run()
+        if recorded is not None and journaled is not None and journaled != recorded:
+            raise JournalError(f"{shard} is run {journaled!r}, but {self.folder.run_json} is run {recorded!r}: another "
+                               "run's journal in this folder would be judged against this run's store, chaos and "
+                               "snapshot; put this run's own journal back (or audit the other run's folder)")
+
+    def _recorded_run(self) -> str | None:
+        """The run id run.json records (None: no run.json, or none readable: a folder built by hand)."""
+        try:
+            value = codec.load_document(self.folder.run_json).get("run")
+        except (OSError, codec.DecodeError, AttributeError):
+            return None
+        return value if isinstance(value, str) else None
 
     def completed(self, partitions: set[int] | None = None) -> Iterator[tuple[int, SessionLines]]:
         """(partition, session) for every journaled session of ``partitions`` (all: None), once, as

@@ -1079,6 +1079,24 @@ def test_another_runs_journal_in_the_folder_is_never_judged_with_this_one(tmp_pa
     assert "the journal holds more than one run" in err and f"{where} is run 'last-night'" in err
 
 
+def test_a_journal_of_another_run_than_run_json_s_is_never_judged(tmp_path, capsys):
+    """Run A's journal in run B's folder (B's run.json): compared with each other its shards agreed, so a live
+    audit judged A's turns against B's store and chaos, PASSed, and replaced B's snapshot and summary (input hunt
+    10). Exit 2 naming both runs; nothing replaced."""
+    from oracle import audit_cli
+
+    world = build_world(simple_specs(3), seed=3)
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    (tmp_path / "run.json").write_text(json.dumps({"run": "B", "start": 1.0, "end": 2.0}))
+    assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"is run {world.records[0]['run']!r}, but {tmp_path / 'run.json'} is run 'B'" in err, err
+    assert not (tmp_path / "audit" / "summary.json").exists()
+    (tmp_path / "run.json").write_text(json.dumps({"run": world.records[0]["run"], "start": 1.0, "end": 2.0}))
+    assert audit_cli.main([str(tmp_path), "--jobs", "1"]) in (0, 1)  # its own run.json: judged
+
+
 def test_a_chaos_plan_that_applied_no_fault_is_said(tmp_path, capsys):
     """A plan whose faults were all due after the load (`kill at 1000s`, `-t 6s`) gave an unqualified PASS."""
     from oracle import audit_cli
@@ -1173,3 +1191,21 @@ def test_a_verdict_of_a_run_cut_short_is_trusted_only_when_it_found_something(fo
     v = require_measured(evaluate({"probe_amnesia": {"count": forgot, "total": 5}}, gates), acknowledged, 5, 5, gates)
     got, why = trusted_exit_code(v, run)
     assert (got, why is not None) == (code, untrusted)
+
+
+def test_a_re_audit_draws_the_report_again_so_its_badge_follows_the_new_verdict(tmp_path, capsys):
+    """A run PASSed with `--gate probe_amnesia=off`; `oracle audit RUN` (strict) then wrote a FAIL summary.json, and
+    report.html's badge still said PASS (verdict hunt 10). A re-audit draws the report again when there is one."""
+    from oracle import audit_cli, report
+
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("probe", "ok", verdict_amnesia=True)]
+                         for _ in range(3)], seed=8)
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    assert audit_cli.main([str(tmp_path), "--gate", "strict,probe_amnesia=off", "--jobs", "1"]) == 0
+    report.render(tmp_path)
+    assert '<div class="badge ok">PASS</div>' in (tmp_path / "report.html").read_text()
+    capsys.readouterr()
+    assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 1
+    assert f"report: {tmp_path / 'report.html'} (drawn again for this audit)" in capsys.readouterr().out
+    assert '<div class="badge fail">FAIL</div>' in (tmp_path / "report.html").read_text()
