@@ -190,7 +190,9 @@ def overall(rows: list[Row]) -> str:
 
 
 def write_html(out: Path, runs: list[RunData], results: dict, warnings: list[str], breaches: list[str],
-               trend: list[dict], gate: str, args) -> Path:
+               trend: list[dict], gate: str, args, untrusted: str | None = None) -> Path:
+    """The comparison page. ``untrusted``: why the last candidate's verdict is NOT TRUSTED (``cut_short``), which
+    makes the command exit 3: without it the page said "A pipeline gating on this exits 0" beside the exit 3."""
     from oracle.report import _env, data_uri
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -204,7 +206,7 @@ def write_html(out: Path, runs: list[RunData], results: dict, warnings: list[str
         page = _env().get_template("compare.html.j2").render(
             runs=runs, base=runs[0], pairs=[(r, results[r.path.as_posix()]) for r in runs[1:]],
             warnings=warnings, breaches=breaches, trend=trend, gate=gate, figures=figures,
-            alpha=args.alpha, margin=args.margin, WORSE=WORSE, BETTER=BETTER)
+            alpha=args.alpha, margin=args.margin, WORSE=WORSE, BETTER=BETTER, untrusted=untrusted)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, page)
     return out
@@ -308,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                + (f"; NOT TRUSTED: {untrusted} -> exit 3" if untrusted else f" -> exit {int(failed)}"))
     if args.html:  # written before the verdict line: a page that cannot be written is exit 2, never after "exit 0"
         try:
-            out.append(f"html: {write_html(args.html, runs, results, warnings, breaches, trend, gate, args)}")
+            why = printable(untrusted) if untrusted else None  # the page says NOT TRUSTED, exit 3, as the terminal
+            out.append(f"html: {write_html(args.html, runs, results, warnings, breaches, trend, gate, args, why)}")
         except OSError as exc:
             print(f"error: --html {args.html}: {exc.strerror or exc}", file=sys.stderr)
             return 2

@@ -43,14 +43,20 @@ def number(value, digits: int = 2) -> str:
 
 def verdict(summary: dict) -> tuple[str, str, str]:
     """(level, headline, detail) from the summary's verdict (oracle/verdict.py): level is fail / ok /
-    none (nothing was measured), for the badge, the banner and the terminal."""
-    from oracle.verdict import FAIL, PASS, headline, of_summary
+    none (nothing was measured), for the badge, the banner and the terminal.
+
+    The badge follows the exit code: a verdict that measured nothing (exit 2, ``verdict.unmeasured``) is
+    NOTHING MEASURED, not FAIL; a PASS whose gates were turned off is a PASS (its headline says how many were
+    off), not NOTHING MEASURED beside an exit 0. Only a summary written before verdicts existed, with no
+    acknowledged turn and no answered probe, is NOTHING MEASURED by its counts."""
+    from oracle.verdict import FAIL, exit_code, headline, of_summary, unmeasured
 
     v = of_summary(summary)
+    if exit_code(v) == 2:
+        return "none", "NOTHING MEASURED", unmeasured(v)
     if v["result"] == FAIL:
         return "fail", "FAIL", headline(v)[len("FAIL — "):]
-    measured = {r["gate"]: r["total"] for r in v["rules"] if r["result"] in (PASS, FAIL)}
-    if not measured.get("probe_amnesia") and not measured.get("stored_loss"):
+    if not any(r["total"] for r in v["rules"] if r["gate"] in ("probe_amnesia", "stored_loss")):
         return "none", "NOTHING MEASURED", "no answered probes, no acknowledged turns: no gate had anything to judge"
     return "ok", "PASS", headline(v)[len("PASS — "):]
 

@@ -5,7 +5,8 @@ Folders that are not runs (``results/matrix``: no journal) and runs still going 
 ``end`` yet) are skipped with a note, so a shell glob over results/ just works. A run that ended
 without a usable verdict (its audit failed or was interrupted: no valid audit/summary.json) is a
 night with no verdict: listed, with the reason, and the exit code is 2 (cannot judge, as everywhere
-in goldfish; never 1, a failed gate) unless ``--allow-no-verdict``. Each run is compared with the
+in goldfish; never 1, a failed gate) unless ``--allow-no-verdict``. So is a night whose own audit exits 3 (cut
+short: untrusted) or 2 (measured nothing: unmeasured): listed with its rates, not pooled into its release's. Each run is compared with the
 audited one before it by compare's rules (Fisher's exact test, ``--margin``); otherwise the exit
 code is 0 unless nothing could be read (2): a trend informs, ``oracle compare`` gates. A run given twice (the
 same folder, or a copy: the same run id and start in run.json) is counted once, with a note naming both.
@@ -30,7 +31,7 @@ from oracle.report_data import (RATE_METRICS as POOLED, NotAudited, RunData, Run
                                 mend_surrogates, rate)
 from oracle.report_format import html_target_problem, interval, ms, number, pct
 from oracle.snapshot import SnapshotError, read_meta
-from oracle.verdict import of_summary, trusted_exit_code
+from oracle.verdict import of_summary, trusted_exit_code, unmeasured
 
 
 NO_VERDICT = "no-verdict"  # the verdict column of a run that ended without one (one word: columns split on blanks)
@@ -154,6 +155,17 @@ def unknown_starts(runs: list[RunData]) -> list[str]:
 
 
 RESULT_OF_EXIT = {0: "pass", 1: "fail", 2: "unmeasured", 3: "untrusted"}  # a run that measured nothing is no fail
+UNVOUCHED = ("unmeasured", "untrusted")  # audited, but no verdict to vouch for: not pooled, exit 2 as no-verdict
+
+
+def own_result(r: RunData) -> tuple[str, str | None]:
+    """The run's result as its own audit exits (RESULT_OF_EXIT), and why the trend cannot vouch for it (None when
+    it can): its run was cut short (exit 3) or it measured nothing (exit 2). Such a night was listed, its counts
+    pooled into its release's rates and the trend exited 0, as if it were a night that held."""
+    v = of_summary(r.summary)
+    code, untrusted = trusted_exit_code(v, r.run)
+    why = untrusted or (unmeasured(v) if code == 2 else None)
+    return RESULT_OF_EXIT[code], printable(redact.text(why)) if why else None
 
 
 def per_run(runs: list[RunData], alpha: float, margin: float, failed: list[Unjudged] = ()) -> list[dict]:
@@ -162,8 +174,8 @@ def per_run(runs: list[RunData], alpha: float, margin: float, failed: list[Unjud
     results = {r.path.as_posix(): compare_pair(prev, r, alpha, margin) for prev, r in zip(runs, runs[1:])}
     rows = trend_rows(runs, results)
     for row, r in zip(rows, runs):
-        code, _ = trusted_exit_code(of_summary(r.summary), r.run)  # as its own audit exits
-        row.update(night=night(r), result=RESULT_OF_EXIT[code],
+        result, why = own_result(r)  # as its own audit exits
+        row.update(night=night(r), result=result, reason=why,
                    vs_previous="-" if row["verdict"] == "base" else row["verdict"], start=r.run.get("start"))
     rows += [{"label": u.label, "run": printable(u.path.name), "verdict": "-", "throughput": None, "p95": None,
               **{m: rate(None) for m in POOLED}, "night": night(u), "result": NO_VERDICT, "vs_previous": "-",
@@ -172,9 +184,12 @@ def per_run(runs: list[RunData], alpha: float, margin: float, failed: list[Unjud
 
 
 def per_release(runs: list[RunData]) -> list[dict]:
-    """Counts pooled over each release's runs (in order of first appearance), with Wilson intervals."""
+    """Counts pooled over each release's runs (in order of first appearance), with Wilson intervals; a run the
+    trend cannot vouch for (``own_result``: cut short, or measured nothing) is left out."""
     pooled: dict[str, dict] = {}
     for r in runs:
+        if own_result(r)[1]:
+            continue
         entry = pooled.setdefault(r.label, {"label": r.label, "runs": 0, **{m: [0, 0] for m in POOLED}})
         entry["runs"] += 1
         for m in POOLED:
@@ -206,6 +221,10 @@ def format_text(rows: list[dict], releases: list[dict]) -> str:
     if failed:  # last, so the two tables above keep their shape
         lines += ["", f"no verdict ({len(failed)} run(s) ended without a usable audit/summary.json)"]
         lines += [f"  {r['night']:<17} {r['run']}: {r['reason']}" for r in failed]
+    unvouched = [r for r in rows if r["result"] in UNVOUCHED]
+    if unvouched:
+        lines += ["", f"not pooled ({len(unvouched)} run(s) whose own audit does not vouch for a verdict)"]
+        lines += [f"  {r['night']:<17} {r['run']}: {r['result']}: {r['reason']}" for r in unvouched]
     return "\n".join(lines)
 
 
@@ -227,15 +246,17 @@ def main(argv: list[str] | None = None) -> int:
                                                  "release. Folders that are not runs, and runs still going, are "
                                                  "skipped. A run that ended without a usable verdict (its audit "
                                                  "failed or was interrupted) is listed as no-verdict, with the "
-                                                 "reason, and makes the exit code 2 (cannot judge).")
+                                                 "reason, and makes the exit code 2 (cannot judge); so does a run "
+                                                 "whose own audit is untrusted (cut short) or unmeasured, which is "
+                                                 "listed but not pooled into its release's rates.")
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run folders, e.g. results/*")
     parser.add_argument("--html", type=Path, help="also write an HTML page with the trend chart here")
     parser.add_argument("--margin", type=float, default=0.01, help="as in compare (default 0.01 = 1 point)")
     parser.add_argument("--alpha", type=float, default=0.05, help="as in compare (default 0.05)")
     parser.add_argument("--audit", action="store_true", help="audit runs that have no audit yet (from their snapshot)")
     parser.add_argument("--allow-no-verdict", action="store_true",
-                        help="runs that ended without a usable verdict are still listed, but exit 0 for them "
-                             "(default: exit 2, cannot judge)")
+                        help="runs that ended without a usable verdict (or an untrusted or unmeasured one) are "
+                             "still listed, but exit 0 for them (default: exit 2, cannot judge)")
     args = parser.parse_args(argv)
     wrong = bad_statistics(args.alpha, args.margin)
     if wrong:
@@ -258,8 +279,16 @@ def main(argv: list[str] | None = None) -> int:
     print(format_text(rows, releases))
     if args.html:
         print(f"html: {write_html(args.html, runs, rows, releases, skipped)}")
-    if failed and not args.allow_no_verdict:
-        print(f"error: {len(failed)} run(s) ended without a verdict (listed under \"no verdict\"): exit 2, cannot "
-              "judge; --allow-no-verdict to list them and exit 0", file=sys.stderr)
+    unvouched = [r for r in rows if r["result"] in UNVOUCHED]
+    if (failed or unvouched) and not args.allow_no_verdict:
+        if failed:
+            print(f"error: {len(failed)} run(s) ended without a verdict (listed under \"no verdict\"): exit 2, "
+                  "cannot judge; --allow-no-verdict to list them and exit 0", file=sys.stderr)
+        if unvouched:
+            named = ", ".join(f"{r['run']} ({r['night']}): {r['result']}" for r in unvouched)
+            print(f"error: {len(unvouched)} run(s) whose own audit does not vouch for a verdict ({named}; why: under "
+                  "\"not pooled\"), "
+                  "left out of the release rates: exit 2, cannot judge; --allow-no-verdict to list them and exit 0",
+                  file=sys.stderr)
         return 2
     return 0

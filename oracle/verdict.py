@@ -121,16 +121,27 @@ def gate_name(text: str, where: str) -> str:
     return name
 
 
+MAX_COUNT = 10 ** 9  # a count limit above this is no limit: a billion findings is beyond any run's turns
+
+
 def parse_limit(text, where: str, gate: str | None = None, off: str | None = None) -> Limit:
     """``0`` or ``3`` (a count), ``1%`` or ``0.01`` (a rate), ``off``.
 
     ``gate``: the gate the limit is for (a spec's item, a gates file's line); a rate of 100% for it is refused:
     the gate could never fail, and a bot that forgot every probe PASSed ``--gate probe_amnesia=100%`` (and
     ``probe_amnesia=1.0``, a gates file's ``probe_amnesia: 100%``) while ``--max-probe-amnesia 1.0`` was refused.
-    ``off``: how to turn that gate off where the limit was written (default ``--gate GATE=off``)."""
+    ``off``: how to turn that gate off where the limit was written (default ``--gate GATE=off``).
+
+    ASCII digits only: Python's int() and float() also read ``１００`` (full-width), ``٣`` and ``1_000``, so a
+    limit that looks like no number to the user's shell, CI file or eye was used as one. A count above
+    ``MAX_COUNT`` is refused: no run reaches it, so ``probe_amnesia=99999999999999999999`` was a gate that
+    could never fail, written as a number."""
     raw = str(text).strip().lower()
     if raw in ("off", "any", "none", "ignore"):
         return Limit()
+    if not raw.isascii() or "_" in raw:
+        raise GateError(f"{where}: {short(text)} is not a limit: write it in ASCII digits, without '_' (a count "
+                        "like 0 or 3, a rate like 1% or 0.01, or off)")
     try:
         if raw.endswith("%"):
             value, rate = float(raw[:-1]) / 100, True
@@ -146,6 +157,10 @@ def parse_limit(text, where: str, gate: str | None = None, off: str | None = Non
     if rate and value >= 1 and gate is not None:  # `1` is a count (one allowed); `1.0` and `100%` allowed every one
         raise GateError(f"{where}: {short(text)} is a rate of 100%: the gate could never fail (for 1% write 0.01 or "
                         f"1%; to turn the gate off, {off or f'--gate {gate}=off'})")
+    if not rate and value > MAX_COUNT:
+        how = off or f"--gate {gate or 'GATE'}=off"
+        raise GateError(f"{where}: {short(text)} is a count above {MAX_COUNT:,}, more than any run reaches: the gate "
+                        f"could never fail (to turn it off, {how})")
     return Limit(rate=float(value)) if rate else Limit(count=int(value))
 
 
@@ -167,7 +182,7 @@ def parse_gates(spec: str | None, where: str = "--gate", shorthands: dict[str, L
             raise GateError(f"{where} {short(text)}: an empty item (an unset variable?): remove the comma, or give a "
                             "profile, a gates file or name=limit there")
         profile = None
-        if "=" in item:
+        if "=" in item and not Path(item).is_file():  # an existing file wins: `--gate /gates/g=v2.yaml`
             name, _, value = item.partition("=")
             gate = gate_name(name, f"{where} {short(item)}")
             given = {gate: parse_limit(value, f"{where} {short(item)}", gate, off=f"{where} {gate}=off")}
@@ -450,11 +465,16 @@ def root_causes(causes: dict, misrouted_turns: int, failed_probes: int, leaked_s
 
 
 def headline(v: dict) -> str:
-    """``FAIL — 63 acknowledged turns the store lost; 12 ...`` or ``PASS — every gate held``."""
+    """``FAIL — 63 acknowledged turns the store lost; 12 ...`` or ``PASS — 12 gate(s) held, 1 off``.
+
+    A gate that is off judged nothing, so it is counted as off, never as held: ``--gate off`` on a bot that
+    forgot every probe said "PASS — 13 gate(s) held"."""
     if v["result"] == PASS:
-        measured = sum(r["result"] in (PASS, OFF) for r in v["rules"])
-        return f"PASS — {measured} gate(s) held" + ("" if measured == len(v["rules"]) else
-                                                    f", {len(v['rules']) - measured} not measured")
+        held = sum(r["result"] == PASS for r in v["rules"])
+        off = sum(r["result"] == OFF for r in v["rules"])
+        rest = len(v["rules"]) - held - off
+        return (f"PASS — {held} gate(s) held" + (f", {off} off" if off else "")
+                + (f", {rest} not measured" if rest else "") + ("" if held else " (nothing judged)"))
     causes = [f"{r['count']:,} {r['text']}" for r in v.get("root_causes") or []]
     if causes:  # and the failed gates no finding explains
         causes += [f"{r['count']:,} {r['counts']}" for r in v["rules"] if r["gate"] in NO_CAUSE and r["result"] == FAIL]
