@@ -80,6 +80,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
     faults, steps = load_faults(folder.path, problems), load_steps(folder.path, problems)
     live = store is not None
     if live:
+        journal.require_own_run()  # before the store is read, or the snapshot replaced
         reader = make_reader(store)
         reader.check()
         evidence = store_evidence(reader, folder, store)

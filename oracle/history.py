@@ -129,12 +129,19 @@ class Journal:
         if not runs:
             raise JournalError(f"{self.folder.journal} holds no valid journal records"
                                + (f"; first problem: {first}" if first else "") + cr_only_note(self.shards))
-        (journaled, shard), = runs.items()
+
+    def require_own_run(self) -> None:
+        """JournalError when the journal's run is not the one run.json records: another run's journal in this
+        folder, read live, was judged against this run's store and chaos, PASSed, and replaced this run's snapshot.
+        Each file is read up to its first turn (``require_records`` has made sure they name one run)."""
         recorded = self._recorded_run()
-        if recorded is not None and journaled is not None and journaled != recorded:
-            raise JournalError(f"{shard} is run {journaled!r}, but {self.folder.run_json} is run {recorded!r}: another "
-                               "run's journal in this folder would be judged against this run's store, chaos and "
-                               "snapshot; put this run's own journal back (or audit the other run's folder)")
+        for shard in self.shards if recorded is not None else ():
+            turn, _ = _first_turn(shard)
+            if turn is not None and turn.run is not None and turn.run != recorded:
+                raise JournalError(f"{shard} is run {turn.run!r}, but {self.folder.run_json} is run {recorded!r}: "
+                                   "another run's journal in this folder would be judged against this run's store "
+                                   "and chaos, and replace its snapshot; put this run's own journal back (or audit "
+                                   "the other run's folder)")
 
     def _recorded_run(self) -> str | None:
         """The run id run.json records (None: no run.json, or none readable: a folder built by hand)."""

@@ -30,6 +30,8 @@ def audited_run(run: Path, label: str = "v1", sessions: int = 12, specs=None):
     from oracle.audit import audit_run
 
     world = build_world(specs or simple_specs(sessions), seed=5)
+    for r in world.records:  # the journal is this run's, as run.json says (a live audit refuses another's)
+        r["run"] = run.name
     write_journal(run, world.records)
     write_snapshot(run, world)
     start, end = min(r["sent"] for r in world.records), max(r["received"] or r["sent"] for r in world.records)

@@ -1079,7 +1079,7 @@ def test_another_runs_journal_in_the_folder_is_never_judged_with_this_one(tmp_pa
     assert "the journal holds more than one run" in err and f"{where} is run 'last-night'" in err
 
 
-def test_a_journal_of_another_run_than_run_json_s_is_never_judged(tmp_path, capsys):
+def test_a_journal_of_another_run_than_run_json_s_is_never_judged_live(tmp_path, capsys, redis_server):
     """Run A's journal in run B's folder (B's run.json): compared with each other its shards agreed, so a live
     audit judged A's turns against B's store and chaos, PASSed, and replaced B's snapshot and summary (input hunt
     10). Exit 2 naming both runs; nothing replaced."""
@@ -1088,13 +1088,13 @@ def test_a_journal_of_another_run_than_run_json_s_is_never_judged(tmp_path, caps
     world = build_world(simple_specs(3), seed=3)
     write_journal(tmp_path, world.records)
     write_snapshot(tmp_path, world)
+    snapshot = (tmp_path / "store" / "meta.json").read_text()
     (tmp_path / "run.json").write_text(json.dumps({"run": "B", "start": 1.0, "end": 2.0}))
-    assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 2
+    assert audit_cli.main([str(tmp_path), "--store-url", redis_server.url, "--jobs", "1"]) == 2
     err = capsys.readouterr().err
     assert f"is run {world.records[0]['run']!r}, but {tmp_path / 'run.json'} is run 'B'" in err, err
     assert not (tmp_path / "audit" / "summary.json").exists()
-    (tmp_path / "run.json").write_text(json.dumps({"run": world.records[0]["run"], "start": 1.0, "end": 2.0}))
-    assert audit_cli.main([str(tmp_path), "--jobs", "1"]) in (0, 1)  # its own run.json: judged
+    assert (tmp_path / "store" / "meta.json").read_text() == snapshot
 
 
 def test_a_chaos_plan_that_applied_no_fault_is_said(tmp_path, capsys):
