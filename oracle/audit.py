@@ -42,7 +42,7 @@ from oracle.snapshot import SnapshotError, SnapshotWriter, options_from_meta, re
 from oracle.store import StoreError, StoreOptions, make_reader
 from oracle.tables import SESSION_COLUMNS, add_confirmed_crosstalk, summary as build_summary
 from oracle.tally import Tally
-from oracle.timeline import check_faults, idle_plan, load_faults, load_steps
+from oracle.timeline import check_faults, idle_plan, load_faults, load_steps, unapplied
 
 STORE_ERRORS = (StoreError, redis.RedisError, OSError, requests.RequestException)
 PARALLEL_MIN_BYTES = 4 << 20  # a smaller journal is judged faster than processes start
@@ -213,10 +213,10 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         result["timings"] = {"read_judge": read_s, "total": time.perf_counter() - clock, **_peak_rss()}
         gates = gates or verdict.parse_gates(None)
         t = tally.totals
-        result["verdict"] = verdict.require_healed(verdict.require_quiet(verdict.require_measured(
-            verdict.evaluate(result["observed"], gates), result["turns"]["ok"], t["probes"], t["answered"], gates,
-            scripted_probes(folder)),
-            t["errors"], t["errors_quiet"], t["turns_quiet"], t["turns"], gates), faults)
+        result["verdict"] = verdict.require_applied(verdict.require_healed(verdict.require_quiet(
+            verdict.require_measured(verdict.evaluate(result["observed"], gates), result["turns"]["ok"], t["probes"],
+                                     t["answered"], gates, scripted_probes(folder)),
+            t["errors"], t["errors_quiet"], t["turns_quiet"], t["turns"], gates), faults), unapplied(folder.path))
         result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted + linked.misfiled_replies,
                                                                result["metrics"]["probe_amnesia"]["count"],
                                                                tally.totals["leaked_sessions"])
@@ -546,10 +546,11 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
                 "errors": {"count": counts["errors_quiet"], "total": counts["quiet"]},
                 "unreadable": {"count": counts["unreadable"], "total": counts["total"] + counts["unreadable"]}}
     gates = gates or verdict.parse_gates(None)
-    judged = verdict.require_healed(verdict.require_quiet(verdict.require_measured(
+    judged = verdict.require_applied(verdict.require_healed(verdict.require_quiet(verdict.require_measured(
         verdict.evaluate(observed, gates), counts["ok"], counts["probes"], counts["probes_answered"], gates,
         scripted_probes(folder)),
-        counts["errors"], counts["errors_quiet"], counts["quiet"], counts["total"], gates), faults)
+        counts["errors"], counts["errors_quiet"], counts["quiet"], counts["total"], gates), faults),
+        unapplied(folder.path))
     judged["root_causes"] = verdict.root_causes({}, 0, observed["probe_amnesia"]["count"], counts["leaked"])
     turns = {k: int(counts[k]) for k in ("total", "ok", "fail", "info", "errors", "probes_answered", "probes_failed",
                                          "crosstalk_replies")}

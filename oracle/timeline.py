@@ -95,6 +95,16 @@ def load_faults(run_dir: Path, problems: list[str] | None = None) -> list[Fault]
     return sorted(faults, key=lambda f: f.start)
 
 
+def unapplied(run_dir: Path) -> list[str]:
+    """The fault occurrences whose apply failed (a target not running, a backend error): ``fault (kind on
+    instance): why``. Not the ones the plan's own rules skipped (``skipped:``: max_concurrent, an instance still
+    under another fault), which validate and the run's start predict. `chaos run` exits 1 for these."""
+    return [f"{r.get('fault')} ({r.get('kind')} on {r.get('instance')}): {r.get('error')}"
+            for r in _records(RunFolder(run_dir).chaos, [], chaos_event)
+            if r.get("event") == "apply" and r.get("outcome") == "error"
+            and not str(r.get("error") or "").startswith("skipped:")]
+
+
 def idle_plan(run_dir: Path, faults: list[Fault], load_end: float | None = None) -> str | None:
     """A warning when run.json names a chaos plan and no fault of it was applied (each due after the load ended,
     or none could apply), or when some of its faults were never applied (due after the load ended: ``at: 60s`` in

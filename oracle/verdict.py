@@ -420,6 +420,19 @@ def require_healed(v: dict, faults: list) -> dict:
     return v
 
 
+NOT_APPLIED = ("chaos: {count} fault occurrence(s) of the plan did not apply (first: {first}), so this run tested less "
+               "than its plan: start every target before the run (`python -m chaos validate PLAN --stack-state ...` "
+               "says what each occurrence would hit), or take them out of the plan")
+
+
+def require_applied(v: dict, unapplied: list[str]) -> dict:
+    """Fail ``v`` when fault occurrences of the plan failed to apply (oracle.timeline.unapplied): a chaos run whose
+    faults never happened PASSed green, while `python -m chaos run` of the same plan exits 1."""
+    if unapplied:
+        v["result"], v["failed"] = FAIL, v["failed"] + [NOT_APPLIED.format(count=len(unapplied), first=unapplied[0])]
+    return v
+
+
 def observed_from_metrics(summary: dict) -> dict:
     """Observations of a summary written before ``observed`` existed: the headline metrics only."""
     metrics = summary.get("metrics") or {}

@@ -1111,6 +1111,34 @@ def test_a_chaos_plan_that_applied_no_fault_is_said(tmp_path, capsys):
     assert any(p.startswith(said) for p in json.loads((tmp_path / "audit" / "summary.json").read_text())["problems"])
 
 
+def test_a_chaos_run_whose_faults_did_not_apply_is_no_pass(tmp_path, capsys):
+    """bot-2 was down before the run and the plan killed bot-2: the Locust run PASSed with two warnings, exit 0,
+    while `python -m chaos run` of the same plan exits 1 ("this run tested less than its plan") (verdict hunt 10).
+    An occurrence the plan's own rules skipped (max_concurrent, an instance under another fault) is no failure."""
+    from oracle import audit_cli
+
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("probe", "ok")] for _ in range(3)], seed=3)
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    start = min(r["sent"] for r in world.records)
+    (tmp_path / "run.json").write_text(json.dumps({"run": world.records[0]["run"], "plan": "plan.yaml",
+                                                   "start": start}))
+    skipped = {"fault": "k2#0", "kind": "kill", "target": "bot", "instance": "bot", "backend": "local",
+               "event": "apply", "time": start + 0.5, "outcome": "error",
+               "error": "skipped: every instance of the target is already under a fault"}
+    (tmp_path / "chaos.jsonl").write_text(json.dumps(skipped) + "\n")
+    assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 0
+    failed = {**skipped, "fault": "k1#0", "instance": "bot-2", "target": "bot-2",
+              "error": "NotApplied: bot-2 is not running (no process)"}
+    (tmp_path / "chaos.jsonl").write_text(json.dumps(skipped) + "\n" + json.dumps(failed) + "\n")
+    capsys.readouterr()
+    assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "chaos: 1 fault occurrence(s) of the plan did not apply (first: k1#0 (kill on bot-2): NotApplied" in out, out
+    summary = json.loads((tmp_path / "audit" / "summary.json").read_text())
+    assert summary["verdict"]["result"] == "fail"
+
+
 def test_a_second_audit_of_the_same_run_at_once_stops_saying_so(tmp_path, capsys):
     """Two `oracle audit` of one folder at once: the second failed on the first's half-written files ("cannot read
     store.reading/meta.json"). The audit holds the folder's lock; the second is exit 2 and says why."""
