@@ -20,6 +20,7 @@ import ctypes
 import dataclasses
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import time
@@ -194,6 +195,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         found.extend(short_ttl(evidence, linked.classes.get("expired", 0) + tally.totals["expired_after_end"]))
         found.extend(after_end_note(tally.totals, evidence))
         found.extend(tally.far_turns(folder.audit / "sessions.csv.tmp"))  # turns days off the rest: a wrong clock
+        found.extend(sibling_keys(linked.classes, foreign, owned, options.key_template))
         result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
                                window_s, recovery_s, sum(r.entries for r in results), linked.misrouted, found,
                                sum(r.unreadable for r in results))
@@ -338,6 +340,31 @@ def after_end_note(totals, evidence: dict) -> list[str]:
             f"were), and their {totals['expired_after_end_ok']:,} acknowledged turns are left out of stored loss. "
             "To judge them, read the store before the TTL runs out: a shorter --settle, or the rolling audit "
             "during the run (--audit-every)"]
+
+
+SIBLING_RE = re.compile(r"(gf[0-9a-f]{16})(.+)", re.S)  # a goldfish session id, then more: a key beside its key
+
+
+def sibling_keys(classes: dict, foreign: ForeignKeys, owned: SessionSet, template: str) -> list[str]:
+    """A warning when turns are unanswered or lost and keys under the template are named after this run's
+    sessions with more after the id: the bot may keep part of each history in a key of its own beside the one
+    the template names (its replies in ``message_store:<id>:ai``), which the audit does not read. A bot whose
+    memory worked FAILed "unanswered: 100%", explained as an answer never kept (bot hunt 9)."""
+    findings = classes.get("unanswered", 0) + classes.get("lost", 0)
+    prefix, _, suffix = template.partition("{session}")
+    siblings = []
+    for key in foreign.examples if findings else ():
+        if key.startswith(prefix) and key.endswith(suffix):
+            match = SIBLING_RE.fullmatch(key[len(prefix):len(key) - len(suffix)])
+            if match and owned.contains([match[1]])[0]:
+                siblings.append(key)
+    if not siblings:
+        return []
+    return [f"store: keys named after this run's sessions with more after the id hold entries the audit does not "
+            f"read ({', '.join(siblings[:3])}; store/foreign.jsonl lists them): if the bot keeps part of each "
+            f"history there (its replies in a key of their own), its {findings:,} unanswered and lost findings may "
+            "be kept there rather than lost. Read all of a session's keys with --reader (a function from session ids "
+            "to histories: docs/oracle.md \"Readers\")"]
 
 
 def window_warning(window: dict) -> str:

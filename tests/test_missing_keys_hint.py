@@ -111,3 +111,28 @@ def test_a_store_restarted_after_the_run_ended_is_no_loss_and_keeps_the_snapshot
     assert "after this run ended" in said.err and "without --store-url re-judges its snapshot" in said.err, said.err
     assert (tmp_path / "store" / "meta.json").read_text() == before[0]
     assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 0
+
+
+def test_replies_kept_in_a_key_beside_the_sessions_are_named(tmp_path, redis_server):
+    """A bot keeping its replies in message_store:<id>:ai, beside the user's messages in message_store:<id>: every
+    turn 'unanswered', explained as an answer never kept, with no word of the keys that hold them (bot hunt 9)."""
+    import json
+
+    world = journaled_world(tmp_path)
+    client = redis_server.client()
+    for s in world.order:
+        for _, m in world.stored[s]:
+            key = f"message_store:{s}" + (":ai" if m["type"] == "ai" else "")
+            client.lpush(key, json.dumps(m))
+    summary = audit_run(tmp_path, StoreOptions(url=redis_server.url))
+    assert summary["anomalies"].get("unanswered"), summary["anomalies"]
+    said = [p for p in summary["problems"] if "keys named after this run's sessions with more after the id" in p]
+    assert len(said) == 1 and ":ai, message_store:" in said[0], summary["problems"]
+    client.flushdb()
+    for s in world.order:  # the same bot without the sibling keys: nothing to name
+        for _, m in world.stored[s]:
+            if m["type"] != "ai":
+                client.lpush(f"message_store:{s}", json.dumps(m))
+    client.set("message_store:unrelated", "x")
+    summary = audit_run(tmp_path, StoreOptions(url=redis_server.url))
+    assert not [p for p in summary["problems"] if "more after the id" in p], summary["problems"]
