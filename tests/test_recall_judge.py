@@ -86,7 +86,7 @@ class FakeWire:
     method, in_query = "POST", False
 
     @staticmethod
-    def request(session, message):
+    def request(session, message, conversation=None):
         return message.encode(), {}
 
     @staticmethod
