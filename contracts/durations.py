@@ -18,7 +18,7 @@ from contracts import codec
 
 DAY = 86_400.0
 DEFAULT_LIMIT = 30 * DAY
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)")  # not \d: it matches any script's digits (٥, ５)
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 _ORDER = ("h", "m", "s", "ms")
 EXAMPLES = "e.g. 2, 0.5s, 500ms, 1m30s, 2h"
@@ -46,6 +46,10 @@ def parse_duration(value, what: str = "", limit: float = DEFAULT_LIMIT) -> float
 
 
 def _parse_text(text: str, value, what: str) -> float:
+    # float() reads '1_0' as 10 and '٥' or '５' as 5: a number is ASCII digits 0-9, without '_'
+    if bad := next((c for c in text if not c.isascii() or c == "_"), None):
+        raise DurationError(f"{what}{codec.short(value)} is not a duration: it holds {bad!r} (U+{ord(bad):04X}); "
+                            f"a duration is ASCII digits 0-9 (no '_') and the units h, m, s, ms ({EXAMPLES})")
     try:
         return float(text)  # NaN and infinity are refused by the caller
     except ValueError:

@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from contracts import yamldoc
+from contracts.console import control_character
 from contracts.journal import MAX_TURN
 from contracts.tokens import NONCE_RE, TOKEN_RE
 from contracts.yamldoc import show
@@ -101,6 +102,8 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Script:
         if key_node.value not in {"name", "description", "chatter", "repeat", "steps"}:
             bad(key_node, key_node.value if len(key_node.value) <= 40 else show(key_node.value), "unknown key (known: name, description, chatter, repeat, steps)")
     name = _scalar(top.get("name")) or Path(path).stem
+    if "name" in top and (why := control_character(name)):  # printed back: a line break could forge a line
+        bad(top["name"], "name", f"{show(name)} {why}")
 
     chatter = DEFAULT_CHATTER
     if "chatter" in top:

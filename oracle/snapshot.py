@@ -298,7 +298,7 @@ class _Line(msgspec.Struct):
     ttl: Optional[int] = None
     type: Optional[str] = None
     entries_as: str = "text"
-    entries: list[msgspec.Raw] = []
+    entries: Optional[list[msgspec.Raw]] = None  # null or missing: the exact path below says if that is allowed
 
 
 _decode_line = msgspec.json.Decoder(_Line).decode
@@ -310,16 +310,18 @@ def snapshot_session(line: bytes) -> RawSession:
         r = _decode_line(line)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         r = None
-    if r is not None and r.entries_as == "json":
+    if r is not None and r.entries_as == "json" and r.entries is not None:
         return RawSession(r.session, r.key, r.exists, r.ttl, [bytes(e) for e in r.entries],
                           r.type or ("list" if r.exists else "none"))
     r = codec.loads(line)  # written as text (or by an older goldfish, or by hand): the exact path
     try:
-        entries = r.get("entries") or []
-        if not isinstance(entries, list):  # a string or an object would be read as its characters or keys
+        entries = r.get("entries")
+        if entries is None and r["exists"]:  # goldfish writes [] (and exists: false for a missing key)
+            raise TypeError("entries is null or missing, but exists is true")
+        if entries is not None and not isinstance(entries, list):  # a string or an object: read as its characters
             raise TypeError(f"entries is {type(entries).__name__}, not a list")
         return RawSession(str(r["session"]), str(r.get("key", "")), bool(r["exists"]), r.get("ttl"),
-                          [_from_snapshot(e) for e in entries],
+                          [_from_snapshot(e) for e in entries or []],
                           r.get("type") or ("list" if r["exists"] else "none"))
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ValueError(f"not a snapshot session ({type(exc).__name__}: {exc})") from None
@@ -336,8 +338,12 @@ def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
                 continue
             try:
                 head = _decode_head(raw)
-                if bytes(memoryview(head.entries)[:1]) not in (b"[", b"n"):  # a list, or null (none)
+                first = bytes(memoryview(head.entries)[:1])  # b"": no entries at all
+                if first not in (b"[", b"n", b""):
                     raise msgspec.ValidationError("Expected `array | null` - at `$.entries`")
+                if first != b"[" and head.exists:  # a key that exists holds a list; a missing one says exists: false
+                    raise msgspec.ValidationError("`$.entries` is null or missing, but `$.exists` is true: "
+                                                  "a key that exists holds a list of entries")
                 if b'"b64"' in raw:  # a non-utf-8 entry: its base64 is checked here, where the line is known
                     _check_session(path, before + i + 1, raw)
                 yield head.session, raw
@@ -362,7 +368,7 @@ def _check_session(path: Path, number: int, raw: bytes) -> None:
 class _Head(msgspec.Struct):
     session: str
     exists: bool
-    entries: msgspec.Raw = msgspec.Raw(b"[]")  # its span only: checked to be a list here, where the line is known
+    entries: msgspec.Raw = msgspec.Raw(b"")  # its span only (empty: no entries key): checked where the line is known
 
 
 _decode_head = msgspec.json.Decoder(_Head).decode
