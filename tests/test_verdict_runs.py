@@ -24,7 +24,7 @@ from oracle.store import StoreOptions
 from oracle.verdict import parse_gates
 from targets import registry as state
 from support_locust import _kill_group, chat_bot, finish, locust_cmd, quick_script, run_locust
-from support_oracle import build_world, fill_redis, read_findings, simple_specs, write_journal
+from support_oracle import RUN, build_world, fill_redis, read_findings, simple_specs, write_journal
 from support_refbot import refbot_stack  # noqa: F401 - fixture
 
 
@@ -824,11 +824,11 @@ def test_oracle_audit_of_a_run_whose_users_raised_exceptions_is_not_trusted(tmp_
     run, world = world_run(tmp_path, redis_server)
     args = [str(run), "--store-url", redis_server.url, "--gate", "errors=off"]  # its refused turns are no bug
     assert main(args) == 0
-    (run / "run.json").write_text(json.dumps({"run": "r", "user_exceptions": {"count": 2, "first": "KeyError"}}))
+    (run / "run.json").write_text(json.dumps({"run": RUN, "user_exceptions": {"count": 2, "first": "KeyError"}}))
     capsys.readouterr()
     assert main(args) == 3
     assert "NOT TRUSTED — Locust users raised 2 exception(s)" in capsys.readouterr().out
-    for damage in (b'{"run": "r", "user_exceptions": {"count": 2', b'{"user_exceptions": [3]}'):
+    for damage in (b'{"run": RUN, "user_exceptions": {"count": 2', b'{"user_exceptions": [3]}'):
         (run / "run.json").write_bytes(damage)
         assert main(args) in (2, 3), damage
         captured = capsys.readouterr()
@@ -851,16 +851,16 @@ def test_oracle_audit_of_a_run_that_never_ended_before_its_journal_was_whole_is_
     run, world = world_run(tmp_path, redis_server)
     args = [str(run), "--store-url", redis_server.url, "--gate", "errors=off"]
     for phase, code in (("load", 3), ("heal", 3), ("audit", 0)):
-        (run / "run.json").write_text(json.dumps({"run": "r", "start": 1.7e9, "phase": phase}))
+        (run / "run.json").write_text(json.dumps({"run": RUN, "start": 1.7e9, "phase": phase}))
         capsys.readouterr()
         assert main(args) == code, phase
         out = capsys.readouterr().out
         assert ("NOT TRUSTED — run.json records no end" in out) == (code == 3), out[-600:]
-    (run / "run.json").write_text(json.dumps({"run": "r", "start": 1.7e9, "phase": "load"}))
+    (run / "run.json").write_text(json.dumps({"run": RUN, "start": 1.7e9, "phase": "load"}))
     assert report([str(run)]) == 0  # the report renders; its badge says it
     assert "run.json records no end" in capsys.readouterr().out
     assert "NOT TRUSTED" in (run / "report.html").read_text()
-    (run / "run.json").write_text(json.dumps({"run": "r", "start": 1.7e9, "end": 1.7e9 + 60, "phase": "load",
+    (run / "run.json").write_text(json.dumps({"run": RUN, "start": 1.7e9, "end": 1.7e9 + 60, "phase": "load",
                                               "exit_code": 130}))  # a Ctrl-C in the load records its end
     assert main(args) == 0
 
