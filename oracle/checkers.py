@@ -500,6 +500,24 @@ def check_reordered(session: str, by_turn: dict[int, Turn], v: StoredView) -> li
                     contradicting_pairs=pairs)]
 
 
+def check_merged_late(session: str, by_turn: dict[int, Turn], v: StoredView) -> list[dict]:
+    """Turns stored only merged into an earlier turn's user entry though they were sent after that turn was
+    answered: the history holds the later question before the earlier answer. Merging is a bot's way with a
+    message that arrives while the previous one is in flight (``_later_tokens``); a bot that folded every message
+    into one entry, its answers after them all, PASSed (bot hunt 10). One finding per session, as a reorder."""
+    late = []
+    for turn, (index, position) in sorted(v.merged.items()):
+        host = v.own[position][1] if position < len(v.own) and v.own[position][2] == index else None
+        a, b = by_turn.get(host), by_turn.get(turn)
+        if a is not None and b is not None and b.outcome == "ok" and a.received is not None and b.sent >= a.received:
+            late.append((turn, host, a, b))
+    if not late:
+        return []
+    turn, host, a, b = late[0]
+    return [finding("reordered", session, turn, b.sent, merged_into_turn=host, earlier_received=a.received,
+                    later_sent=b.sent, merged_turns=[t for t, _, _, _ in late])]
+
+
 def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
                      v: StoredView) -> tuple[list[dict], list[int]]:
     """An acknowledged turn's user entry is stored but no assistant entry after it holds its reply.
@@ -787,8 +805,9 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
         unanswered, misplaced = check_unanswered(session, by_turn, decoded, v)
         if decoded.corrupt and unanswered:
             unanswered = _corrupt_replies(unanswered, decoded, v)
-        findings += with_late_replies(with_misplaced_replies(check_reordered(session, by_turn, v), misplaced, by_turn,
+        reordered = with_late_replies(with_misplaced_replies(check_reordered(session, by_turn, v), misplaced, by_turn,
                                                              session), late_replies(by_turn, decoded, v), by_turn, session)
+        findings += reordered or (check_merged_late(session, by_turn, v) if v.merged else [])
         findings += unanswered
         if decoded.corrupt:
             findings += check_corrupt(session, by_turn, decoded, raw)

@@ -150,6 +150,13 @@ def explain(f: dict) -> str:
         tail += (" " + "; ".join(f"The reply to turn {k} reached the client before turn {j} was sent, yet it is stored "
                                  f"after turn {j}'s message" for k, j in late[:5]) +
                  ": written behind (a background task), so those later turns were answered without it." if late else "")
+        if e.get("merged_into_turn") is not None:
+            more = len(e.get("merged_turns") or []) - 1
+            return (f"In session {s}, turn {turn} was sent at {_t(e['later_sent'])}, after turn {e['merged_into_turn']} "
+                    f"was answered at {_t(e['earlier_received'])}, yet the bot stored its message inside turn "
+                    f"{e['merged_into_turn']}'s user entry, before that turn's answer: the history reads the later "
+                    f"question before the earlier answer"
+                    + (f" ({more} more turn(s) of this session likewise)." if more > 0 else "."))
         if e.get("reply_before_turn") is None and e.get("earlier_turn") is None and late:
             return f"In session {s}, the history holds the replies out of order.{tail}"
         if e.get("earlier_turn") is None:

@@ -143,9 +143,26 @@ def test_a_merged_turn_still_owes_its_reply_and_its_fact(tmp_path):
     value = next(r["nonce"] for r in world.records if r["session"] == b and r["turn"] == 0)
     stored[at] = (stored[at][0], lc("human", stored[at][1]["data"]["content"].replace(value, "[redacted]")))
     _audit(tmp_path, world)
-    assert finding_keys(tmp_path) == {("unanswered", a, 2), ("lost", b, 0)}
+    # turn 1 was sent once turn 0 was answered: merged into its entry, it reads before turn 0's answer, a reorder
+    assert finding_keys(tmp_path) == {("unanswered", a, 2), ("lost", b, 0), ("reordered", b, 1)}
     lost = next(f for f in read_findings(tmp_path) if f["class"] == "lost")
     assert lost["evidence"]["altered"] is True
+
+
+def test_a_turn_merged_into_an_entry_answered_before_it_was_sent_is_a_reorder(tmp_path):
+    """A bot that folds every new message into the last user entry, its answers after them all: the history reads
+    turn 3's question before turn 0's answer, and it PASSed (bot hunt 10). Only a message that arrived while the
+    previous one was in flight (a double-send) is merged by design."""
+    world = _burst_world(sessions=2)
+    a, b = world.order
+    _merged(world, a, 1, 2)  # a double-send: merged by design
+    _merged(world, b, 0, 3)  # turn 3 was sent long after turn 0 was answered
+    summary = _audit(tmp_path, world)
+    assert finding_keys(tmp_path) == {("reordered", b, 3)}
+    reorder = read_findings(tmp_path)[0]
+    assert reorder["evidence"]["merged_into_turn"] == 0 and reorder["evidence"]["merged_turns"] == [3]
+    assert "inside turn 0's user entry, before that turn's answer" in reorder["explanation"]
+    assert summary["verdict"]["result"] == "fail"
 
 
 def test_a_user_entry_quoting_its_own_sessions_earlier_message_stays_clean(tmp_path):
