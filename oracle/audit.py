@@ -333,7 +333,8 @@ def after_end_note(totals, evidence: dict) -> list[str]:
     if not n:
         return []
     floor = evidence.get("ttl_floor")
-    ttl = f", about {max(1, round(floor)):,} s" if isinstance(floor, (int, float)) and not isinstance(floor, bool) else ""
+    ttl = f", at least about {max(1, round(floor)):,} s" if isinstance(floor, (int, float)) and not isinstance(floor, bool) \
+        else ""
     return [f"store: the keys of {n:,} session(s) expired after their conversations ended, before the audit read "
             f"them (no pause in those conversations was as long as the keys' TTL{ttl}): the bot keeps a history "
             f"that long after its last message, by design. Their histories were not judged (their recall probes "

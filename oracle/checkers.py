@@ -238,9 +238,21 @@ def check_vanished(session: str, turns: list[Turn], raw: RawSession, gone_class)
 
 
 def longest_pause(turns: list[Turn]) -> float:
-    """The longest wait in a conversation between a turn's answer (or its send, unanswered) and the next turn."""
+    """The longest wait in a conversation between a turn's answer (or its send, unanswered) and the next turn,
+    of those its history is not known to have outlived: one after which a recall probe passed on a fact planted
+    before it did not lose the history. (The TTL it is held against is a lower bound, up to two seconds under
+    the real one: a correct bot's 4 s pause under a 5 s TTL, its probes passing after it, was `expired`.)"""
     ordered = sorted(turns, key=lambda t: t.sent)
-    return max((b.sent - (a.received or a.sent) for a, b in zip(ordered, ordered[1:])), default=0.0)
+    planted: set = set()
+    pauses = []
+    for i, (a, b) in enumerate(zip(ordered, ordered[1:])):
+        if a.outcome == "ok" and a.fact is not None and (a.kind == "plant" or a.kind == "burst"):
+            planted.add(a.fact)
+        outlived = any(p.kind == "probe" and p.outcome == "ok" and p.verdict == "pass" and p.fact in planted
+                       for p in ordered[i + 1:])
+        if not outlived:
+            pauses.append(b.sent - (a.received or a.sent))
+    return max(pauses, default=0.0)
 
 
 def expired_after_end(turns: list[Turn], raw: RawSession, gone_class) -> bool:

@@ -366,6 +366,28 @@ def test_a_gone_key_expired_only_when_the_store_expired_a_key_since_the_sessions
     assert Evidence(False, [], [(500.0, 3)]).gone_class(108.0, 105.0) == "vanished"  # no TTL under the template
 
 
+def test_a_pause_the_history_outlived_is_no_pause_to_hold_against_its_ttl():
+    """A correct bot's key, refreshed on every write with a 5 s TTL (read back as a floor of 3.6 s), outlived a 4 s
+    pause: a probe after it recalled a fact planted before it. Held against the floor, that pause made the session
+    `expired` (bot hunt 10). A pause after which no probe passed on an earlier fact still counts."""
+    import json
+
+    from contracts.journal import decode_line
+    from oracle.checkers import longest_pause
+    from support_oracle import TurnSpec, build_world
+
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("chatter", "ok"), TurnSpec("probe", "ok")]], seed=2)
+    records = sorted(world.records, key=lambda r: r["turn"])
+    records[2]["fact"] = records[0]["fact"]  # the probe asks for the fact turn 0 planted
+    for r in records[2:]:  # a 4 s pause before the probe
+        r["sent"] += 4
+        r["received"] += 4
+    turns = [decode_line(json.dumps(r)) for r in records]
+    assert longest_pause(turns) < 3  # the probe passed after it: the history outlived the pause
+    records[2]["verdict"] = "amnesia"
+    assert longest_pause([decode_line(json.dumps(r)) for r in records]) > 4
+
+
 def test_a_gone_key_that_could_only_have_expired_after_its_conversation_is_after_end():
     """Keys under the template live 5 s after their last write; the audit reads at 120 s. A session acknowledged
     last at 108 s, none of whose pauses reached 5 s, expired once it was over: by design (AFTER_END, no finding).
