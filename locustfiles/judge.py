@@ -84,7 +84,6 @@ class Fact(NamedTuple):
     latest: str               # the value of the latest plant sent (ok or info): what the journal says a probe expects
     ok: str | None            # the value of the latest ``ok`` plant; None: no plant of it is certain yet
     maybe: tuple[str, ...]    # the values of every ``info`` plant of it, sent in order, before or after ``ok``
-    superseded: tuple[str, ...] = ()  # earlier ``ok`` values a later ``ok`` plant replaced (not also ``maybe``)
 
 
 def planted(facts: dict[str, Fact], fact: str, nonce: str, outcome: str) -> None:
@@ -93,12 +92,9 @@ def planted(facts: dict[str, Fact], fact: str, nonce: str, outcome: str) -> None
     effect at any later time, also after this one; ``info`` adds its value; ``fail`` (it never left) nothing."""
     if outcome == "fail":
         return
-    known = facts.get(fact) or Fact(nonce, None, ())
-    if outcome != "ok":
-        facts[fact] = known._replace(latest=nonce, maybe=known.maybe + (nonce,))
-        return
-    old = (known.ok,) if known.ok is not None and known.ok != nonce and known.ok not in known.maybe else ()
-    facts[fact] = Fact(nonce, nonce, known.maybe, known.superseded + old)
+    known = facts.get(fact)
+    ok, maybe = (known.ok, known.maybe) if known is not None else (None, ())
+    facts[fact] = Fact(nonce, nonce, maybe) if outcome == "ok" else Fact(nonce, ok, maybe + (nonce,))
 
 
 def probe_verdict(facts: dict[str, Fact], fact: str, reply: str | None) -> str | None:
@@ -114,10 +110,6 @@ def probe_verdict(facts: dict[str, Fact], fact: str, reply: str | None) -> str |
     known = facts.get(fact)
     if known is None:
         return None
-    stale = [value for value in known.superseded if value not in (known.ok, *known.maybe)]
     if known.ok is not None:
-        # an answer holding a replaced value beside the current one ("I have 7747-8RK7 and 9805-FHC7") did not
-        # recall which one holds: a bot that appends facts and never replaces them PASSed (bot hunt 10)
-        return "pass" if recall(reply, known.ok, *known.maybe) and not (stale and recall(reply, *stale)) \
-            else "amnesia"
+        return "pass" if recall(reply, known.ok, *known.maybe) else "amnesia"
     return "pass" if known.maybe and recall(reply, *known.maybe) else None

@@ -270,21 +270,3 @@ def test_the_bookkeeping_functions_state_the_rule():
     assert [probe_verdict(facts, "postcode", v) for v in ("2222-BBBB", "3333-CCCC", "5555-EEEE")] \
         == ["pass", "amnesia", "pass"]
     assert probe_verdict(facts, "zip", "5555-EEEE") is None  # another fact
-
-
-def test_an_answer_holding_a_replaced_value_beside_the_current_one_is_amnesia():
-    """A bot that appends facts and never replaces them answered "I have these for your postcode: 7747-8RK7,
-    9805-FHC7" and PASSed (bot hunt 10): which one holds, it did not recall. An info value stays acceptable."""
-    from locustfiles.judge import planted, probe_verdict
-    facts: dict = {}
-    planted(facts, "postcode", "7747-8RK7", "ok")
-    planted(facts, "postcode", "9805-FHC7", "ok")
-    assert probe_verdict(facts, "postcode", "Your postcode is 9805-FHC7.") == "pass"
-    assert probe_verdict(facts, "postcode", "I have these for your postcode: 7747-8RK7, 9805-FHC7.") == "amnesia"
-    assert probe_verdict(facts, "postcode", "It is 7747-8RK7.") == "amnesia"
-    planted(facts, "postcode", "1234-INFO", "info")
-    planted(facts, "postcode", "5555-EEEE", "ok")  # 9805-FHC7 replaced too; the info value may have landed later
-    assert probe_verdict(facts, "postcode", "5555-EEEE or 1234-INFO") == "pass"
-    assert probe_verdict(facts, "postcode", "5555-EEEE, before that 9805-FHC7") == "amnesia"
-    planted(facts, "postcode", "5555-EEEE", "ok")  # the same value again replaces nothing
-    assert probe_verdict(facts, "postcode", "5555-EEEE") == "pass"
