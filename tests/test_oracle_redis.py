@@ -83,12 +83,13 @@ def test_answers_langchain_stored_from_a_stream_are_answers(tmp_path, redis_serv
 
 
 def paused_an_hour(run, world, session) -> None:
-    """The session's user paused an hour after its second turn: longer than a 1-hour TTL, so its key may have
-    expired while the conversation went on (a key that expired only after it ended is no finding)."""
+    """The session's user paused two hours after its second turn: longer than a 1-hour TTL, so its key may have
+    expired while the conversation went on (a key that expired only after it ended is no finding). Twice the TTL:
+    the TTL read back is its EXPIRE plus the idle time before it (OBJECT IDLETIME), seconds more under load."""
     for r in world.records:
         if r["session"] == session and r["turn"] >= 2:
-            r["sent"] += 3600
-            r["received"] = r["received"] + 3600 if r["received"] is not None else None
+            r["sent"] += 7200
+            r["received"] = r["received"] + 7200 if r["received"] is not None else None
     write_journal(run, world.records)
 
 

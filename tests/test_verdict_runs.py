@@ -301,7 +301,7 @@ def test_sigusr2_prints_every_greenlets_stack_and_the_run_goes_on(tmp_path):
     (run_dir / "locust").mkdir(parents=True)
     err_path = tmp_path / "stderr"
     with chat_bot("memory") as url, open(err_path, "w") as err_file:
-        proc = subprocess.Popen(locust_cmd(url, run_dir, "--script", quick_script(tmp_path), users=2, time_s="4s"),
+        proc = subprocess.Popen(locust_cmd(url, run_dir, "--script", quick_script(tmp_path), users=2, time_s="10s"),
                                 cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True)
         try:
             wait_until(lambda: any(p.stat().st_size for p in (run_dir / "journal").glob("*.jsonl")), timeout=60,
