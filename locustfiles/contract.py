@@ -98,6 +98,14 @@ class ChatContract:
         return bool(self._template) and SESSION.encode() in self._template
 
     @cached_property
+    def _conversation_in_body(self) -> bool:
+        return bool(self._template) and CONVERSATION.encode() in self._template
+
+    @cached_property
+    def _conversation_in_headers(self) -> bool:
+        return any(CONVERSATION in value for value in dict(self.headers).values())
+
+    @cached_property
     def _session_in_headers(self) -> bool:
         return any(SESSION in value for value in dict(self.headers).values())
 
@@ -116,14 +124,14 @@ class ChatContract:
         template = self._template
         if session is not None and self._session_in_body:  # {"user_id": "{session}"}: the id in more places
             template = _filled(template, SESSION, session)
-        if template and conversation is not None:
+        if conversation is not None and self._conversation_in_body:
             template = _filled(template, CONVERSATION, conversation)
         body: dict = codec.loads(template) if template else {}  # a fresh copy per turn
         set_dotted(body, self.message_field, message)
         headers = dict(self.headers)
         if session is not None and self._session_in_headers:
             headers = {name: value.replace(SESSION, session) for name, value in headers.items()}
-        if conversation is not None:
+        if conversation is not None and self._conversation_in_headers:
             headers = {name: value.replace(CONVERSATION, conversation) for name, value in headers.items()}
         if self.reply_format == "sse" and not any(name.lower() == "accept" for name in headers):
             headers["Accept"] = "text/event-stream"

@@ -255,10 +255,10 @@ def longest_pause(turns: list[Turn]) -> float:
     return max(pauses, default=0.0)
 
 
-def expired_after_end(turns: list[Turn], raw: RawSession, gone_class) -> bool:
-    """The session's key is gone, and only because it expired after the conversation ended (AFTER_END)."""
+def expired_after_end(turns: list[Turn], exists: bool, gone_class) -> bool:
+    """The session's key is gone (not ``exists``), only because it expired after the conversation ended (AFTER_END)."""
     ok = [t for t in turns if t.outcome == "ok"]
-    if raw.exists or not ok:
+    if exists or not ok:
         return False
     last = max(ok, key=lambda t: t.received or t.sent)
     return gone_class(last.received or last.sent, min(t.sent for t in turns), longest_pause(turns)) == AFTER_END
@@ -801,7 +801,7 @@ def check_session(session: str, turns: list[Turn], raw: RawSession, decoded: Dec
     """
     by_turn = {t.turn: t for t in turns}
     v = view(session, decoded, raw, by_turn)
-    after_end = expired_after_end(turns, raw, gone_class)  # by design, and too late to judge: no finding
+    after_end = expired_after_end(turns, raw.exists, gone_class)  # by design, and too late to judge: no finding
     if not raw.exists:
         findings = [] if after_end else check_vanished(session, turns, raw, gone_class)
     else:

@@ -38,7 +38,7 @@ from oracle.keys import SessionSet
 from oracle.snapshot import SnapshotError, session_lines, snapshot_lines, snapshot_session
 from oracle.redis_reader import digest
 from oracle.rolling import Judged, RollingPrior, RollingWriter, journal_print
-from oracle.store import RawSession, StoreOptions, make_reader
+from oracle.store import StoreOptions, make_reader
 from oracle.tables import SESSION_COLUMNS, STORE_COLUMNS
 from oracle.tally import Tally
 from oracle.verdict import BY_DESIGN
@@ -312,7 +312,7 @@ class _Partition:
         now = {s: digests.get(self.issued.get(s, s)) for s in prior}
         gone = {s for s, d in now.items() if isinstance(d, list) and d[:1] == ["none"]}  # redis_reader.digests
         reused = {s: j for s, j in prior.items() if now.get(s) == j.digest or j.exists and s in gone
-                  and expired_after_end(turns_by[s], RawSession(s, "", exists=False), self.ctx.evidence.gone_class)}
+                  and expired_after_end(turns_by[s], False, self.ctx.evidence.gone_class)}
         self.result.reused += len(reused)
         return reused
 
