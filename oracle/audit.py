@@ -194,6 +194,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         found.extend(unspanned(tally, context.faults) if tally.totals["answered"] else [])
         found.extend(short_ttl(evidence, linked.classes.get("expired", 0) + tally.totals["expired_after_end"]))
         found.extend(after_end_note(tally.totals, evidence))
+        found.extend(refused_burst_note(tally.totals))
         found.extend(tally.far_turns(folder.audit / "sessions.csv.tmp"))  # turns days off the rest: a wrong clock
         found.extend(sibling_keys(linked.classes, foreign, owned, options.key_template))
         result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
@@ -341,6 +342,21 @@ def after_end_note(totals, evidence: dict) -> list[str]:
             f"were), and their {totals['expired_after_end_ok']:,} acknowledged turns are left out of stored loss. "
             "To judge them, read the store before the TTL runs out: a shorter --settle, or the rolling audit "
             "during the run (--audit-every)"]
+
+
+def refused_burst_note(totals) -> list[str]:
+    """A warning when most failed requests no fault explains are turns of a burst (a double-send) the bot answered
+    with a 4xx: a thread API that refuses a message while the conversation's previous one is in flight (OpenAI
+    Assistants' "thread has an active run", LangGraph's ``multitask_strategy=reject``) FAILed the errors gate with
+    no word that every failure was such a refusal (bot hunt 9, h_conflict409)."""
+    refused, errors = totals["errors_quiet_refused_burst"], totals["errors_quiet"]
+    if not refused or 2 * refused < errors:
+        return []
+    return [f"errors: {refused:,} of the {errors:,} failed requests no fault explains are turns of a burst (the "
+            "script's `burst` steps: messages sent while the conversation's previous one was in flight) that the bot "
+            "answered with a 4xx status: it refuses a second message while it answers the first, as thread APIs do "
+            "(OpenAI Assistants, LangGraph's multitask_strategy=reject). If that is by design, run a script without "
+            "burst steps (--script), or judge memory alone with --gate errors=off"]
 
 
 SIBLING_RE = re.compile(r"(gf[0-9a-f]{16})(.+)", re.S)  # a goldfish session id, then more: a key beside its key

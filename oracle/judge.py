@@ -44,8 +44,8 @@ from oracle.tally import Tally
 from oracle.verdict import BY_DESIGN
 
 GONE_SAMPLE = 20
-_SENT, _RECEIVED, _OUTCOME, _KIND, _VERDICT, _CROSSTALK, _STEP, _BOT_SESSION = map(
-    operator.attrgetter, ("sent", "received", "outcome", "kind", "verdict", "crosstalk", "step", "bot_session"))
+_SENT, _RECEIVED, _OUTCOME, _KIND, _VERDICT, _CROSSTALK, _STEP, _BOT_SESSION, _STATUS = map(
+    operator.attrgetter, ("sent", "received", "outcome", "kind", "verdict", "crosstalk", "step", "bot_session", "status"))
 
 
 @dataclass(frozen=True)
@@ -397,10 +397,13 @@ class _Partition:
             at += len(ts)
         done = np.where(np.isnan(received), sent, received)
         error = ~ok & ~interrupted
+        refused = np.zeros(n, bool)  # a burst's turn the bot answered 4xx (a thread API refusing a second message)
+        for i in np.flatnonzero(error & _equal(kind, "burst")).tolist():
+            refused[i] = 400 <= (turns[i].status or 0) < 500
         arrays = {"sent": sent, "done": done, "ok": ok, "error": error, "answered": answered, "failed": failed,
                   "online": np.fromiter(map(bool, map(_CROSSTALK, turns)), bool, n), "lost": lost,
                   "anomalous": anomalous, "step": _numbers(list(map(_STEP, turns))), "kind": kind,
-                  "latency": received - sent}
+                  "latency": received - sent, "refused_burst": refused}
         margins = [(f.start, f.end + ctx.recovery_s) for f in ctx.faults]
         during = np.zeros((n, len(ctx.kinds)), bool)
         for f, (start, end) in zip(ctx.faults, margins):

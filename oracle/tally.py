@@ -171,7 +171,8 @@ class Tally:
         online, lost, anomalous, step, latency), with which fault kinds each was sent under
         (``during``: bool (turns, kinds)), the kind of the first fault after each ack
         (``exposure``: index, len(kinds) for none) and whether no fault overlapped it (``quiet``); ``t["kind"]``
-        is each turn's kind (plant, probe, chatter, burst)."""
+        is each turn's kind (plant, probe, chatter, burst), ``t["refused_burst"]`` whether it is a burst's turn the bot
+        answered 4xx."""
         ok, lost = t["ok"], t["lost"] & t["ok"]
         n = len(ok)
         if n == 0:
@@ -191,7 +192,8 @@ class Tally:
         self.during[-1] += values[~during.any(axis=1)].sum(axis=0)
         self.exposure[:, 0] += np.bincount(exposure[ok], minlength=len(self.kinds) + 1)
         self.exposure[:, 1] += np.bincount(exposure[lost], minlength=len(self.kinds) + 1)
-        self.totals.update({"errors_quiet": int((t["error"] & quiet).sum()), "turns_quiet": int(quiet.sum())})
+        self.totals.update({"errors_quiet": int((t["error"] & quiet).sum()), "turns_quiet": int(quiet.sum()),
+                            "errors_quiet_refused_burst": int((t["refused_burst"] & quiet).sum())})
         self.acked_by_kind.update(t["kind"][ok].tolist())
         self.lost_by_kind.update(t["kind"][lost].tolist())
         for step in np.unique(t["step"][~np.isnan(t["step"])]).tolist():

@@ -159,7 +159,7 @@ def _tally(times, sent=None, window_s: float = 5.0):
     tally.add_turns({"sent": times if sent is None else np.asarray(sent, float), "done": times, "ok": ones,
                      "error": zeros, "answered": zeros, "failed": zeros, "online": zeros, "lost": zeros,
                      "anomalous": zeros, "step": np.full(n, np.nan), "kind": np.array(["chatter"] * n, object),
-                     "latency": np.full(n, 0.1)},
+                     "latency": np.full(n, 0.1), "refused_burst": zeros},
                     np.zeros((n, 0), bool), np.zeros(n, np.int64), ones)
     return tally
 

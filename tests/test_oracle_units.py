@@ -239,7 +239,7 @@ def test_a_window_without_steps_jsonl_takes_its_turns_most_common_step_lowest_on
     tally = Tally(1.0)
     tally.add_turns({"sent": sent, "done": sent + 0.05, "latency": np.full(n, 0.05), "ok": ~no, "error": no,
                      "answered": no, "failed": no, "lost": no, "anomalous": no, "online": no,
-                     "step": np.array([2, 2, 1, 3, 1, np.nan]), "kind": np.array(["chatter"] * n)},
+                     "step": np.array([2, 2, 1, 3, 1, np.nan]), "kind": np.array(["chatter"] * n), "refused_burst": no},
                     np.zeros((n, 0), bool), np.zeros(n, int), ~no)
     assert window_table(tally.windows, 1.0, [], [], Counter(), Counter())["step"].tolist() == [2, 1, pd.NA]
     steps = [{"step": 7, "start": 1.0, "end": 2.0}]
