@@ -298,7 +298,7 @@ class ChatContract:
             return "\n".join(texts)
         value = _at(payload, self.reply_path)
         if value is _MISSING:
-            raise NoReply(f"no reply field {self.reply_field!r}")
+            raise NoReply(f"no reply field {self.reply_field!r}{_what_came(payload)}")
         if not isinstance(value, str):
             raise NoReply(f"reply field {self.reply_field!r} is not text" if self.reply_path else
                           f"the reply is a JSON {type(value).__name__}, not text: set --reply-field")
@@ -414,6 +414,21 @@ def ndjson_lines(content: bytes) -> list:
 
 
 _MISSING = object()
+
+
+def _what_came(payload) -> str:
+    """What a response without the reply field held instead, for its failure's reason: the fields of an object, or
+    a JSON string holding JSON (a body encoded twice: every turn a 200, none acknowledged)."""
+    if isinstance(payload, dict):
+        return f" (the response's fields: {', '.join(codec.short(k) for k in list(payload)[:8])}{', ...' if len(payload) > 8 else ''})" \
+            if payload else " (the response is an empty JSON object)"
+    if isinstance(payload, str):
+        try:
+            codec.loads(payload)
+        except codec.DecodeError:
+            return " (the response is a JSON string)"
+        return " (the response is a JSON string that holds JSON: the body was encoded twice)"
+    return f" (the response is a JSON {type(payload).__name__})"
 
 
 def _at(value, path):

@@ -194,6 +194,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         found.extend(unspanned(tally, context.faults) if tally.totals["answered"] else [])
         found.extend(short_ttl(evidence, linked.classes.get("expired", 0) + tally.totals["expired_after_end"]))
         found.extend(after_end_note(tally.totals, evidence))
+        found.extend(failure_reasons(tally))
         found.extend(refused_burst_note(tally.totals))
         found.extend(tally.far_turns(folder.audit / "sessions.csv.tmp"))  # turns days off the rest: a wrong clock
         found.extend(sibling_keys(linked.classes, foreign, owned, options.key_template))
@@ -342,6 +343,19 @@ def after_end_note(totals, evidence: dict) -> list[str]:
             f"were), and their {totals['expired_after_end_ok']:,} acknowledged turns are left out of stored loss. "
             "To judge them, read the store before the TTL runs out: a shorter --settle, or the rolling audit "
             "during the run (--audit-every)"]
+
+
+def failure_reasons(tally: Tally, shown: int = 3) -> list[str]:
+    """A warning naming why the requests no fault explains failed, the commonest reasons first, as the journal
+    recorded them: a CI log then says why the errors gate failed, or why nothing was acknowledged, without
+    Locust's failure table (a bot whose JSON was encoded twice said only "refused, unreachable or always
+    failing", every turn a 200)."""
+    if not tally.failures:
+        return []
+    reasons = ", ".join(f"{codec.short(text, 200)} ({count:,})" for text, count in tally.failures.most_common(shown))
+    more = len(tally.failures) - shown
+    return [f"errors: the {tally.totals['errors_quiet']:,} failed request(s) no fault explains failed with: {reasons}"
+            + (f", and {more:,} other reason(s)" if more > 0 else "")]
 
 
 def refused_burst_note(totals) -> list[str]:

@@ -408,8 +408,9 @@ class _Partition:
         during = np.zeros((n, len(ctx.kinds)), bool)
         for f, (start, end) in zip(ctx.faults, margins):
             during[:, f.kind] |= (sent >= start) & (sent < end)
-        self.tally.add_turns(arrays, during, first_fault_after(ok, done, ctx.faults, len(ctx.kinds)),
-                          ~overlapping(sent, done, margins))
+        quiet = ~overlapping(sent, done, margins)
+        self.tally.add_turns(arrays, during, first_fault_after(ok, done, ctx.faults, len(ctx.kinds)), quiet)
+        self.tally.add_failures(turns[i].error for i in np.flatnonzero(error & quiet).tolist())
         if ctx.faults:
             self.tally.add_spans(np.minimum.reduceat(np.where(ok, done, np.inf), starts),
                                  np.maximum.reduceat(np.where(answered, sent, -np.inf), starts), ctx.faults)

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 
 LATENCY_MIN, LATENCY_RATIO, LATENCY_BINS = 1e-4, 1.05, 400  # 0.1 ms .. ~8 hours, bins 5% apart
+MAX_REASONS = 100  # distinct reasons of failed requests kept (Tally.add_failures)
+OTHER_REASONS = "(other reasons)"
 FAR_S = 3600.0  # turns this far (or the bulk's own length, when longer) from the bulk of the run are warned of
 MAX_WINDOWS = 800_000  # ~1.3 GB of rows: 46 days of 5-s windows
 # per-window columns, in this order
@@ -146,6 +148,7 @@ class Tally:
     steps: dict = field(default_factory=dict)  # step -> {"counts": Counter, "latency": hist, "start", "end"}
     acked_by_kind: Counter = field(default_factory=Counter)  # turn kind -> acknowledged turns (the breakdown's)
     lost_by_kind: Counter = field(default_factory=Counter)   # turn kind -> of them lost
+    failures: Counter = field(default_factory=Counter)  # why requests failed that no fault explains -> how many
     first_sent: float | None = None
     last_done: float | None = None
     first_ack: float | None = None
@@ -206,7 +209,21 @@ class Tally:
             s["start"] = _min(s["start"], float(t["sent"][mask].min()))
             s["end"] = _max(s["end"], float(t["done"][mask].max()))
 
+    def add_failures(self, reasons) -> None:
+        """Count the failed requests no fault explains by their journaled ``error``, the first MAX_REASONS reasons
+        kept (one holding an id or a time is a reason per turn), the rest counted as one: the verdict that FAILs the
+        errors gate, or says nothing was acknowledged, names the commonest (a bot answering with its JSON encoded
+        twice: every turn a 200 with no reply field, and the line said only "refused, unreachable or always
+        failing")."""
+        for reason in reasons:
+            self._add_failure(reason if isinstance(reason, str) and reason else "no reason journaled", 1)
+
+    def _add_failure(self, text: str, count: int) -> None:
+        self.failures[text if text in self.failures or len(self.failures) < MAX_REASONS else OTHER_REASONS] += count
+
     def merge(self, other: "Tally") -> None:
+        for text, count in other.failures.items():
+            self._add_failure(text, count)
         self.totals.update(other.totals)
         self.acked_by_kind.update(other.acked_by_kind)
         self.lost_by_kind.update(other.lost_by_kind)
