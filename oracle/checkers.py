@@ -586,6 +586,7 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
             else:
                 out.append(finding("unanswered", session, turn, t.sent, token=t.token, reply=t.reply,
                                    matched_by="reply text, then count", assistant_entries_after=sum(seen.values()),
+                                   stored_instead=spare_texts[-1][:120] if spare_texts else None,
                                    **({"other_roles": sorted(map(str, decoded.other_roles))[:5]}
                                       if decoded.other_roles else {})))
     out.reverse()

@@ -175,10 +175,16 @@ def explain(f: dict) -> str:
                     f"is stored, but its reply was written under session {went['session']}'s key {went['key']} "
                     f"instead (finding {went['finding']}): the bot misrouted this answer to another user's memory. One "
                     "fault, counted once, as cross-talk.")
-        return (f"Session {s} turn {turn} (token {e['token']}) was acknowledged with a reply, and its user entry is "
-                f"stored, but no assistant entry after it holds that reply, verbatim or otherwise. The bot "
-                f"answered the user without keeping its answer, so the next turn's context is missing half of "
-                f"this exchange." + _other_roles(e.get("other_roles")))
+        head = (f"Session {s} turn {turn} (token {e['token']}) was acknowledged with a reply, and its user entry is "
+                f"stored, but no assistant entry after it holds that reply, verbatim or otherwise.")
+        instead = e.get("stored_instead")
+        if instead:
+            return (f"{head} The nearest assistant entry after it that answers no other turn holds {instead!r}, where "
+                    f"the user was answered {str(e.get('reply') or '')[:120]!r}: the bot stores its answers otherwise "
+                    "than it sent them (masked, rewritten, or another answer), so the next turn's context is not what "
+                    "the user saw." + _other_roles(e.get("other_roles")))
+        return (f"{head} The bot answered the user without keeping its answer, so the next turn's context is missing "
+                "half of this exchange." + _other_roles(e.get("other_roles")))
     if cls == "corrupt":
         whose = f" It belongs to turn {turn} (identified by {e['tied_by']})." if turn is not None else ""
         return (f"Entry {e['index']} of {e['key']} cannot be read: {e['reason']}. Excerpt: {e['excerpt']!r}."
