@@ -35,7 +35,7 @@ import requests
 from contracts import codec
 from contracts.runfolder import RunFolder, cannot_write
 from oracle import judge, rootcause, verdict
-from oracle.history import PARTITIONS, Journal, JournalError, Problems
+from oracle.history import MAX_PROBLEMS, PARTITIONS, Journal, JournalError, Problems
 from oracle.judge import Context, Evidence, Fault
 from oracle.keys import ForeignKeys, SessionSet, check_layout, diagnose_missing_keys, store_evidence
 from oracle.options import OptionError, check_roles
@@ -194,8 +194,6 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         found.extend(unspanned(tally, context.faults) if tally.totals["answered"] else [])
         found.extend(short_ttl(evidence, linked.classes.get("expired", 0) + tally.totals["expired_after_end"]))
         found.extend(after_end_note(tally.totals, evidence))
-        found.extend(failure_reasons(tally))
-        found.extend(refused_burst_note(tally.totals))
         found.extend(tally.far_turns(folder.audit / "sessions.csv.tmp"))  # turns days off the rest: a wrong clock
         found.extend(sibling_keys(linked.classes, foreign, owned, options.key_template))
         result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
@@ -224,6 +222,9 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted + linked.misfiled_replies,
                                                                result["metrics"]["probe_amnesia"]["count"],
                                                                tally.totals["leaked_sessions"])
+        said = errors_said(result["verdict"], tally)
+        result["problems"] = (said + result["problems"])[:MAX_PROBLEMS]
+        result["problems_total"] += len(said)
         result["thresholds"] = {name: str(limit) for name, limit in gates.limits.items()}
         result["breaches"] = result["verdict"]["failed"]
         (folder.audit / "summary.json.tmp").write_text(codec.dumps_document(result))
@@ -343,6 +344,14 @@ def after_end_note(totals, evidence: dict) -> list[str]:
             f"were), and their {totals['expired_after_end_ok']:,} acknowledged turns are left out of stored loss. "
             "To judge them, read the store before the TTL runs out: a shorter --settle, or the rolling audit "
             "during the run (--audit-every)"]
+
+
+def errors_said(v: dict, tally: Tally) -> list[str]:
+    """Why requests failed (``failure_reasons``, ``refused_burst_note``), when the verdict failed the errors gate or
+    says nothing was acknowledged: first, so that a CI log shows them beside the line they explain."""
+    failed = verdict.NOTHING_ACKNOWLEDGED in v["failed"] or any(
+        r.get("gate") == "errors" and r.get("result") == verdict.FAIL for r in v["rules"])
+    return failure_reasons(tally) + refused_burst_note(tally.totals) if failed else []
 
 
 def failure_reasons(tally: Tally, shown: int = 3) -> list[str]:
