@@ -238,12 +238,19 @@ class ChatUser(FastHttpUser):
             return self.hold_conversation()
         from locustfiles.socket_turns import SocketTurns
 
-        self.socket = SocketTurns(self.rt.settings.timeout)
+        self.socket = SocketTurns(self.rt.settings.timeout, self.streamed)
         try:
             self.hold_conversation()
         finally:
             self.socket.close()
             self.socket = None
+
+    def streamed(self, frame: bytes) -> None:
+        """A WebSocket reply frame came after a turn's reply (socket_turns.py): counted in this test's tally, which
+        carries it to the master (live.py) and so to run.json's ``streamed_replies``."""
+        tally = getattr(self.rt.journal, "tally", None)  # None between tests
+        if tally is not None:
+            tally.streamed(frame)
 
     def hold_conversation(self) -> None:
         rt = self.rt

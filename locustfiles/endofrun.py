@@ -27,7 +27,8 @@ raises out of it; the first shutdown ends the process, a second one waits for it
 
 Exit codes of one run (one table for goldfish, docs/locust.md "Exit codes"): 0 every gate held; 1 a gate
 failed; 2 bad input (options, plan, script, an unreachable target, a key template that matches nothing);
-3 the audit or report failed, or a Locust user raised an exception (its conversation was cut short unjudged);
+3 the audit or report failed, or a Locust user raised an exception (its conversation was cut short unjudged),
+or a FAIL of a WebSocket bot whose replies came in several frames (``distrust``: NOT TRUSTED);
 130/143 (129: SIGHUP) interrupted. Locust's own exit code (another listener's
 ``process_exit_code``, ``--exit-code-on-error``) is combined, never masked: goldfish's code when it is not
 0, else Locust's. The process's exit code over its runs: 130/143 when a signal stopped a run after its
@@ -131,6 +132,27 @@ def user_exceptions(environment, seen: tuple[dict, dict] | None = None) -> dict 
         return None
     return {"count": sum(e.get("count", 1) for e in exceptions.values()),
             "first": str(next(iter(exceptions.values())).get("msg", ""))[:200]}
+
+
+def streamed_replies(environment) -> dict | None:
+    """Turns of this test after whose reply the WebSocket bot sent another frame holding a reply
+    (locustfiles/socket_turns.py; on the master its workers', from their stats reports: live.py): how many, and
+    the first such frame. None when none came."""
+    counts = getattr(getattr(environment, "goldfish", None), "live", None)
+    return counts.streamed_replies() if counts is not None else None
+
+
+def distrust(run, streamed: dict | None, code: int) -> int:
+    """The run's code once its FAIL is weighed against its replies: a FAIL of a bot whose replies came in several
+    frames is NOT TRUSTED, 3 (oracle.verdict.misread_replies), said beside the verdict; any other code as it is."""
+    from oracle.verdict import misread_replies
+
+    why = misread_replies({"streamed_replies": streamed}) if code == EXIT_GATE else None
+    if why is None:
+        return code
+    run.untrusted = why
+    say(f"NOT TRUSTED — {why}")
+    return EXIT_AUDIT
 
 
 def locust_exit_code(environment, seen: tuple[dict, dict] | None = None) -> tuple[int, str]:
@@ -282,6 +304,7 @@ class Run:
         self.warnings: list[str] = []  # said at its start, and again with its verdict
         self.journal_error: str | None = None  # a journal line could not be written during the load: stopped
         self.unrecorded = False  # run.json could not be updated (said once)
+        self.untrusted: str | None = None  # why its FAIL is NOT TRUSTED (``distrust``)
 
     @property
     def run_dir(self) -> str:
@@ -488,6 +511,7 @@ class EndOfRun:
             return None
         seen = counters(environment)  # this test's, whatever a start from the web UI does meanwhile
         lost = workers_lost(environment)
+        streamed = streamed_replies(environment)
         try:
             self.heal(run)
             self.after_heal()
@@ -503,12 +527,14 @@ class EndOfRun:
             raised = user_exceptions(environment, seen)
             if raised:  # before the report, which warns of it
                 record(run, user_exceptions=raised)
+            if streamed:  # before the report, whose badge says NOT TRUSTED for a FAIL of it
+                record(run, streamed_replies=streamed)
             if lost:
                 record(run, workers_lost=lost)
                 say(f"{lost['count']} Locust worker(s) went missing during the test"
                     + (": all of them, so the test stopped early" if lost["all"] else ""))
             try:
-                run.code = self._finish(run)
+                run.code = distrust(run, streamed, self._finish(run))
             except Stopped:
                 return self.code
             if run.interrupted:  # a signal during the last phase, whose throw lands at the next wait: stop here
@@ -608,7 +634,8 @@ class EndOfRun:
             return []
         self.told, lines = True, []
         for run in self.runs:
-            verdict = (run.result or ("interrupted" if run.interrupted else "no verdict")).upper()
+            verdict = "NOT TRUSTED" if run.untrusted else \
+                (run.result or ("interrupted" if run.interrupted else "no verdict")).upper()
             where = f"report {run.report}" if run.report else "no report.html (" + (
                 "see the error above" if run.bad or run.journal_error else
                 "no audit: --no-audit" if run.settings.no_audit else

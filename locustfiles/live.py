@@ -5,6 +5,10 @@ can never disagree with the journal: the recall and cross-talk judgements live h
 in Locust's request statistics, whose totals count real HTTP turns only. Each Locust process counts its own
 turns; a worker sends its counts with every stats report (Locust's ``report_to_master``) and the master adds
 up the latest ones of the current run (``worker_report``), as Locust's examples/web_ui_cache_stats.py does.
+The same channel carries the one fact no journal record holds: WebSocket replies that came in several frames
+(``Tally.streamed``), which the end of the run writes to run.json (``streamed_replies``). It is the channel,
+not a message at the warning, because its counts are absolute and the master keeps each worker's latest: a
+worker that dies loses at most its last report's seconds, and one on another machine needs no shared folder.
 
 Sessions are counted by outcome without keeping every session: a user holds one conversation at a time,
 so a session's flags are folded into the totals when its user starts the next one (memory grows with the
@@ -28,6 +32,14 @@ class Tally:
         self.run = run
         self.counts: Counter = Counter()
         self.open: dict[str, list] = {}  # user -> [session, flags]: the conversation it is holding
+        self.streamed_replies: dict | None = None  # {count, first}: see ``streamed``
+
+    def streamed(self, frame: bytes) -> None:
+        """Count a turn after whose reply the WebSocket bot sent another frame holding a reply (socket_turns.py),
+        keeping the first such frame: no journal record says it, and it makes the run's FAIL NOT TRUSTED."""
+        if self.streamed_replies is None:
+            self.streamed_replies = {"count": 0, "first": frame.decode("utf-8", "replace")[:200]}
+        self.streamed_replies["count"] += 1
 
     def add(self, turn) -> None:
         """Count one journal record (a ``contracts.journal.Turn``; an in-flight record is not a turn yet)."""
@@ -123,14 +135,27 @@ class Live:
         self.run: str | None = None
         self.local: Tally | None = None
         self.workers: dict[str, dict] = {}
+        self.streamed: dict[str, dict] = {}  # worker -> its Tally.streamed_replies
 
     def start(self, run: str, local: Tally | None = None) -> None:
-        self.run, self.local, self.workers = run, local, {}
+        self.run, self.local, self.workers, self.streamed = run, local, {}, {}
 
     def on_worker_report(self, client_id: str, data: dict, **_kw) -> None:
         report = data.get("goldfish")
         if report and report.get("run") == self.run:  # a late report of an earlier run is not this one's
             self.workers[client_id] = report["counts"]
+            if report.get("streamed"):
+                self.streamed[client_id] = report["streamed"]
+
+    def streamed_replies(self) -> dict | None:
+        """This run's ``Tally.streamed_replies``, its workers' added up: the latest report of each, kept when the
+        worker goes missing (a worker that dies loses at most its last few seconds, never the fact)."""
+        if self.local is not None:
+            return self.local.streamed_replies
+        if not self.streamed:
+            return None
+        seen = list(self.streamed.values())
+        return {"count": sum(int(s.get("count") or 0) for s in seen), "first": seen[0].get("first")}
 
     def counts(self) -> dict:
         if self.local is not None:
@@ -144,4 +169,4 @@ class Live:
 def report_to_master(tally: Tally | None, data: dict) -> None:
     """On a worker: add this run's counts (absolute, so a lost report loses nothing) to its stats report."""
     if tally is not None:
-        data["goldfish"] = {"run": tally.run, "counts": tally.snapshot()}
+        data["goldfish"] = {"run": tally.run, "counts": tally.snapshot(), "streamed": tally.streamed_replies}

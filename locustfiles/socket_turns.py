@@ -27,17 +27,26 @@ from gevent.lock import Semaphore
 from locustfiles.contract import NoReply
 from locustfiles.outcome import NotSent, classify_error
 
-WARNED: set = set()  # warnings given (once a process)
 SETTLE_S = 0.005  # a connection is quiet this long after a reply before the next turn goes on it (SocketTurns.drained)
 BARRIER = b"goldfish"  # the ping a new connection is read up to (frames the bot sent with its handshake: a greeting)
+
+
+def holds_reply(contract, frame: bytes) -> bool:
+    """Whether ``frame`` holds a reply where ``contract`` says (and is a frame --reply-where keeps)."""
+    try:
+        contract.reply(frame)
+    except NoReply:
+        return False
+    return True
 
 
 class SocketTurns:
     """One conversation's connection. Turns take it one at a time (a burst's turns go one after the other:
     a reply frame names no turn, so two turns in flight on one connection could take each other's)."""
 
-    def __init__(self, timeout: float):
+    def __init__(self, timeout: float, on_streamed=None):
         self.timeout = timeout
+        self.on_streamed = on_streamed  # called with a frame holding a reply that came after a turn's reply
         self.socket: websocket.WebSocket | None = None
         self.replied = 0.0  # when the last reply came (monotonic)
         self.replies = 0  # replies on the open connection
@@ -112,6 +121,7 @@ class SocketTurns:
         right after a reply (a burst, --think 0) waits until the connection has been quiet SETTLE_S since it: a bot
         that closes after each answer sends its close right behind it, and a turn sent into that close was lost."""
         within = max(self.replied + SETTLE_S - monotonic(), 0.0)
+        streamed = False  # a turn's reply counts once, however many frames of it are left over
         while self.waiting(within):
             within = 0.0
             self.socket.settimeout(max(deadline - monotonic(), 0.001))  # a frame half-way in: read it to its end
@@ -121,22 +131,27 @@ class SocketTurns:
                 return False
             if opcode == websocket.ABNF.OPCODE_CLOSE:
                 return False
-            if opcode in (websocket.ABNF.OPCODE_TEXT, websocket.ABNF.OPCODE_BINARY) and "streamed" not in WARNED:
-                try:
-                    contract.reply(data)
-                except NoReply:
-                    continue
-                from locustfiles.conversation import warn_once
-
-                warn_once("streamed", "--websocket: a frame holding reply field %r came after a turn's reply, before "
-                          "the next turn: the bot answers in several frames (a streamed answer?)%s; each turn takes "
-                          "the first, whose text its recall is judged on: name the frame that holds the whole answer "
-                          "with --reply-where (type=done, say); without it a FAIL of such a bot is not to be trusted",
-                          contract.reply_field, "" if self.replies > 1 else ", or it greets a new connection after "
-                          "the first turn has left (then that turn took the greeting, and every reply came a turn "
-                          "late): a greeting with a field of its own is left out with --reply-where (type!=greeting)")
-                WARNED.add("streamed")
+            if not streamed and opcode in (websocket.ABNF.OPCODE_TEXT, websocket.ABNF.OPCODE_BINARY) and \
+                    holds_reply(contract, data):
+                streamed = True
+                self.streamed(contract, data)
         return True
+
+    def streamed(self, contract, frame: bytes) -> None:
+        """A frame holding the reply came after a turn's reply: each turn took the first such frame, so its recall
+        was judged on a piece of the answer (or a late greeting). Warned once a process, and counted
+        (``on_streamed``) into run.json's ``streamed_replies``, which makes a FAIL of the run NOT TRUSTED."""
+        from locustfiles.conversation import warn_once
+
+        warn_once("streamed", "--websocket: a frame holding reply field %r came after a turn's reply, before "
+                  "the next turn: the bot answers in several frames (a streamed answer?)%s; each turn takes "
+                  "the first, whose text its recall is judged on: name the frame that holds the whole answer "
+                  "with --reply-where (type=done, say); without it a FAIL of such a bot is not to be trusted",
+                  contract.reply_field, "" if self.replies > 1 else ", or it greets a new connection after "
+                  "the first turn has left (then that turn took the greeting, and every reply came a turn "
+                  "late): a greeting with a field of its own is left out with --reply-where (type!=greeting)")
+        if self.on_streamed is not None:
+            self.on_streamed(frame)
 
     def read_to_pong(self, deadline: float) -> None:
         """Drop the frames a new connection brings before the pong of its first ping: a greeting sent with the

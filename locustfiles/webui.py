@@ -162,8 +162,9 @@ def rows(rt, base: str = "", environment=None) -> list[dict]:
 
 def _shown(run) -> str:
     """A run's verdict as the tab shows it: NOT TRUSTED when its gates held but its Locust users raised
-    exceptions (it exits 3), as the report's badge says."""
-    if run.result == "pass" and run.final == endofrun.EXIT_AUDIT:
+    exceptions (it exits 3), or it FAILed on WebSocket replies that came in several frames, as the report's
+    badge says."""
+    if run.untrusted or run.result == "pass" and run.final == endofrun.EXIT_AUDIT:
         return "NOT TRUSTED"
     return (run.result or run.interrupted or "no verdict").upper()
 
@@ -248,7 +249,7 @@ def _verdict_rows(row, run, base: str) -> None:
     audited = run.report is not None or RunFolder(run.run_dir).summary.exists()
     cut_short = " · Locust users raised exceptions: conversations were cut short, unjudged"
     row("verdict", "result", _shown(run), f"gates {v['gates']} · exit code {run.final}"
-        + (cut_short if _shown(run) == "NOT TRUSTED" else "")
+        + (f" · {run.untrusted}" if run.untrusted else cut_short if _shown(run) == "NOT TRUSTED" else "")
         + ("" if audited else " · online, from the journal: the store was not audited"))
     for rule in v["rules"]:
         if rule["result"] in ("pass", "fail"):

@@ -199,12 +199,12 @@ def _audit(args) -> int:
         return 2
     print(render(summary, run))
     redraw_report(run)
-    if verdict_exit_code(summary["verdict"]) == 1:  # a finding stands whatever run.json says
-        print(headline(summary["verdict"]))
-        return 1
-    try:  # a PASS, or nothing measured, of a run cut short is not trusted
+    try:  # a PASS, or nothing measured, of a run cut short is not trusted; nor a FAIL of misread replies
         code, untrusted = trusted_exit_code(summary["verdict"], recorded_run(run))
     except (OSError, codec.DecodeError) as exc:  # a damaged run.json may have said the run was cut short
+        if verdict_exit_code(summary["verdict"]) == 1:  # a finding stands whatever run.json says
+            print(headline(summary["verdict"]))
+            return 1
         print(f"NO VERDICT — {RunFolder(run).run_json} cannot be read ({exc}), so whether Locust's users raised "
               "exceptions (which cut conversations short) cannot be told: repair or remove it")
         return 2

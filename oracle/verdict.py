@@ -500,10 +500,31 @@ UNREADABLE = "run.json unreadable"  # the key a reader puts in place of a run.js
 def trusted_exit_code(v: dict, run: dict) -> tuple[int, str | None]:
     """The exit code of verdict ``v`` of a run whose run.json is ``run``, and why it is not trusted (None when it
     is): a PASS, or nothing measured, of a run cut short (``cut_short``) is NOT TRUSTED, 3; a FAIL that found
-    something stays a FAIL, 1. The one rule of ``oracle audit``, the report's badge and the run's own end."""
+    something stays a FAIL, 1, unless its replies were misread (``misread_replies``): NOT TRUSTED, 3. The one
+    rule of ``oracle audit``, the report's badge and the run's own end."""
     code = exit_code(v)
-    why = cut_short(run) if code != 1 else None
+    why = misread_replies(run) if code == 1 else cut_short(run)
     return (3, why) if why else (code, None)
+
+
+def misread_replies(run: dict) -> str | None:
+    """Why a FAIL cannot be trusted: the WebSocket bot sent another frame holding a reply after turns' replies
+    (run.json's ``streamed_replies``, written at the end of the Locust run: locustfiles/socket_turns.py), so
+    each turn took the first frame, a piece of a streamed answer or a late greeting, and the rest answered the
+    next turns: the amnesia, unanswered and lost turns found may all be goldfish's misreading. None when none
+    came. A PASS stays a PASS: each turn's frame held the reply, and recall passed on it."""
+    seen = run.get("streamed_replies") if isinstance(run, dict) else None
+    if not seen:
+        return None
+    if not isinstance(seen, dict):  # damaged: it said such frames came
+        return (f"run.json's streamed_replies is damaged ({short(seen)}): the WebSocket bot may answer in several "
+                "frames, so the FAIL cannot be trusted")
+    return (f"--websocket: after {short(seen.get('count'))} turn(s)' reply the bot sent another frame holding the "
+            f"reply field (first: {short(seen.get('first'), 160)}): it answers in several frames (a streamed answer) "
+            "or greets late, each turn took the first frame, and the rest answered the next turns, so the FAIL "
+            "cannot be trusted: name the frame that holds the whole answer with --reply-where (type=done, say), or "
+            "leave a late greeting out (--reply-where type!=greeting); a bot that sends no frame with the whole "
+            "answer cannot be judged over --websocket")
 
 
 UNWHOLE_PHASES = ("load", "heal")  # a run's phases before its journal is whole (locustfiles/endofrun.py)

@@ -11,7 +11,8 @@ remembers, but closes each connection at its fourth frame, stored and unanswered
 before the answer (a chat room's); ``stream`` sends the answer in token frames ({"type": "token"}) before the
 whole of it; ``parrot`` answers with the message itself; ``chatty-forget`` greets and echoes, and remembers nothing;
 ``close-each`` closes the connection right after each answer; ``greet-late`` sends its welcome ({"type": "greeting"})
-50 ms after the connection opened, after the first turn has left (and delays its answers to come after it).
+50 ms after the connection opened, after the first turn has left (and delays its answers to come after it);
+``tokens`` streams the answer in token frames, then {"type": "end"}: no frame holds the whole of it.
 Run one: ``python tests/support_ws.py --port P --mode memory``.
 """
 from __future__ import annotations
@@ -27,7 +28,8 @@ from pathlib import Path
 from support_locust import answer
 
 GREETING = "Hi! I am the delivery assistant. How can I help?"
-MODES = ("memory", "forget", "drop", "greet", "echo", "stream", "parrot", "chatty-forget", "close-each", "greet-late")
+MODES = ("memory", "forget", "drop", "greet", "echo", "stream", "parrot", "chatty-forget", "close-each", "greet-late",
+         "tokens")
 
 
 async def main(port: int, mode: str) -> None:
@@ -73,6 +75,11 @@ async def main(port: int, mode: str) -> None:
             if mode == "stream":  # the answer in token frames, then the whole of it
                 for i in range(0, len(text), 4):
                     await socket.send(json.dumps({"type": "token", "reply": text[i:i + 4]}))
+            if mode == "tokens":  # a LangServe-/Chainlit-like stream: tokens, then an end frame without text
+                for i in range(0, len(text), 4):
+                    await socket.send(json.dumps({"type": "token", "reply": text[i:i + 4]}))
+                await socket.send(json.dumps({"type": "end"}))
+                continue
             await socket.send(json.dumps({"type": "message", "reply": text}))
             if mode == "close-each":  # one answer per connection: closed cleanly right behind it
                 await socket.close()

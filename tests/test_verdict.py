@@ -1204,6 +1204,7 @@ def test_a_reply_telling_a_value_another_locust_process_planted_is_crosstalk(tmp
 
 
 CUT_SHORT = {"user_exceptions": {"count": 2, "first": "KeyError: 'reply'"}}
+STREAMED = {"streamed_replies": {"count": 40, "first": '{"type": "token", "reply": "Note"}'}}
 
 
 @pytest.mark.parametrize("forgot,acknowledged,run,code,untrusted", [
@@ -1212,6 +1213,10 @@ CUT_SHORT = {"user_exceptions": {"count": 2, "first": "KeyError: 'reply'"}}
     (1, 10, CUT_SHORT, 1, False),  # a finding stands, cut short or not
     (0, 0, {"workers_lost": {"all": True, "count": 2}}, 3, True),  # measured nothing: it was cut short
     (0, 0, {}, 2, False),
+    (1, 10, STREAMED, 3, True),  # each turn took a piece of a streamed answer: the FAIL may be goldfish's misreading
+    (1, 10, {"streamed_replies": "junk"}, 3, True),  # damaged: it said such frames came
+    (0, 10, STREAMED, 0, False),  # a PASS stays a PASS: each turn's frame held the reply, and recall passed on it
+    (0, 0, STREAMED, 2, False),
 ])
 def test_a_verdict_of_a_run_cut_short_is_trusted_only_when_it_found_something(forgot, acknowledged, run, code,
                                                                                untrusted):

@@ -4,12 +4,18 @@ streamed in token frames before a final frame with the whole answer. None of the
 sent; taken as one, every later reply shifts by a turn and a correct bot FAILs (the bot hunt's ws_greeting, ws_echo,
 ws_stream). Real bots and real Locust runs.
 
-The bots are tests/support_ws.py's modes greet, echo, stream, parrot and chatty-forget.
+The bots are tests/support_ws.py's modes greet, echo, stream, tokens, parrot and chatty-forget. A FAIL of a bot
+whose replies came in several frames is NOT TRUSTED (exit 3): run.json's streamed_replies.
 """
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
+import pytest
+
+from conftest import free_port
 from support_ws import GREETING, ws_bot, ws_run
 
 
@@ -144,3 +150,83 @@ def test_a_greeting_after_the_first_turn_left_is_named_and_left_out_by_its_type(
     assert where.returncode == 0, where.output[-3000:]
     assert records and GREETING not in {r["reply"] for r in records}
     assert {r["verdict"] for r in records if r["kind"] == "probe"} == {"pass"}
+
+
+def audit_again(run, url) -> subprocess.CompletedProcess:
+    """``oracle audit RUN`` of the run's folder, the store read again through the bot's /history/<id>."""
+    return subprocess.run([sys.executable, "-m", "oracle", "audit", str(run.run_dir), "--http-url",
+                           f"{url}/history/{{session}}", "--role-field", "role", "--content-field", "content"],
+                          capture_output=True, text=True, timeout=120)
+
+
+def assert_not_trusted_for_streaming(run) -> None:
+    """A FAIL of a bot whose replies came in several frames: exit 3, NOT TRUSTED naming the cause and the fix, in
+    the run's end, in run.json (``streamed_replies``) and in the report's badge."""
+    assert run.returncode == 3, run.output[-3000:]
+    assert "verdict FAIL" in run.output and "NOT TRUSTED — --websocket: after" in run.output
+    assert "--reply-where (type=done, say)" in run.output and ": NOT TRUSTED, exit code 3" in run.output
+    meta = json.loads((run.run_dir / "run.json").read_text())
+    assert meta["streamed_replies"]["count"] > 0 and '"token"' in meta["streamed_replies"]["first"]
+    assert meta["exit_code"] == 3
+    assert '<div class="badge warn">NOT TRUSTED</div>' in (run.run_dir / "report.html").read_text()
+
+
+def test_a_bot_that_streams_tokens_with_no_whole_answer_frame_is_not_trusted(tmp_path):
+    """Token frames, then {"type": "end"}, and no frame with the whole answer (bot hunt 10: ws_token_frames): each
+    turn took the first token, and the rest answered the next turns (0.5 ms after they were sent), so a correct bot
+    FAILed, amnesia, unanswered and stored loss, exit 1, with only a warning in the log. The FAIL is NOT TRUSTED,
+    exit 3, naming --reply-where, at the run's end and in a re-audit of its folder."""
+    with ws_bot("tokens") as url:
+        run = ws_run(url, tmp_path, "--think", "0")
+        again = audit_again(run, url)
+    assert_not_trusted_for_streaming(run)
+    assert again.returncode == 3, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "NOT TRUSTED — --websocket: after" in again.stdout and "--reply-where" in again.stdout
+
+
+def test_a_streamed_answer_fails_not_trusted_without_reply_where_and_passes_with_it(tmp_path):
+    """Token frames, then the whole answer: without --reply-where each turn took the first token, a FAIL NOT
+    TRUSTED (exit 3); with --reply-where naming the whole answer's frame, a PASS (exit 0) and no streamed_replies:
+    no frame holding a reply came after a turn's reply."""
+    with ws_bot("stream") as url:
+        (tmp_path / "plain").mkdir()
+        (tmp_path / "where").mkdir()
+        plain = ws_run(url, tmp_path / "plain", "--think", "0.1")
+        where = ws_run(url, tmp_path / "where", "--think", "0", "--reply-where", "type=message")
+    assert_not_trusted_for_streaming(plain)
+    assert where.returncode == 0, where.output[-3000:]
+    assert "NOT TRUSTED" not in where.output
+    assert "streamed_replies" not in json.loads((where.run_dir / "run.json").read_text())
+
+
+@pytest.mark.slow
+def test_streamed_replies_seen_by_workers_reach_the_masters_verdict(tmp_path):
+    """--processes 2: the frames come to the workers, whose warning the master never saw; their stats reports carry
+    the count to the master, and the FAIL is NOT TRUSTED there too."""
+    port = free_port()
+    with ws_bot("tokens") as url:
+        run = ws_run(url, tmp_path, "--think", "0", "--processes", "2", "--master-bind-host", "127.0.0.1",
+                     "--master-bind-port", port, "--master-host", "127.0.0.1", "--master-port", port, time_s="6s")
+    assert_not_trusted_for_streaming(run)
+
+
+def test_the_master_adds_up_its_workers_streamed_replies_from_their_latest_reports():
+    """Each worker's count rides its stats reports, absolute: the master keeps the latest of each (a worker that went
+    missing keeps its last), adds them up, and a late report of an earlier run is not this one's."""
+    from locustfiles.live import Live, Tally, report_to_master
+
+    tallies = {"w1": Tally("r1"), "w2": Tally("r1")}
+    live = Live()
+    live.start("r1")
+    tallies["w1"].streamed(b'{"type": "token", "reply": "Note"}')
+    for worker, tally in tallies.items():
+        tally.streamed(b'{"type": "token", "reply": "d."}')
+        data = {}
+        report_to_master(tally, data)
+        live.on_worker_report(worker, data)  # w2's last report: then it dies
+    report_to_master(Tally("r0"), stale := {})
+    stale["goldfish"]["streamed"] = {"count": 99, "first": "old"}
+    live.on_worker_report("w1", stale)
+    assert live.streamed_replies() == {"count": 3, "first": '{"type": "token", "reply": "Note"}'}
+    live.start("r2", Tally("r2"))
+    assert live.streamed_replies() is None
