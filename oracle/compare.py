@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     base, last = runs[0], runs[-1]
     results = {r.path.as_posix(): compare_pair(base, r, args.alpha, args.margin) for r in runs[1:]}
     warnings = [printable(w) for w in like_for_like(runs) + [w for r in runs for w in r.warnings]]
-    from oracle.verdict import GateError, cut_short, headline
+    from oracle.verdict import GateError, cut_short, headline, misread_replies
 
     try:
         judged = candidate_verdict(last.summary, args)
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     out.append(f"{last.label} on its own (gates {printable(judged['gates'])}): {printable(headline(judged))}")
     out += [f"  gate failed: {b}" for b in breaches]
     failed = gate == WORSE or bool(breaches)
-    untrusted = None if failed else cut_short(last.run)
+    untrusted = misread_replies(last.run) if failed else cut_short(last.run)  # verdict.trusted_exit_code's rule
     out.append(f"verdict: {last.label} against {base.label}: {gate.upper() if gate != SAME else gate} "
                f"(alpha {args.alpha}, margin {args.margin * 100:g} points)"
                + (f"; {len(breaches)} gate(s) failed" if breaches else "")
@@ -316,4 +316,4 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --html {args.html}: {exc.strerror or exc}", file=sys.stderr)
             return 2
     print("\n".join(out))
-    return 1 if failed else 3 if untrusted else 0
+    return 3 if untrusted else 1 if failed else 0

@@ -191,6 +191,11 @@ def test_a_run_whose_locust_users_raised_exceptions_is_not_trusted(tmp_path, cap
     assert compare.main([str(base), str(failing)]) == 1
     assert "-> exit 1" in capsys.readouterr().out
     assert report.shown_verdict(load_run(failing))[:2] == ("fail", "FAIL")
+    # but a FAIL of a WebSocket bot whose replies came in several frames may be goldfish's misreading: 3, as its audit
+    (failing / "run.json").write_text(json.dumps({**meta, "streamed_replies": {"count": 9, "first": '{"t": "to"}'}}))
+    assert compare.main([str(base), str(failing)]) == 3
+    assert "NOT TRUSTED: --websocket: after 9 turn(s)' reply" in capsys.readouterr().out
+    assert report.shown_verdict(load_run(failing))[:2] == ("warn", "NOT TRUSTED")
 
 
 def test_an_output_path_that_cannot_be_written_is_bad_input_naming_it(tmp_path, capsys):
