@@ -217,7 +217,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         t = tally.totals
         result["verdict"] = verdict.require_applied(verdict.require_healed(verdict.require_quiet(
             verdict.require_measured(verdict.evaluate(result["observed"], gates), result["turns"]["ok"], t["probes"],
-                                     t["answered"], gates, scripted_probes(folder)),
+                                     t["answered"], gates, scripted_probes(folder), t["probes_interrupted"]),
             t["errors"], t["errors_quiet"], t["turns_quiet"], t["turns"], gates), faults), unapplied(folder.path))
         result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted + linked.misfiled_replies,
                                                                result["metrics"]["probe_amnesia"]["count"],
@@ -568,7 +568,7 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
             error = not ok and not t.interrupted
             answered = ok and t.kind == "probe" and t.verdict in ("pass", "amnesia")
             counts.update({"total": 1, "ok": ok, "fail": t.outcome == "fail", "info": t.outcome == "info",
-                           "probes": t.kind == "probe",
+                           "probes": t.kind == "probe", "probes_interrupted": t.kind == "probe" and t.interrupted,
                            "errors": error, "probes_answered": answered,
                            "probes_failed": answered and t.verdict == "amnesia",
                            "crosstalk_replies": bool(t.crosstalk), "errors_quiet": error and calm, "quiet": calm,
@@ -615,7 +615,7 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
     gates = gates or verdict.parse_gates(None)
     judged = verdict.require_applied(verdict.require_healed(verdict.require_quiet(verdict.require_measured(
         verdict.evaluate(observed, gates), counts["ok"], counts["probes"], counts["probes_answered"], gates,
-        scripted_probes(folder)),
+        scripted_probes(folder), counts["probes_interrupted"]),
         counts["errors"], counts["errors_quiet"], counts["quiet"], counts["total"], gates), faults),
         unapplied(folder.path))
     judged["root_causes"] = verdict.root_causes({}, 0, observed["probe_amnesia"]["count"], counts["leaked"])

@@ -425,6 +425,7 @@ class _Partition:
             "turns": len(turns), "ok": int(ok.sum()), "fail": int(fail.sum()), "info": int((~ok & ~fail).sum()),
             "errors": int(error.sum()), "interrupted": int(interrupted.sum()), "answered": int(answered.sum()),
             "failed_probes": int(failed.sum()), "sessions": len(judged), "probes": int(probe.sum()),
+            "probes_interrupted": int((probe & interrupted).sum()),
             "anomalous_sessions": int(rows["anomalous"].sum()), "info_stored": int(rows["info_stored"].sum()),
             "crosstalk_sessions": int(((rows["crosstalk"] + rows["crosstalk_online"]) > 0).sum()),
             "leaked_sessions": int((rows["crosstalk_online"] > 0).sum()),

@@ -27,7 +27,12 @@ NO_PROBE_ANSWERED = ("nothing measured of memory: {sent:,} recall probe(s) were 
 NO_PROBE_SENT = ("nothing measured of memory: no recall probe was sent (the load ended before any conversation reached "
                  "one: run longer, or give a --script that probes sooner; a script with no probe by design: --gate "
                  "probe_amnesia=off)")
-UNMEASURED_RUN = (NOTHING_ACKNOWLEDGED, NO_PROBE_SENT)  # exit 2 when nothing else failed: the test measured nothing
+# the verdict of a run whose every recall probe was still in flight at its end: a bot slower than the load's tail (a
+# 2.5 s answer under -t 4s) FAILed "a bot that hangs on them", though none had timed out
+NO_PROBE_FINISHED = ("nothing measured of memory: every recall probe sent was still in flight when the test stopped "
+                     "(cut short by its end; none timed out or failed): run longer, or give a --script that probes "
+                     "sooner")
+UNMEASURED_RUN = (NOTHING_ACKNOWLEDGED, NO_PROBE_SENT, NO_PROBE_FINISHED)  # exit 2 when nothing else failed: the test measured nothing
 
 
 class GateError(ValueError):
@@ -360,13 +365,15 @@ def unmeasured(v: dict) -> str | None:
 
 
 def require_measured(v: dict, acknowledged: int, probes: int, answered: int, gates: Gates,
-                     scripted: int | None = None) -> dict:
+                     scripted: int | None = None, cut: int = 0) -> dict:
     """Fail ``v`` (an ``evaluate`` result) for what no gate could measure: a target that acknowledged no
-    turn, recall probes sent with none answered, or none sent though the script has some (``scripted``: run.json's
+    turn, recall probes sent with none answered (``cut`` of them still in flight at the test's end: all of them is
+    a test too short, not a bot that hangs), or none sent though the script has some (``scripted``: run.json's
     ``script_probes``; None: not known) (the last two unless the probe gate is off): a gate of nothing holds."""
     lines = [] if acknowledged else [NOTHING_ACKNOWLEDGED]  # which says it all: no probe either
     if acknowledged and not answered and not gates.limits.get("probe_amnesia", ZERO).off:
-        lines += [NO_PROBE_ANSWERED.format(sent=probes)] if probes else [NO_PROBE_SENT] if scripted else []
+        lines += ([NO_PROBE_FINISHED] if cut >= probes else [NO_PROBE_ANSWERED.format(sent=probes)]) if probes \
+            else [NO_PROBE_SENT] if scripted else []
         for rule in v["rules"] if lines else []:  # its 0 of 0 is no PASS beside the line saying so
             if rule.get("gate") == "probe_amnesia" and rule.get("result") == PASS:
                 rule["result"] = UNMEASURED
@@ -396,7 +403,7 @@ def require_quiet(v: dict, errors: int, errors_quiet: int, quiet: int, turns: in
 
 
 # a requirement that a gate turned off waives: the gate, and the fixed start of the requirement's line
-WAIVED_BY = {"probe_amnesia": NO_PROBE_ANSWERED.split("{")[0], "errors": NO_QUIET.split("{")[0]}
+WAIVED_BY = {"probe_amnesia": "nothing measured of memory: ", "errors": NO_QUIET.split("{")[0]}
 
 
 def requirements(v: dict) -> list[str]:
@@ -528,6 +535,26 @@ def misread_replies(run: dict) -> str | None:
 
 
 UNWHOLE_PHASES = ("load", "heal")  # a run's phases before its journal is whole (locustfiles/endofrun.py)
+RUN_PHASES = ("idle", "load", "heal", "settle", "audit", "report", "done")  # every phase run.json records
+
+
+def _ended(run: dict) -> bool:
+    """run.json's ``end`` is a time (locustfiles/runfolder.py ``end_run``): "", false or a word is no end."""
+    end = run.get("end")
+    return isinstance(end, (int, float)) and not isinstance(end, bool) and end > 0
+
+
+def _damaged(run: dict) -> str | None:
+    """A field that says whether the run can be trusted, of a type or value no run writes: ``phase`` not a phase,
+    ``workers_lost`` not an object, ``user_exceptions`` not an object. It may have said the run was cut short."""
+    phase, lost, raised = run.get("phase"), run.get("workers_lost"), run.get("user_exceptions")
+    if phase is not None and phase not in RUN_PHASES:
+        return f"phase is damaged ({short(phase)}): whether the run stopped before its journal was whole"
+    if lost is not None and not isinstance(lost, dict):
+        return f"workers_lost is damaged ({short(lost)}): whether every Locust worker went missing"
+    if raised is not None and not isinstance(raised, dict):
+        return f"user_exceptions is damaged ({short(raised)}): whether Locust users raised exceptions"
+    return None
 
 
 def cut_short(run: dict) -> str | None:
@@ -543,9 +570,14 @@ def cut_short(run: dict) -> str | None:
     if run.get(UNREADABLE):
         return (f"{run[UNREADABLE]}, so whether Locust's users raised exceptions (which cut conversations short) "
                 "cannot be told: repair or remove it")
-    if run.get("start") is not None and run.get("end") is None and run.get("phase") in UNWHOLE_PHASES:
-        return (f"run.json records no end, and the run was in its {short(run['phase'])} phase: it is still going, or "
-                "it stopped before its journal was whole (killed, or its run folder could not be written: a full "
+    damaged = _damaged(run)
+    if damaged:  # it may have said the run was cut short: a damaged field never reads as "it was not"
+        return f"run.json's {damaged} cannot be told, so the verdict cannot be trusted: repair or remove it"
+    phase = run.get("phase")
+    started = run.get("start") is not None and "end" in run  # as the run writes it at its start: end null
+    if not _ended(run) and (phase in UNWHOLE_PHASES or phase is None and started):
+        return (f"run.json records no end, and the run was in its {short(phase or 'load')} phase: it is still going, "
+                "or it stopped before its journal was whole (killed, or its run folder could not be written: a full "
                 "disk), so turns it sent may be missing from the journal; run the test again")
     lost = run.get("workers_lost")
     if isinstance(lost, dict) and lost.get("all"):
@@ -554,8 +586,5 @@ def cut_short(run: dict) -> str | None:
     raised = run.get("user_exceptions")
     if raised is None:
         return None
-    if not isinstance(raised, dict):  # damaged: it said something was raised
-        return (f"run.json's user_exceptions is damaged ({short(raised)}): Locust users may have raised exceptions, "
-                "so the verdict cannot be trusted")
     return (f"Locust users raised {short(raised.get('count'))} exception(s) (first: {short(raised.get('first'), 160)}): "
             "conversations were cut short, unjudged, so the verdict cannot be trusted")

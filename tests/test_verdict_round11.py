@@ -1,0 +1,81 @@
+"""Input hunt 11: verdicts that blamed the bot for the test's own end, or trusted a damaged run.json.
+
+- D9 probe_cut_by_stop_fail: a bot answering in 2.5 s run with -t 4s had its one probe cut by the stop, and the run
+  FAILed "none was answered ... a bot that hangs on them", exit 1. Every probe cut short by the test's end and none
+  timed out or failed is a test too short: nothing measured, exit 2, as a run that sent none.
+- D4 runjson_damaged_trust_pass: a run cut short (phase load, no end) or whose workers all went missing re-audited
+  NOT TRUSTED; with those fields damaged (`phase: "Load"`, `end: ""`, `start` gone, `workers_lost: true`) a plain
+  PASS, exit 0. A damaged field that says whether the run can be trusted is NOT TRUSTED, as user_exceptions was.
+Real audits of journaled runs with a store snapshot (support_oracle), the verdict's own functions.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from oracle.audit import audit_run
+from oracle.verdict import NO_PROBE_FINISHED, exit_code, trusted_exit_code
+from support_oracle import TurnSpec, build_world, write_journal, write_snapshot
+
+INTERRUPTED = "interrupted: the test stopped with this turn in flight"
+
+
+def audited_with_probes(run, cut: int, timed_out: int = 0) -> dict:
+    """Six conversations that planted a fact and sent a probe that never came back: ``cut`` cut short by the test's
+    end, ``timed_out`` past --timeout."""
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("probe", "info")] for _ in range(6)], seed=7)
+    probes = [r for r in world.records if r["kind"] == "probe"]
+    for n, r in enumerate(probes):
+        r["received"], r["status"] = None, None
+        r["error"] = INTERRUPTED if n < cut else "no complete reply within --timeout 30s" if n < cut + timed_out \
+            else r["error"]
+    world.stored = {s: [e for e in entries if e[0] == 0] for s, entries in world.stored.items()}
+    write_journal(run, world.records)
+    write_snapshot(run, world)
+    (run / "run.json").write_text(json.dumps({"run": world.records[0]["run"], "start": 1, "end": 2e9}))
+    return audit_run(run, jobs=1)
+
+
+def test_probes_all_cut_short_by_the_tests_end_measured_nothing(tmp_path):
+    summary = audited_with_probes(tmp_path, cut=6)
+    assert NO_PROBE_FINISHED in summary["verdict"]["failed"]
+    assert exit_code(summary["verdict"]) == 2
+
+
+@pytest.mark.parametrize("cut, timed_out", [(5, 1), (0, 6)])
+def test_a_probe_that_timed_out_is_a_bot_that_hangs(tmp_path, cut, timed_out):
+    summary = audited_with_probes(tmp_path, cut=cut, timed_out=timed_out)
+    assert any(line.startswith("nothing measured of memory: 6 recall probe(s) were sent and none was answered")
+               for line in summary["verdict"]["failed"]), summary["verdict"]["failed"]
+    assert exit_code(summary["verdict"]) == 1
+
+
+PASSED = {"result": "pass", "rules": [], "failed": []}
+
+
+@pytest.mark.parametrize("run", [
+    {"start": 1.7e9, "end": None, "phase": "Load"},   # the phase damaged
+    {"start": 1.7e9, "end": None, "phase": ["load"]},
+    {"start": 1.7e9, "end": "", "phase": "load"},     # the end damaged: no end
+    {"start": 1.7e9, "end": False, "phase": "load"},
+    {"end": None, "phase": "load"},                   # the start gone
+    {"start": None, "end": None, "phase": "heal"},
+    {"start": 1.7e9, "end": None},                    # the phase gone: started, never ended
+    {"start": 1.7e9, "end": 1.8e9, "phase": "done", "workers_lost": True},
+    {"start": 1.7e9, "end": 1.8e9, "phase": "done", "workers_lost": "all"},
+    {"start": 1.7e9, "end": 1.8e9, "phase": "done", "workers_lost": [1, 2]},
+])
+def test_a_damaged_field_that_says_whether_the_run_was_cut_short_is_not_trusted(run):
+    code, why = trusted_exit_code(PASSED, run)
+    assert code == 3 and why, run
+
+
+@pytest.mark.parametrize("run", [
+    {"start": 1.7e9, "end": 1.8e9, "phase": "done"},  # a run that ended
+    {"start": 1.7e9, "end": 1.8e9},                   # a run.json written by hand: no phase, an end
+    {"run": "r1"},
+    {"start": 1.7e9, "end": 1.8e9, "phase": "done", "workers_lost": {"count": 1, "all": False}},
+])
+def test_a_run_that_ended_whole_is_trusted(run):
+    assert trusted_exit_code(PASSED, run) == (0, None)
