@@ -45,9 +45,15 @@ def parse_duration(value, what: str = "", limit: float = DEFAULT_LIMIT) -> float
     return seconds
 
 
+def not_ascii_number(text: str) -> str | None:
+    """The first character of ``text`` that int() and float() read as part of a number but no number of ours
+    holds: '_' (``1_0`` is 10) and any other script's digit (``٥``, ``５`` are 5), as anything else not ASCII; None
+    when there is none. Durations, gates and scripts' counts are ASCII digits 0-9, without '_'."""
+    return next((c for c in text if not c.isascii() or c == "_"), None)
+
+
 def _parse_text(text: str, value, what: str) -> float:
-    # float() reads '1_0' as 10 and '٥' or '５' as 5: a number is ASCII digits 0-9, without '_'
-    if bad := next((c for c in text if not c.isascii() or c == "_"), None):
+    if bad := not_ascii_number(text):
         raise DurationError(f"{what}{codec.short(value)} is not a duration: it holds {bad!r} (U+{ord(bad):04X}); "
                             f"a duration is ASCII digits 0-9 (no '_') and the units h, m, s, ms ({EXAMPLES})")
     try:

@@ -3,7 +3,8 @@ line marks, so every message names ``file:line``, holding plain data and nothing
 
 It fails one way only, ``YamlError`` (a ValueError, ``file:line: reason``), for: bytes that are
 not UTF-8; a document over ``MAX_BYTES``; bad YAML syntax; a tag that is not plain data
-(``!!python/...``, ``!custom``, ``!!binary``, ``!!set``...); a mapping key that is not a scalar
+(``!!python/...``, ``!custom``, ``!!binary``, ``!!set``...); a merge key (``<<: *base``);
+a mapping key that is not a scalar
 (``? [a, b]``) or one given twice in a mapping; a lone surrogate (``"\\ud800"``); nesting deeper than ``MAX_DEPTH``; aliases that expand past ``MAX_NODES``
 nodes or refer to themselves ("billion laughs"). ``value`` turns a checked node into Python data
 (str, int, float, bool, None, list, dict) and fails the same way on a scalar YAML cannot build
@@ -96,6 +97,8 @@ def _check(root: yaml.Node, path: str) -> None:
         if depth > MAX_DEPTH:
             raise YamlError(f"{where}: nested more than {MAX_DEPTH} levels deep")
         if isinstance(node, yaml.ScalarNode):
+            if node.tag == _STD + "merge":  # a plain `<<` that is no key (those are refused below): text, quoted
+                raise YamlError(f"{where}: << unquoted is YAML's merge key; for the text, quote it: '<<'")
             if node.tag not in _SCALARS and node.tag not in _AS_TEXT:
                 raise YamlError(f"{where}: tag {_tag(node.tag)} is not allowed (plain data only)")
             try:
@@ -112,6 +115,8 @@ def _check(root: yaml.Node, path: str) -> None:
         if isinstance(node, yaml.MappingNode):
             seen: dict[tuple, int] = {}
             for key, item in node.value:
+                if key.tag == _STD + "merge":  # `<<: *base`: YAML 1.1's merge key, which no reader here expands
+                    raise YamlError(f"{path}:{line(key)}: merge keys (<<) are not supported: write the keys out")
                 if not isinstance(key, yaml.ScalarNode):
                     raise YamlError(f"{path}:{line(key)}: a key must be a plain value, not a "
                                     f"{'list' if isinstance(key, yaml.SequenceNode) else 'mapping'}")

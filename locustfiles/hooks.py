@@ -70,9 +70,22 @@ def _check_run_dir(settings) -> None:
     while not where.exists() and where != where.parent:
         where = where.parent
     if not where.is_dir() or not os.access(where, os.W_OK | os.X_OK):
-        why = "not a directory" if not where.is_dir() else "permission denied"
+        why = _unwritable(where)
         endofrun.say(f"error: --run-dir {settings.run_dir}: cannot write the run folder: {where} is {why}")
         raise SystemExit(endofrun.EXIT_BAD)
+
+
+def _unwritable(where: Path) -> str:
+    """Why a folder goldfish cannot write in is so: access() says only no (for root too, on a read-only mount,
+    where "permission denied" misled: no chmod helps there)."""
+    if not where.is_dir():
+        return "not a directory"
+    try:
+        if os.statvfs(where).f_flag & os.ST_RDONLY:   # EROFS: the mount, not the folder's mode
+            return "on a read-only file system"
+    except OSError:
+        pass
+    return "permission denied"
 
 
 def _check_host(environment) -> None:

@@ -363,10 +363,12 @@ def parse_think(text: str, name: str = "--think") -> tuple[float, float]:
     try:
         low = durations.parse_duration(lo, name, limit=durations.DAY)
         high = durations.parse_duration(hi, name, limit=durations.DAY) if sep else low
-    except durations.DurationError:
-        raise OptionError(f"{name}: {text!r} is not seconds or a range like 0.2-1.0") from None
+    except durations.DurationError as exc:  # its reason kept: a side over a day, NaN, not ASCII digits
+        reason = str(exc).removeprefix(f"{name}: ")
+        raise OptionError(f"{name}: {text!r} is not seconds or a range like 0.2-1.0"
+                          + ("" if " is not a duration (" in reason else f": {reason}")) from None
     if high < low:
-        raise OptionError(f"{name}: {text!r} must have low <= high")
+        raise OptionError(f"{name}: {text!r} is not seconds or a range like 0.2-1.0: it must have low <= high")
     return low, high
 
 

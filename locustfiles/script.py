@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from contracts import yamldoc
+from contracts import durations, yamldoc
 from contracts.console import control_character
 from contracts.journal import MAX_TURN
 from contracts.tokens import NONCE_RE, TOKEN_RE
@@ -165,10 +165,11 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Script:
                 bad(value, field_name, f"must be seconds or a range like 0.2-1.0, not {_kind_of(value)}")
             if why := yamldoc.misread_number(value):
                 bad(value, field_name, why)
+            raw = _scalar(value)
             try:
-                steps.append(Step("think", think=parse_think(_scalar(value))))
-            except OptionError:
-                bad(value, field_name, f"{show(_scalar(value))} is not seconds or a range like 0.2-1.0")
+                steps.append(Step("think", think=parse_think(raw, "think")))
+            except OptionError as exc:  # its message keeps the reason: low above high; a side over a day, NaN
+                bad(value, field_name, f"{show(raw)} {str(exc).removeprefix(f'think: {raw!r} ')}")
     turns = sum(s.turns for s in steps if s.kind != "think") * repeat
     if not turns:  # a conversation of pauses: the load would run and journal nothing
         bad(steps_node, "steps", "has no turn (only think steps): a conversation needs a plant, probe, chatter or burst")
@@ -213,6 +214,9 @@ def _int(node, field_name, bad, low: int, high: int) -> int:
     if why := yamldoc.misread_number(node):
         bad(node, field_name, why)
     raw = _scalar(node)
+    if raw is not None and (odd := durations.not_ascii_number(raw)):  # int() reads '٣' and '３' as 3, '1_0' as 10
+        bad(node, field_name, f"{show(raw)} is not a whole number: it holds {odd!r} (U+{ord(odd):04X}); "
+                              "write it in ASCII digits 0-9, without '_'")
     try:
         value = int(raw)
     except (TypeError, ValueError):

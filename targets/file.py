@@ -102,30 +102,44 @@ def parse(root: yaml.Node | None, path: Path) -> Targets:
 def sync(targets: Targets) -> Path:
     """Write the targets into their registry, keeping the pid and start time recorded for each
     (a member's process survives edits to its file), and adopt what the pid files name; TargetsError
-    (nothing written) when a pid file names a process that is not its target's command."""
+    (nothing written) when a pid file names a process that is not its target's command, when a member is one
+    the state file's reader would refuse (a NUL byte: the file would stop every later run), or when the state
+    file there cannot be read (the message says which folder to remove)."""
+    for name, spec in targets.members.items():   # what the state file's reader refuses is refused here, at its line
+        if why := registry.member_problem(name, spec, targets.haproxy_socket):
+            raise TargetsError([f"{targets.path}:{targets.lines[name]}: {why} (target {name})"])
     try:
         targets.state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # the file's state_dir (or the default beside it) cannot be made here
         raise TargetsError([f"{targets.path}: state_dir: cannot create {targets.state_dir}: {exc.strerror}"]) from None
-    with registry.locked_state(targets.state_dir, missing_ok=True) as st:
-        old = st.get("members", {})
-        if others := _others_running(targets, old):
-            raise TargetsError(others)
-        members, problems = {}, []
-        for name, spec in targets.members.items():
-            member = dict(spec, pid=old.get(name, {}).get("pid"), pid_start=old.get(name, {}).get("pid_start"))
-            if member.get("pid_file") and not registry.member_alive(member):
-                pid, _not_running = registry.pid_file_process(member)
-                if pid and (stranger := registry.not_its_command(member, pid)):
-                    problems.append(f"{targets.path}:{targets.lines[name]}: pid_file: {stranger} (target {name})")
-                elif pid:
-                    registry.adopt(member, pid)
-            members[name] = member
-        if problems:
-            raise TargetsError(problems)
-        st.update(version=registry.VERSION, dir=str(targets.state_dir), targets=str(targets.path),
-                  haproxy_socket=targets.haproxy_socket, members=members)
+    try:
+        with registry.locked_state(targets.state_dir, missing_ok=True) as st:
+            _sync(targets, st)
+    except registry.StateError as exc:   # a damaged or foreign state.json: every run would stop on it
+        raise registry.StateError(f"{exc}\n  (this is the state folder of {targets.path}: stop any process it "
+                                  f"records, then remove the folder {targets.state_dir} and run again)") from None
     return targets.state_dir
+
+
+def _sync(targets: Targets, st: dict) -> None:
+    """Inside the registry's lock: keep each member's pid, adopt what the pid files name, write."""
+    old = st.get("members", {})
+    if others := _others_running(targets, old):
+        raise TargetsError(others)
+    members, problems = {}, []
+    for name, spec in targets.members.items():
+        member = dict(spec, pid=old.get(name, {}).get("pid"), pid_start=old.get(name, {}).get("pid_start"))
+        if member.get("pid_file") and not registry.member_alive(member):
+            pid, _not_running = registry.pid_file_process(member)
+            if pid and (stranger := registry.not_its_command(member, pid)):
+                problems.append(f"{targets.path}:{targets.lines[name]}: pid_file: {stranger} (target {name})")
+            elif pid:
+                registry.adopt(member, pid)
+        members[name] = member
+    if problems:
+        raise TargetsError(problems)
+    st.update(version=registry.VERSION, dir=str(targets.state_dir), targets=str(targets.path),
+              haproxy_socket=targets.haproxy_socket, members=members)
 
 
 def _others_running(targets: Targets, old: dict) -> list[str]:
@@ -197,6 +211,8 @@ def _command(node, bad) -> list[str] | None:
         return bad("must be a string (split like a shell) or a list of strings")
     if not argv or not argv[0]:  # an empty argument is fine (--save ""); an empty program is not
         return bad("must name a program to run")
+    if any("\0" in arg for arg in argv):  # no program can be given one: refused here, not in the state file
+        return bad(f"{yamldoc.show(' '.join(argv))} holds a NUL character, which no command line can carry")
     return argv
 
 
@@ -220,6 +236,8 @@ def _health(node, bad) -> dict | None:
             or not all(_plain(n) for n in node.value[0])):
         return bad(f"must be one check: {kinds}")
     kind, value = node.value[0][0].value, node.value[0][1].value
+    if "\0" in value:   # urlsplit and the host:port pattern take it; no address holds one
+        return bad(f"{kind}: {yamldoc.show(value)} holds a NUL character")
     if kind == "tcp":
         m = _HOST_PORT_RE.match(value)
         if not m or not 0 < int(m.group(2)) < 65536:

@@ -90,19 +90,37 @@ def _problem(state: dict) -> str | None:
     members = state["members"]
     if not isinstance(members, dict):
         return f"members: must be a mapping of name -> member, not {_short(members)}"
-    sock = state.get("haproxy_socket")
+    if problem := _socket_problem(state.get("haproxy_socket")):
+        return problem
+    for name, m in members.items():
+        if problem := _member_problem(name if name.isprintable() and len(name) <= 60 else _short(name, 60), m):
+            return problem
+    return None
+
+
+def member_problem(name: str, member: dict, haproxy_socket=None) -> str | None:
+    """What ``load`` would refuse in a state file holding this member (and socket), as ``field: why``; None when
+    nothing. A writer (targets/file.py) checks a member with it before saving: a state file the reader refuses
+    stops every later command until someone removes it."""
+    return _socket_problem(haproxy_socket) or _member_problem(name, member, prefix="")
+
+
+def _socket_problem(sock) -> str | None:
     if not (sock is None or _text(sock) or _host_port(sock)):
         return f"haproxy_socket: must be a socket path, [host, port] or null, not {_short(sock)}"
-    for name, m in members.items():
-        name = name if name.isprintable() and len(name) <= 60 else _short(name, 60)
-        if not isinstance(m, dict):
-            return f"members.{name}: must be a mapping of the member's fields, not {_short(m)}"
-        for field, (ok, what) in _FIELDS.items():
-            if field in m and not ok(m[field]):
-                return f"members.{name}.{field}: must be {what}, not {_short(m[field])}"
-        for field in ("cwd", "log"):
-            if m.get("cmd") and field not in m:
-                return f"members.{name}.{field}: missing (a member with a cmd is started in its cwd, output to its log)"
+    return None
+
+
+def _member_problem(name: str, m, prefix: str | None = None) -> str | None:
+    where = f"members.{name}." if prefix is None else prefix
+    if not isinstance(m, dict):
+        return f"{where.rstrip('.')}: must be a mapping of the member's fields, not {_short(m)}"
+    for field, (ok, what) in _FIELDS.items():
+        if field in m and not ok(m[field]):
+            return f"{where}{field}: must be {what}, not {_short(m[field])}"
+    for field in ("cwd", "log"):
+        if m.get("cmd") and field not in m:
+            return f"{where}{field}: missing (a member with a cmd is started in its cwd, output to its log)"
     return None
 
 
