@@ -86,7 +86,56 @@ def parse_sentinel_url(url: str) -> SentinelURL:
 
 
 CLIENT_NAME = "goldfish"  # CLIENT SETNAME of goldfish's own connections (telemetry, audit): a redis-client-kill
-                          # fault does not count them as the bot's (chaos/backends)
+                          # fault does not count them as the bot's (chaos/backends). Best-effort: name_connection
+
+
+def name_connection(connection) -> None:
+    """redis-py's ``redis_connect_func`` for goldfish's own connections: redis-py's own handshake (HELLO or AUTH,
+    SELECT), then ``CLIENT SETNAME`` CLIENT_NAME, best-effort. Reading needs no name: a read-only ACL user (no
+    ``+client|setname``), a renamed CLIENT command or a server that does not know it leave the connection
+    unnamed (then a redis-client-kill fault counts it as the bot's), not unusable."""
+    connection.on_connect()
+    try:
+        connection.send_command("CLIENT", "SETNAME", CLIENT_NAME, check_health=False)
+        connection.read_response()
+    except redis.ResponseError:  # NOPERM, unknown command: the error reply was read, the connection is in step
+        pass
+
+
+def own_client(url: str, **kwargs) -> redis.Redis:
+    """``redis_client`` for goldfish's own connections to a store (the audit's reader, Locust's start check,
+    telemetry): each connection named by ``name_connection``."""
+    return redis_client(url, redis_connect_func=name_connection, **kwargs)
+
+
+def no_hello(exc: BaseException) -> bool:
+    """The server does not know HELLO (Redis before 6, or HELLO renamed away): it cannot speak RESP3, which
+    redis-py asks for by default."""
+    return isinstance(exc, redis.ResponseError) and "unknown command 'hello'" in str(exc).lower()
+
+
+def resp2_if_no_hello(client: redis.Redis, rebuild) -> redis.Redis:
+    """Connect ``client`` once (the connection goes back to its pool): ``client``, or, when the server does not know
+    HELLO, ``rebuild(protocol=2)``, a client of its own (redis-py shapes replies per client). For a URL that chooses
+    no protocol (``chooses_protocol``); any other error of the connection is raised."""
+    pool = client.connection_pool
+    try:
+        pool.release(pool.get_connection())
+    except redis.ResponseError as exc:
+        if not no_hello(exc):
+            raise
+        client.close()
+        return rebuild(protocol=2)
+    return client
+
+
+def chooses_protocol(url: str) -> bool:
+    """The URL sets ``?protocol=``: goldfish does not pick another one for it."""
+    try:
+        options = parse_sentinel_url(url).options if is_sentinel_url(url) else parse_url(url)
+    except ValueError:
+        return False
+    return options.get("protocol") is not None
 
 
 def redis_client(url: str, **kwargs) -> redis.Redis:

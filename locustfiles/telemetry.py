@@ -24,7 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from contracts import codec
-from contracts.redis_url import CLIENT_NAME, redis_client
+from contracts.redis_url import chooses_protocol, own_client, resp2_if_no_hello
 from contracts.runfolder import RunFolder
 from locustfiles.journal import JournalFile
 from oracle import ttl_floor
@@ -38,9 +38,17 @@ STORE_FIELDS = ("used_memory", "used_memory_rss", "maxmemory", "maxmemory_policy
 
 
 def store_client(url: str, timeout: float = TIMEOUT) -> redis.Redis:
-    """A client that gives up after ``timeout`` seconds, once (redis-py retries 3 times by default)."""
-    return redis_client(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                        retry=Retry(NoBackoff(), 0), health_check_interval=0, client_name=CLIENT_NAME)
+    """A client that gives up after ``timeout`` seconds, once (redis-py retries 3 times by default), connected as
+    the audit connects (contracts/redis_url.py): named when the user may, RESP2 when the server has no HELLO."""
+    kw = dict(socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0),
+              health_check_interval=0)
+    client = own_client(url, **kw)
+    if chooses_protocol(url):
+        return client
+    try:
+        return resp2_if_no_hello(client, lambda **more: own_client(url, **kw, **more))
+    except redis.RedisError:
+        return client  # unreachable now: sampled as store_error, as before
 
 
 def store_sample(client: redis.Redis) -> dict:
@@ -74,11 +82,13 @@ def redis_store(settings):
 class Sampler:
     """Appends one record per ``interval`` seconds to the run's telemetry.jsonl until ``stop()``."""
 
-    def __init__(self, run_dir, runner, store_url: str | None, interval: float = 5.0, template: str | None = None):
+    def __init__(self, run_dir, runner, store_url: str | None, interval: float = 5.0, template: str | None = None,
+                 any_id: bool = False):
         self.file = JournalFile(RunFolder(run_dir).telemetry)  # one write per record, O_APPEND
         self.runner, self.interval = runner, interval
         self.client = store_client(store_url) if store_url else None
         self.template = template  # the key template, to look for TTLs under (None: not looked for)
+        self.any_id = any_id  # the bot issues the session ids (--session-from): any key under it is one (oracle.keys)
         self.ttl_floor, self.ttl_cursor = None, 0  # the shortest TTL a key under the template got; where SCAN goes on
         self.stopping = Event()
         self.samples = 0
@@ -94,7 +104,7 @@ class Sampler:
                 if self.template is not None:  # the audit's evidence that a gone key expired (oracle.keys)
                     if self.ttl_floor is None:
                         self.ttl_floor, self.ttl_cursor = ttl_floor(self.client, self.template, self.ttl_cursor,
-                                                                    TTL_CALLS)
+                                                                    TTL_CALLS, self.any_id)
                     record["store"]["template_ttl_floor"] = self.ttl_floor
             except (redis.RedisError, OSError) as exc:  # a stalled, restarting or refusing store: say so, go on
                 record["store_error"] = f"{type(exc).__name__}: {exc}"
@@ -134,7 +144,7 @@ def start(environment) -> None:
     if interval > 0 and getattr(rt, "telemetry", None) is None:
         store = redis_store(rt.settings)
         rt.telemetry = Sampler(rt.settings.run_dir, environment.runner, store and store.url, interval,
-                               store and store.key_template)
+                               store and store.key_template, bool(rt.settings.session_from))
 
 
 def stop(environment) -> None:

@@ -10,7 +10,8 @@ examples/extend_web_ui.py and examples/web_ui_cache_stats.py):
 - Flask routes under ``/goldfish``: ``status`` (the same as JSON), ``runs/<run>/<file>`` (serves each run
   folder of this process: report.html, Locust's own report), ``report`` (the last run's report.html);
 - a ``before_request`` hook on ``/swarm`` checks goldfish's options as the form sends them (script, gates,
-  chaos plan against its backend) and refuses a start with one clear message, before any load.
+  the store reached as the audit connects, chaos plan against its backend) and refuses a start with one clear
+  message, before any load.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from contracts import codec
 from contracts.runfolder import RunFolder
 from locustfiles import endofrun, options
 from locustfiles.script import ScriptError, load_script
+from oracle import AuditOptionError, reach_store
 
 TAB = "goldfish"
 STRUCTURE = [{"key": "section", "title": "Section"}, {"key": "item", "title": "What"},
@@ -110,8 +112,10 @@ def check_form(parsed: Namespace, form) -> str | None:
     try:
         settings = options.Settings.from_options(Namespace(**values))
         load_script(settings.script)
+        if settings.store is not None and not settings.no_audit:  # as the command line's (locustfiles/hooks.py)
+            reach_store(settings.store)
         endofrun.check_chaos(settings)
-    except (options.OptionError, ScriptError) as exc:
+    except (options.OptionError, ScriptError, AuditOptionError) as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - PlanError, an unreachable chaos backend
         return f"chaos plan {values.get('chaos')}: {exc}"

@@ -318,21 +318,28 @@ def reach_store(options: StoreOptions | None, timeout: float = 3.0) -> None:
                                      timeout).close()
         except OSError as exc:
             raise OptionError(f"--http-url {redact.url(options.http_url)!r}: cannot connect: {exc}") from None
-    else:
+    else:  # the audit's own connection set-up (RedisReader.check): what fails here would fail the audit
+        import dataclasses
+
         import redis
 
-        from contracts.redis_url import redis_client
-        from oracle.redis_reader import ping
+        from oracle.redis_reader import RedisReader, unreached
+        from oracle.store import StoreError
 
         try:
-            client = redis_client(options.url, socket_timeout=timeout, socket_connect_timeout=timeout)
-            try:
-                ping(client)
-            finally:
-                client.close()
-        except (redis.RedisError, OSError, ValueError) as exc:
+            reader = RedisReader(dataclasses.replace(options, timeout_s=timeout))
+        except StoreError as exc:  # a URL redis-py cannot use (the message masks its password)
+            raise OptionError(str(exc)) from None
+        try:
+            reader.connect()
+        except redis.RedisError as exc:
+            raise OptionError(f"--store-url {redact.url(options.url)!r}: "
+                              f"{redact.text(unreached(exc))}") from None
+        except OSError as exc:
             raise OptionError(f"--store-url {redact.url(options.url)!r}: cannot reach the store: "
                               f"{redact.text(exc) or type(exc).__name__}") from None
+        finally:
+            reader.close()
 
 
 def gates(values):

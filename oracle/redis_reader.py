@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 
 import redis
 
-from contracts.redis_url import CLIENT_NAME, redis_client
+from contracts.redis_url import chooses_protocol, no_hello, own_client, resp2_if_no_hello
 from oracle.store import RawSession, StoreError, StoreOptions, batches
 
 
@@ -128,9 +128,15 @@ def as_text(value) -> str:
 def ping(client: redis.Redis) -> None:
     """PING, as ``client.ping()``; a server that answers but not as Redis does (its reply to the connection's
     HELLO is not a map, say) is a ``redis.ConnectionError`` saying so, not the AttributeError or TypeError
-    redis-py's handshake stumbles into. Also Locust's check of the store (oracle/options.py reach_store)."""
+    redis-py's handshake stumbles into. ``RedisReader.connect`` (the audit's check, and Locust's: oracle/options.py
+    reach_store) pings so."""
+    _ping(lambda: client, client)
+
+
+def _ping(get_client, client: redis.Redis) -> None:
+    """``ping``, the client got by ``get_client()`` (which may connect) inside; ``client`` names the URL's password."""
     try:
-        client.ping()
+        get_client().ping()
     except redis.AuthenticationError as exc:  # redis's own words never say the URL is where the password goes
         raise redis.AuthenticationError(_auth_problem(client, exc)) from None
     except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
@@ -151,12 +157,30 @@ def _auth_problem(client: redis.Redis, exc: Exception) -> str:
 class RedisReader:
     def __init__(self, options: StoreOptions, client: redis.Redis | None = None):
         self.options = options
+        self._client = client or self._connect()
+        # a client built here from a URL that chooses no protocol: its first connection settles it (``client``)
+        self._settle = client is None and not chooses_protocol(options.url)
+
+    @property
+    def client(self) -> redis.Redis:
+        """The client. redis-py asks for RESP3 (HELLO 3) when the URL chooses no protocol; a server without HELLO
+        (Redis before 6, or HELLO renamed away) is read over RESP2 instead: a client of its own, as redis-py
+        shapes replies per client. Settled by the first use's connection (its errors raised as that use's)."""
+        if self._settle:
+            self._client = resp2_if_no_hello(self._client, self._connect)
+            self._settle = False
+        return self._client
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _connect(self, **kwargs) -> redis.Redis:
+        """redis:// or redis+sentinel:// (contracts/redis_url.py), connections named best-effort."""
         try:
-            self.client = client or redis_client(  # redis:// or redis+sentinel:// (contracts/redis_url.py)
-                options.url, socket_timeout=options.timeout_s, socket_connect_timeout=options.timeout_s,
-                client_name=CLIENT_NAME)
+            return own_client(self.options.url, socket_timeout=self.options.timeout_s,
+                              socket_connect_timeout=self.options.timeout_s, **kwargs)
         except ValueError as exc:
-            raise StoreError(f"bad --store-url {options.where()!r}: {exc}") from exc
+            raise StoreError(f"bad --store-url {self.options.where()!r}: {exc}") from exc
 
     def read(self, sessions: list[str]) -> Iterator[list[RawSession]]:
         for batch in batches(sessions, self.options.batch):
@@ -360,11 +384,38 @@ class RedisReader:
             yield {"key": key, "type": kind, "length": length if isinstance(length, int) else None}
 
     def check(self) -> None:
-        """Fail early, with the address, when the store does not answer at all."""
+        """Connect and PING, as every read connects (Locust's start check is this too: oracle/options.py
+        reach_store); fail early, with the address, when the store does not answer, or answers but refuses the
+        connection's set-up or the PING. A server without HELLO (Redis before 6, or HELLO renamed away) is read
+        over RESP2 when the URL does not choose a protocol (``?protocol=``)."""
         try:
-            ping(self.client)
+            self.connect()
         except redis.RedisError as exc:
-            raise StoreError(f"cannot reach the store at {self.options.where()}: {exc}") from exc
+            raise StoreError(unreached(exc, f" at {self.options.where()}")) from exc
+
+    def connect(self) -> None:
+        """``check`` without the StoreError: redis-py's error as it is (``ping``'s)."""
+        _ping(lambda: self.client, self._client)
+
+
+def unreached(exc: redis.RedisError, at: str = "") -> str:
+    """Why ``RedisReader.check`` failed: the store was not reached, or it answered but refused something."""
+    if isinstance(exc, redis.ResponseError):  # an error reply: it was reached
+        return f"the store{at} answered but {refused(exc)}"
+    return f"cannot reach the store{at}: {exc or type(exc).__name__}"
+
+
+def refused(exc: redis.ResponseError) -> str:
+    """What the store refused when goldfish connected and PINGed (``the store at X answered but ...``)."""
+    if no_hello(exc):
+        return ("does not speak RESP3 (it has no HELLO command: Redis before 6, or HELLO renamed away), which the "
+                "URL's protocol=3 asks for: use ?protocol=2 in the URL")
+    text = str(exc)
+    if "DB index" in text:
+        return f"has no such database ({text}): give a database it has as the URL's /db"
+    return (f"refused a command: {text}. goldfish connects (SELECT when the URL's database is not 0), PINGs, then "
+            "reads: grant them to the URL's user (ACL: +@read on the keys, +ping, +select), or restore a renamed "
+            "command")
 
 
 UNDECODABLE_SAMPLE = 20  # keys read again to say why no entry of any session decodes (check_layout)
@@ -426,5 +477,5 @@ def sample_undecodable(options: StoreOptions, limit: int = UNDECODABLE_SAMPLE) -
         return {}
     finally:
         if reader is not None:
-            reader.client.close()
+            reader.close()
     return kinds

@@ -46,7 +46,7 @@ PLANS = [
     ("custom-tag", "faults:\n  - {kind: !boom kill, target: bot, at: 1s}  #!\n", "tag !boom is not allowed"),
     ("binary-tag", "faults:\n  - {kind: kill, target: !!binary aGk=, at: 1s}  #!\n", "tag !!binary"),
     ("set-tag", "faults: !!set {a, b}  #!\n", "tag !!set"),
-    ("merge-key", "x: &x {kind: kill}\nfaults:\n  - <<: *x  #!\n    target: bot\n", "tag !!merge"),
+    ("merge-key", "x: &x {kind: kill}\nfaults:\n  - <<: *x  #!\n    target: bot\n", "merge keys (<<) are not supported"),
     ("list-as-key-in-a-fault", "faults:\n  - ? [a, b]  #!\n    : 1\n", "a key must be a plain value, not a list"),
     ("list-as-key-at-top", "? [a, b]  #!\n: 1\nfaults: [" + OK_FAULT + "]\n", "not a list"),
     ("mapping-as-key", "faults:\n  - ? {a: 1}  #!\n    : 1\n", "not a mapping"),
@@ -493,7 +493,7 @@ def test_an_unreachable_store_stops_the_run_before_any_load(locust_parser, capsy
         (f"redis://:s3cr3t@127.0.0.1:{free_port()}/0", "Connection refused"),
         (f"redis://:wr0ng@127.0.0.1:{redis_server.port}/0", "cannot reach the store"),
         (f"redis://127.0.0.1:{redis_server.port}/0", "cannot reach the store"),
-        (f"redis://:s3cr3t@127.0.0.1:{redis_server.port}/99", "cannot reach the store"),
+        (f"redis://:s3cr3t@127.0.0.1:{redis_server.port}/99", "answered but has no such database"),
         (f"http://127.0.0.1:{free_port()}/{{session}}", "cannot connect"),
     ]
     for url, fragment in cases:
