@@ -686,7 +686,7 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
     for name in COUNTERS:
         samples[name].append((time.time(), int(info.get(name) or 0)))
     template = (options or getattr(reader, "options", None) or StoreOptions()).key_template
-    now = ttl_floor(client, template)[0]
+    now = ttl_floor(client, template, any_id=issued_ids(folder))[0]
     floor = min(floors + [now] if now is not None else floors, default=None)
     return {"ttl_in_use": floor is not None, "ttl_floor": floor, "ttl_at": time.time(),
             "evictions": samples["evicted_keys"],
@@ -694,31 +694,46 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
             "counters_at_start": at_start}
 
 
+def issued_ids(folder: RunFolder) -> bool:
+    """Whether the run's sessions are kept under ids the bot issued (run.json's ``options.session_from``), which
+    look like nothing in particular; else under goldfish's own (``SESSION_RE``)."""
+    from contracts import codec
+    try:
+        return bool(codec.load_document(folder.run_json)["options"]["session_from"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def ttl_floor(client: redis.Redis, template: str, cursor: int = 0,
-              calls: int = TTL_SCAN_CALLS) -> tuple[float | None, int]:
+              calls: int = TTL_SCAN_CALLS, any_id: bool = False) -> tuple[float | None, int]:
     """The shortest TTL, in seconds, any sampled key under the template was given (None: no sampled key has a
     TTL), and the SCAN cursor to go on from (0: walked to the end). A key's TTL left plus how long it has been idle
     (OBJECT IDLETIME: since its last read or write, so no longer than since the write that set the TTL), less a
     second of the idle clock: a key gone younger than that cannot have expired. Not the database's expiring keys
     as a whole: a shared staging Redis holds other applications' caches with TTLs, which say nothing of how this
-    bot keeps histories. A huge store is sampled (``calls`` SCAN calls from ``cursor``), not walked: the run's
+    bot keeps histories; nor keys under the template whose id is not goldfish's (``SESSION_RE``): another
+    application's chat histories under the same prefix, with a TTL of theirs, made a FLUSHDB of this run's keys read
+    as "expired after the conversation", and PASS (verdict hunt 11). ``any_id``: the run's ids are the bot's
+    (--session-from), any id counts. A huge store is sampled (``calls`` SCAN calls from ``cursor``), not walked: the run's
     telemetry looks a few calls at a time while the keys still exist (locustfiles/telemetry.py), since by the
     audit they may all be gone."""
-    lives, cursor = _template_ttls(client, template, cursor, calls)
+    lives, cursor = _template_ttls(client, template, cursor, calls, any_id)
     return (max(0.0, min(lives) - IDLE_CLOCK_S) if lives else None), cursor
 
 
 def _template_ttls(client: redis.Redis, template: str, cursor: int = 0,
-                   calls: int = TTL_SCAN_CALLS) -> tuple[list[float], int]:
-    """For up to TTL_SAMPLE keys under the template that carry a TTL, a lower bound of the TTL each was given
-    (``ttl_floor``); and the SCAN cursor to go on from."""
+                   calls: int = TTL_SCAN_CALLS, any_id: bool = False) -> tuple[list[float], int]:
+    """For up to TTL_SAMPLE keys under the template that carry a TTL (and name a goldfish id, unless ``any_id``),
+    a lower bound of the TTL each was given (``ttl_floor``); and the SCAN cursor to go on from."""
+    prefix, _, suffix = template.partition("{session}")
     try:
         if not (client.info("keyspace").get(f"db{_own_db(client)}") or {}).get("expires"):
             return [], cursor
         pattern, keys = template_pattern(template), []
         for _ in range(calls):
             cursor, found = client.scan(cursor, match=pattern, count=1000)
-            keys += found
+            keys += found if any_id else [k for k in found
+                                          if SESSION_RE.match(as_text(k)[len(prefix):len(as_text(k)) - len(suffix)])]
             if not cursor or len(keys) >= TTL_SAMPLE:
                 break
         pipe = client.pipeline(transaction=False)

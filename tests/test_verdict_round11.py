@@ -15,6 +15,7 @@ import json
 import pytest
 
 from oracle.audit import audit_run
+from oracle.store import StoreOptions
 from oracle.verdict import NO_PROBE_FINISHED, exit_code, trusted_exit_code
 from support_oracle import TurnSpec, build_world, write_journal, write_snapshot
 
@@ -79,3 +80,30 @@ def test_a_damaged_field_that_says_whether_the_run_was_cut_short_is_not_trusted(
 ])
 def test_a_run_that_ended_whole_is_trusted(run):
     assert trusted_exit_code(PASSED, run) == (0, None)
+
+
+# ---- verdict hunt 11: a shared staging Redis -----------------------------------------------------------
+
+def test_another_apps_keys_with_a_ttl_under_the_prefix_are_not_this_bots_ttl(tmp_path, redis_server):
+    """Another application's chat histories under `message_store:` with a 5 s TTL, this bot's with none: its TTLs
+    made a FLUSHDB of the run's keys read as "expired after the conversation", and the run PASSed (the store judged
+    not at all). Only keys under the template named by a goldfish id count; with ids the bot issues, any key."""
+    import time
+
+    from oracle.keys import ttl_floor
+    from support_oracle import fill_redis
+
+    client = redis_server.client()
+    client.rpush("message_store:otherapp-1", "hello")
+    client.expire("message_store:otherapp-1", 5)
+    assert ttl_floor(client, "message_store:{session}") == (None, 0)
+    assert ttl_floor(client, "message_store:{session}", any_id=True)[0] is not None  # --session-from: the bot's ids
+
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("chatter", "ok"), TurnSpec("probe", "ok")]
+                         for _ in range(4)], start=time.time() - 120, seed=13)
+    write_journal(tmp_path, world.records)
+    fill_redis(client, world)
+    client.delete(f"message_store:{world.order[0]}")  # flushed by someone else: the bot set no TTL
+    summary = audit_run(tmp_path, StoreOptions(url=redis_server.url))
+    assert summary["anomalies"].get("vanished") == 1 and exit_code(summary["verdict"]) == 1
+    assert summary["turns"]["total"] == 12 and not [p for p in summary["problems"] if "expired after" in p]
