@@ -7,6 +7,8 @@ nothing). Applies that errored are dropped: nothing was injected.
 from __future__ import annotations
 
 import math
+import stat
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,14 +46,15 @@ class TimelineError(JournalError):
 
 def check_faults(run_dir: Path, faults: list[Fault], first_sent: float | None, last_done: float | None,
                  problems: list[str]) -> None:
-    """TimelineError when chaos.jsonl has a line that cannot be read, or a fault far outside the run's turns
-    (applied at 0, recovered in the year 4000): either way the faults excuse failed requests that nothing may
-    have excused, so the errors gate would judge by a damaged file."""
+    """TimelineError when chaos.jsonl has a line that cannot be read, a fault far outside the run's turns
+    (applied at 0, recovered in the year 4000), or no record at all of a fault occurrence run.json's plan had due
+    during the load (the file torn, emptied or removed): each way the faults excuse failed requests that nothing
+    may have excused, or leave unexcused those a fault caused, so the errors gate would judge by a damaged file."""
     chaos = printable(RunFolder(run_dir).chaos)  # as contracts.jsonl.problem names the file
     bad = next((p for p in problems if p.startswith(chaos + ":")), None)
     if bad is not None:
         raise TimelineError(f"{bad}. The chaos timeline says which failed requests a fault excuses; repair the line "
-                            "(or remove the file to judge without faults)")
+                            f"({_without_faults(run_dir)})")
     if first_sent is None or last_done is None:
         return
     for f in faults:
@@ -60,7 +63,70 @@ def check_faults(run_dir: Path, faults: list[Fault], first_sent: float | None, l
             raise TimelineError(f"{chaos}: fault {f.fault} ({f.kind}) from {at(f.start)} to "
                                 f"{at(f.end) if f.end is not None else 'the end'} lies far outside the run's turns "
                                 f"({at(first_sent)} to {at(last_done)}): the timeline is damaged or another "
-                                "run's; repair it (or remove the file to judge without faults)")
+                                f"run's; repair it ({_without_faults(run_dir)})")
+    _require_recorded(run_dir, last_done)
+
+
+ENDING_S = 2.0  # an occurrence due this close to the load's end may have been stopped before it applied (the
+                # scheduler a little late under load, the test stopping): no record of it is no damage
+
+
+def _require_recorded(run_dir: Path, end: float) -> None:
+    """TimelineError when run.json's plan had fault occurrences due during the load (more than ``ENDING_S``
+    before its end) and chaos.jsonl has no apply of them, neither applied, failed nor skipped: under Locust the
+    controller records every occurrence it reaches, so the timeline was torn (a first line cut short, a torn last
+    line that was an apply), emptied or removed. Judged without them, the failed requests the faults caused
+    would fail the run on the errors gate."""
+    plan = _plan(run_dir)
+    if plan is None:
+        return
+    name, start, schedule = plan
+    folder = RunFolder(run_dir)
+    state = _state(folder.chaos)
+    # a torn last line may be the apply of an occurrence due as the load ended: then no grace for the stop
+    ending = 0.0 if state.startswith("torn") else ENDING_S
+    applies = _applies(run_dir)
+    t0 = _armed(schedule, applies, start)
+    missing = [item for item in _unrecorded(applies, schedule) if _when(t0 + item[0], end, ending) == "during"]
+    if not missing:
+        return
+    chaos = printable(folder.chaos)
+    offset, fault, k = missing[0]
+    raise TimelineError(
+        f"{chaos} has no record of {len(missing)} fault occurrence(s) the plan {name} had due during the load "
+        f"(first: {fault.id}#{k} ({fault.kind} on {fault.target}) due at +{offset:g}s; the load ended at "
+        f"+{end - start:.1f}s): the chaos timeline is {state}, so which failed requests a fault "
+        f"caused cannot be told; restore it from a whole copy of the run folder, "
+        f"{_without_faults(run_dir, folder.chaos.exists())}")
+
+
+def _state(path: Path) -> str:
+    """What is wrong with chaos.jsonl as a whole, as far as it shows: missing, empty, its last line cut short."""
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # not a file to read (load_faults said so)
+            return "incomplete"
+        size = st.st_size
+        if not size:
+            return "empty"
+        with open(path, "rb") as fh:
+            fh.seek(size - 1)
+            if fh.read(1) != b"\n":
+                return "torn (its last line is cut short, as a crash or a partial copy leaves it)"
+    except FileNotFoundError:
+        return "missing (no such file)"
+    except OSError:
+        pass
+    return "incomplete"
+
+
+def _without_faults(run_dir: Path, present: bool = True) -> str:
+    """The deliberate way to judge a run without faults: with no plan in run.json, no chaos.jsonl; with one, the
+    plan out of run.json too (else a missing timeline is taken for a damaged one)."""
+    if _plan_named(run_dir):
+        return (f"or, to judge without faults, {'remove the file and ' if present else ''}set \"plan\" to null in "
+                f"{printable(RunFolder(run_dir).run_json)}")
+    return "or remove the file to judge without faults"
 
 
 def at(epoch: float) -> str:
@@ -106,59 +172,140 @@ def unapplied(run_dir: Path) -> list[str]:
 
 
 def idle_plan(run_dir: Path, faults: list[Fault], load_end: float | None = None) -> str | None:
-    """A warning when run.json names a chaos plan and no fault of it was applied (each due after the load ended,
-    or none could apply), or when some of its faults were never applied (due after the load ended: ``at: 60s`` in
-    a 12 s run): a PASS of such a run says nothing of surviving them, and nothing else would say so. ``load_end``:
-    when the load's last turn ended (the tally's), named beside the faults due after it."""
-    try:
-        meta = codec.load_document(RunFolder(run_dir).run_json)
-        plan = meta.get("plan")
-    except (OSError, ValueError, AttributeError):
+    """A warning when run.json names a chaos plan and no fault of it was applied, or when some of its occurrences
+    were never applied (due after the load ended: ``at: 60s`` in a 12 s run): a PASS of such a run says nothing of
+    surviving them, and nothing else would say so. Each is said with why, the due time compared with the load's
+    end (``load_end``: when its last turn ended, the tally's)."""
+    name = _plan_named(run_dir)
+    if name is None:
         return None
-    if not plan or not isinstance(plan, str):
-        return None
+    plan = _plan(run_dir)
     if not faults:
-        return (f"chaos: the plan {plan} applied no fault during the run (each was due after the load ended, or "
-                "none could apply): this verdict says nothing of surviving faults")
-    return _never_applied(run_dir, meta, plan, load_end)
+        why = _none_applied(run_dir, plan, load_end) if plan is not None else \
+            "each was due after the load ended, or none could apply"
+        return (f"chaos: the plan {name} applied no fault during the run ({why}): this verdict says nothing of "
+                "surviving faults")
+    return _never_applied(run_dir, plan, load_end) if plan is not None else None
 
 
 LATE_SHOWN = 8  # faults of the plan named in the warning; the rest are counted
 
 
-def _never_applied(run_dir: Path, meta: dict, plan: str, end: float | None) -> str | None:
-    """The plan's fault occurrences that chaos.jsonl has no apply of (neither applied nor skipped), named by id with
-    when each was due, beside when the load ended. The plan is the copy run.json keeps (``plan_text``, read when the
-    test started: the file may have changed since); a run.json without it, or one that no longer parses, says
-    nothing here."""
+def _plan_named(run_dir: Path) -> str | None:
+    """The chaos plan run.json names (its path, as given to --chaos), or None."""
+    try:
+        plan = codec.load_document(RunFolder(run_dir).run_json).get("plan")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return plan if plan and isinstance(plan, str) else None
+
+
+def _plan(run_dir: Path) -> tuple[str, float, list] | None:
+    """(the plan's name, the test's start, its schedule: (offset s, fault, k) in time order) from run.json: the copy
+    of the plan it keeps (``plan_text``, read when the test started: the file may have changed since). None when
+    run.json names no plan, keeps no copy, or the copy no longer parses: then nothing is said of its occurrences."""
     from chaos.plan import PlanError, parse_plan  # the plan language: chaos depends on no part of goldfish
 
-    text, start = meta.get("plan_text"), meta.get("start")
-    if not isinstance(text, str) or not _number(start):
+    try:
+        meta = codec.load_document(RunFolder(run_dir).run_json)
+        name, text, start = meta.get("plan"), meta.get("plan_text"), meta.get("start")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not name or not isinstance(name, str) or not isinstance(text, str) or not _number(start):
         return None
     try:
-        schedule = parse_plan(text, plan).schedule()
+        return name, float(start), parse_plan(text, name).schedule()
     except (PlanError, ValueError, TypeError):
         return None
-    tried = {r.get("fault") for r in _records(RunFolder(run_dir).chaos, [], chaos_event) if r.get("event") == "apply"}
-    late: dict[str, list] = {}
-    for offset, fault, k in schedule:
-        if f"{fault.id}#{k}" not in tried:
-            late.setdefault(fault.id, []).append((offset, fault.kind, k))
-    if not late:
+
+
+def _applies(run_dir: Path) -> list[dict]:
+    return [r for r in _records(RunFolder(run_dir).chaos, [], chaos_event) if r.get("event") == "apply"]
+
+
+def _unrecorded(applies: list[dict], schedule: list) -> list:
+    """The schedule's occurrences chaos.jsonl has no apply of (neither applied, failed nor skipped)."""
+    tried = {r.get("fault") for r in applies}
+    return [(offset, fault, k) for offset, fault, k in schedule if f"{fault.id}#{k}" not in tried]
+
+
+def _armed(schedule: list, applies: list[dict], start: float) -> float:
+    """When the plan was armed (its offsets count from there): an apply's ``planned`` less its offset, else the
+    test's start (run.json's, taken just before the controller is built: at most a validation earlier)."""
+    offsets = {f"{fault.id}#{k}": offset for offset, fault, k in schedule}
+    for r in applies:
+        planned, offset = r.get("planned"), offsets.get(r.get("fault"))
+        if offset is not None and _number(planned) and start - 1 <= planned - offset <= start + FAR_S:
+            return float(planned) - offset
+    return start
+
+
+def _when(due: float, end: float | None, ending: float = ENDING_S) -> str:
+    """An occurrence due at ``due`` beside the load's end: "during" it, at its "ending" (within ``ending`` s: the
+    test may have stopped first), "after" it, or "unknown" (no end)."""
+    if end is None:
+        return "unknown"
+    return "after" if due >= end else "ending" if due >= end - ending else "during"
+
+
+def _ended(start: float, end: float | None) -> str:
+    return (f"the load ended at +{end - start:.1f}s, at {at(end)}" if end is not None and end >= start else
+            "the load ended before them" if end is not None else "the load's end is not known")
+
+
+def _none_applied(run_dir: Path, plan: tuple, end: float | None) -> str:
+    """Why no occurrence of the plan applied, counted by reason: skipped or failed (on the timeline), due after
+    the load ended, due as it ended, or with no record though due during it."""
+    _name, start, schedule = plan
+    applies = _applies(run_dir)
+    t0 = _armed(schedule, applies, start)
+    late = Counter(_when(t0 + offset, end) for offset, _f, _k in _unrecorded(applies, schedule))
+    tried = len(schedule) - sum(late.values())
+    said = ([f"{tried} skipped or failed to apply, as the timeline says"] if tried else []) + [
+        text.format(n=late[when]) for when, text in (
+            ("after", "{n} due after the load ended"), ("ending", f"{{n}} due in its last {ENDING_S:g}s, as the test "
+                                                                  "stopped"),
+            ("during", "{n} due during it with no record on the timeline"), ("unknown", "{n} with no record"))
+        if late[when]]
+    return f"of its {len(schedule)} occurrence(s): {', '.join(said) or 'none'}; {_ended(start, end)}"
+
+
+def _never_applied(run_dir: Path, plan: tuple, end: float | None) -> str | None:
+    """The plan's fault occurrences that chaos.jsonl has no apply of (neither applied nor skipped), named by id with
+    when each was due, beside when the load ended, and why by that: due after it, as it ended, or during it with
+    no record (a torn timeline: the audit refuses such a run first, check_faults)."""
+    name, start, schedule = plan
+    applies = _applies(run_dir)
+    unrecorded = _unrecorded(applies, schedule)
+    if not unrecorded:
         return None
-    named = []
-    for fid, items in list(late.items())[:LATE_SHOWN]:
-        (first, kind, k0), (last, _, kn) = items[0], items[-1]
-        named.append(f"{fid}#{k0} ({kind}) due at +{first:g}s" if len(items) == 1 else
-                     f"{fid}#{k0} to #{kn} ({kind}, {len(items)} occurrences) due from +{first:g}s to +{last:g}s")
-    more = f" and {len(late) - LATE_SHOWN} more fault(s)" if len(late) > LATE_SHOWN else ""
-    ended = (f"the load ended at +{end - start:.1f}s, at {at(end)}" if end is not None and end >= start else
-             "the load ended before them")
-    count = sum(len(items) for items in late.values())
-    return (f"chaos: {count} of the {len(schedule)} fault occurrence(s) of the plan {plan} never applied: "
-            f"{', '.join(named)}{more} after the test started at {at(start)}, but {ended}: this verdict says "
-            "nothing of surviving them (a longer run, -t, or an earlier 'at' would test them)")
+    t0 = _armed(schedule, applies, start)
+    groups: dict[str, dict[str, list]] = {}
+    for offset, fault, k in unrecorded:
+        groups.setdefault(_when(t0 + offset, end), {}).setdefault(fault.id, []).append((offset, fault.kind, k))
+    ended = _ended(start, end)
+    reasons = {
+        "after": f"after the test started at {at(start)}, but {ended}",
+        "unknown": f"after the test started at {at(start)}, and {ended}",
+        "ending": f"after the test started at {at(start)}, within {ENDING_S:g}s of the load's end (as the test "
+                  f"stopped: {ended})",
+        "during": f"after the test started at {at(start)}, before {ended}, yet the timeline has no record of "
+                  "them (torn or missing)"}
+    parts = []
+    for when in ("after", "ending", "unknown", "during"):
+        if when in groups:
+            named = [_occurrences(fid, items) for fid, items in list(groups[when].items())[:LATE_SHOWN]]
+            more = f" and {len(groups[when]) - LATE_SHOWN} more fault(s)" if len(groups[when]) > LATE_SHOWN else ""
+            parts.append(f"{', '.join(named)}{more} {reasons[when]}")
+    advice = " (a longer run, -t, or an earlier 'at' would test them)" if set(groups) - {"during"} else ""
+    return (f"chaos: {len(unrecorded)} of the {len(schedule)} fault occurrence(s) of the plan {name} never applied: "
+            f"{'; '.join(parts)}: this verdict says nothing of surviving them{advice}")
+
+
+def _occurrences(fid: str, items: list) -> str:
+    (first, kind, k0), (last, _, kn) = items[0], items[-1]
+    return (f"{fid}#{k0} ({kind}) due at +{first:g}s" if len(items) == 1 else
+            f"{fid}#{k0} to #{kn} ({kind}, {len(items)} occurrences) due from +{first:g}s to +{last:g}s")
 
 
 def _number(value) -> bool:

@@ -178,4 +178,4 @@ def test_a_plan_that_applied_every_fault_is_not_warned_about(tmp_path):
     said = timeline(["a#0", "b#0"])
     assert said.startswith("chaos: 2 of the 4 fault occurrence(s) of the plan p.yaml never applied: b#1 to #2 "
                            "(kill, 2 occurrences) due from +4s to +6s after the test started at "), said
-    assert "but the load ended at +9.6s" in said, said
+    assert "before the load ended at +9.6s" in said and "yet the timeline has no record of them" in said, said
