@@ -17,6 +17,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import redis
@@ -245,7 +246,12 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             "shard), and the audit reads the one --store-url names. Read them with --reader (a function from session "
             "ids to histories: docs/oracle.md \"Readers\"); if the bot should write to one database, writing to "
             "another is its bug. Nothing was judged.")
-    if not all_gone or keys_seen or shared:  # in a key of many sessions: the bot's bug, judged, never a mismatch
+    if not all_gone or shared:  # in a key of many sessions: the bot's bug, judged, never a mismatch
+        return evidence
+    gone_since = _gone_since_the_run(gone_count, restarted_at if restarted else None, run_json, options)
+    if gone_since:
+        raise TemplateMismatch(gone_since)
+    if keys_seen:  # the template is right: the keys were lost since the rolling audit read them
         return evidence
     template = options.key_template
     per_message = _message_keys(client, found) if found else None
@@ -275,14 +281,6 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             "bot names each conversation's key by something other than the session id (a hash of it, another case), "
             "which no template can give: key histories by the id the client sends, or read them with --reader "
             "(a function from session ids to histories). Nothing was judged.")
-    ended = _recorded_end(run_json)
-    if restarted and ended is not None and restarted_at > ended:
-        raise TemplateMismatch(
-            f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
-            f"{template!r} at {options.where()}, and its server started at {_utc(restarted_at)}, after this run ended "
-            f"(at {_utc(ended)}, run.json's end): a store restarted since without persistence no longer holds the run, "
-            "so it says nothing of a loss during it. Audit the run's own reading of the store: `python -m oracle "
-            "audit RUN` without --store-url re-judges its snapshot. Nothing was judged.")
     recorded = _recorded_store_url(run_json)
     if recorded is not None and not _same_store(options.url, recorded):
         empty = _holds_no_key(client)
@@ -309,6 +307,43 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             "names them (under an id of its own, in one hash per user, in one stream of events) is read with "
             "--reader (a function from session ids to histories). Nothing was judged.")
     return evidence
+
+
+def _gone_since_the_run(gone_count: int, restarted_at: float | None, run_json, options: StoreOptions) -> str | None:
+    """Why every acknowledged session's key being gone says nothing of the run, or None: the server started after
+    the run ended (a restart without persistence since), or an earlier complete read of this store for the run
+    (its snapshot, store/meta.json: the run's own audit) found no session gone, so they were lost since (a FLUSHDB
+    after the run). A re-audit of a soak that PASSed said "FAIL: N sessions whose whole history is gone" and
+    replaced its snapshot (verdict hunt 11). Keys the rolling audit read, then lost before the run's own audit, are
+    a loss: no earlier complete read vouches for them."""
+    again = ("Audit the run's own reading of the store: `python -m oracle audit RUN` without --store-url re-judges its "
+             "snapshot. Nothing was judged.")
+    ended = _recorded_end(run_json)
+    if restarted_at is not None and ended is not None and restarted_at > ended:
+        return (f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
+                f"{options.key_template!r} at {options.where()}, and its server started at {_utc(restarted_at)}, "
+                f"after this run ended (at {_utc(ended)}, run.json's end): a store restarted since without "
+                f"persistence no longer holds the run, so it says nothing of a loss during it. {again}")
+    earlier = _earlier_read(run_json)
+    if earlier is not None and earlier.get("url") == options.where() and \
+            (earlier.get("evidence") or {}).get("missing_keys") is None:
+        return (f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
+                f"{options.key_template!r} at {options.where()}, though this store's complete read for the run (its "
+                f"snapshot, ended {_utc(earlier.get('read_end'))}) found every one of them: the store lost them since "
+                f"(flushed, or restarted without persistence), which says nothing of a loss during the run. {again}")
+    return None
+
+
+def _earlier_read(run_json) -> dict | None:
+    """The run's snapshot's meta.json when it is a complete read of a store (None: none, or not one)."""
+    if run_json is None:
+        return None
+    from oracle.snapshot import SnapshotError, read_meta
+    try:
+        meta = read_meta(Path(run_json).parent)
+    except (OSError, SnapshotError):
+        return None
+    return meta if meta.get("complete") and isinstance(meta.get("read_end"), (int, float)) else None
 
 
 def _http_all_empty(options: StoreOptions, sessions: int, not_found: int, probes: tuple[int, int]) -> None:

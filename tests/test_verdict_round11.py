@@ -107,3 +107,29 @@ def test_another_apps_keys_with_a_ttl_under_the_prefix_are_not_this_bots_ttl(tmp
     summary = audit_run(tmp_path, StoreOptions(url=redis_server.url))
     assert summary["anomalies"].get("vanished") == 1 and exit_code(summary["verdict"]) == 1
     assert summary["turns"]["total"] == 12 and not [p for p in summary["problems"] if "expired after" in p]
+
+
+def test_a_run_whose_store_was_flushed_after_its_own_audit_is_not_judged_from_the_empty_store(tmp_path, redis_server):
+    """A soak (rolling audit) PASSed; its Redis was flushed after the run. A live re-audit said "FAIL: 12 sessions
+    whose whole history is gone" and replaced the PASSed run's snapshot. The run's own complete read of this store
+    (its snapshot) found every session: lost since, exit 2, snapshot kept. Keys the rolling audit read and lost
+    before the run's own audit stay a loss (tests/test_oracle_rolling.py)."""
+    import time
+
+    from oracle import audit_cli
+    from oracle.keys import TemplateMismatch
+    from support_oracle import fill_redis
+
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("probe", "ok")] for _ in range(12)],
+                        start=time.time() + 2, seed=17)
+    write_journal(tmp_path, world.records)
+    (tmp_path / "run.json").write_text(json.dumps({"run": world.records[0]["run"], "start": time.time()}))
+    fill_redis(redis_server.client(), world)
+    store = StoreOptions(url=redis_server.url)
+    assert exit_code(audit_run(tmp_path, store)["verdict"]) == 0
+    snapshot = (tmp_path / "store" / "meta.json").read_text()
+    redis_server.client().flushall()
+    with pytest.raises(TemplateMismatch, match="complete read for the run .* found every one of them"):
+        audit_run(tmp_path, store)
+    assert (tmp_path / "store" / "meta.json").read_text() == snapshot
+    assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 0  # its own reading still PASSes
