@@ -264,14 +264,10 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             "the audit reads one key per session, so no --key-template names a history. Read them with --reader (a "
             "function from session ids to histories: docs/oracle.md \"Readers\"). Nothing was judged.")
     if found:
-        session, places = next(iter(found.items()))
-        db, key = places[0]
-        suggestion = key.replace(session, "{session}")
-        where = f" and database {db} in --store-url" if db != _own_db(client) else ""
         raise TemplateMismatch(
             f"no acknowledged session of this run has a key under the key template {template!r}, but their "
-            f"session ids are in other keys of the store: {_places(client, found)}. The template does not match "
-            f"where the bot writes; try --key-template {suggestion!r}{where}. Nothing was judged.")
+            f"session ids are in other keys of the store: {_places(client, found)}. {_template_advice(client, found)} "
+            "Nothing was judged.")
     if renamed:
         session, key = next(iter(renamed.items()))
         raise TemplateMismatch(
@@ -439,6 +435,55 @@ def _by_roles(order: Counter, kind: str) -> tuple[int, list[str]]:
     return sum(n for _, n in found), sorted({name for roles, _ in found for name in roles})
 
 
+HISTORY_TYPES = ("list", "string", "zset", "stream")  # what a history key can be; a hash beside it is metadata
+
+
+def _template_advice(client: redis.Redis, found: dict) -> str:
+    """Which --key-template to try, from every key of a few found sessions (``find_session_keys`` stops at a session's
+    first key): the one key of a history type that each of them has. None to try when the sessions are under
+    different keys (a prefix per user or tenant: one template read a third of them, and the rest FAILed as gone), or
+    each is split over several (pages ``:p0``, ``:p1``: one template read one page): say so, and --reader (bot hunt
+    11)."""
+    sessions = list(found)[:3]
+    kinds = [_key_templates(client, found[s][0][0], s) for s in sessions]
+    common = set.intersection(*(set(k) for k in kinds))
+    db = found[sessions[0]][0][0]
+    where = f" and database {db} in --store-url" if db != _own_db(client) else ""
+    reader = "read them with --reader (a function from session ids to histories: docs/oracle.md \"Readers\")"
+    if not common:
+        shown = "; ".join(f"{s}: {', '.join(sorted(k)) or '?'}" for s, k in zip(sessions, kinds))
+        return (f"The bot keeps different sessions under different keys ({shown}): no one --key-template names them "
+                f"all (a prefix per user or tenant), so {reader}.")
+    histories = sorted(t for t in common if kinds[0][t] in HISTORY_TYPES)
+    if len(histories) > 1:
+        return (f"Each session's messages are in {len(histories)} keys ({', '.join(histories)}): a history split over "
+                f"keys (pages, chunks) is not one a --key-template names, so {reader}; if one of them holds the whole "
+                f"history, name it with --key-template{where}.")
+    suggestion = (histories or sorted(common))[0]
+    return f"The template does not match where the bot writes; try --key-template {suggestion!r}{where}."
+
+
+def _key_templates(client: redis.Redis, db: int, session: str) -> dict[str, str]:
+    """Every key of ``session`` in database ``db`` as a template (its id replaced by {session}) -> its type."""
+    conn = client if db == _own_db(client) else _on_db(client, db)
+    try:
+        keys = []
+        for key in conn.scan_iter(match=f"*{glob_escape(session)}*", count=1000):
+            keys.append(as_text(key))
+            if len(keys) >= MESSAGE_KEYS:
+                break
+        pipe = conn.pipeline(transaction=False)
+        for key in keys:
+            pipe.type(key)
+        types = [as_text(t) for t in pipe.execute(raise_on_error=False)]
+        return {key.replace(session, "{session}"): kind for key, kind in zip(keys, types)}
+    except redis.RedisError:
+        return {}
+    finally:
+        if conn is not client:
+            conn.close()
+
+
 def _message_keys(client: redis.Redis, found: dict) -> tuple[str, list[str]] | None:
     """(pattern, example keys) when the bot keeps one key per message (``chat:{session}:<message id>``): the first
     found session's keys differ after its id in names the second's lack (2 or more; with no second, 3 or more),
@@ -446,7 +491,7 @@ def _message_keys(client: redis.Redis, found: dict) -> tuple[str, list[str]] | N
     so a template made of one of them would name one message. None when a few names recur for each session
     (``chat:{session}`` beside ``chat:{session}:meta``): then one of them is the template."""
     sessions = list(found)[:2]
-    places = dict.fromkeys((db, key[:key.index(sessions[0])]) for db, key in found[sessions[0]])
+    places = dict.fromkeys((db, key[:key.index(session)]) for session in found for db, key in found[session])
     for db, prefix in places:  # each prefix its keys were found under (msg:<id>:000001 beside seq:<id>)
         own = _per_message_names(client, db, prefix, sessions)
         if own:

@@ -136,3 +136,45 @@ def test_replies_kept_in_a_key_beside_the_sessions_are_named(tmp_path, redis_ser
     client.set("message_store:unrelated", "x")
     summary = audit_run(tmp_path, StoreOptions(url=redis_server.url))
     assert not [p for p in summary["problems"] if "more after the id" in p], summary["problems"]
+
+
+def test_the_message_keys_are_found_whichever_key_of_the_first_session_was_found(redis_server):
+    """find_session_keys stops at a session's first key: the first session known only by its counter (seq:<id>) had
+    the message keys looked for under seq: only, and the advice depended on SCAN's order (a CI run)."""
+    from oracle.keys import _message_keys
+
+    client = redis_server.client()
+    a, b = "gf00000000000000a1", "gf00000000000000b2"
+    for s in (a, b):
+        client.set(f"seq:{s}", 3)
+        for n in range(1, 4):
+            client.set(f"msg:{s}:{n:06d}", "x")
+    pattern, _ = _message_keys(client, {a: [(0, f"seq:{a}")], b: [(0, f"msg:{b}:000002")]})
+    assert pattern == "msg:{session}:*"
+
+
+def sessions_under(redis_server, tmp_path, keys_of) -> str:
+    """The TemplateMismatch of an audit under the default template, the sessions' histories under ``keys_of(i, s)``."""
+    world = journaled_world(tmp_path)
+    client = redis_server.client()
+    for i, s in enumerate(world.order):
+        contents = [m["data"]["content"] for _, m in world.stored[s]]
+        keys = keys_of(i, s)
+        for k, key in enumerate(keys):
+            client.rpush(key, *contents[k::len(keys)])
+    with pytest.raises(TemplateMismatch) as err:
+        audit_run(tmp_path, StoreOptions(url=redis_server.url))
+    return str(err.value)
+
+
+def test_sessions_under_a_prefix_per_user_get_no_template_that_reads_a_third_of_them(tmp_path, redis_server):
+    """`t<n>:message_store:<id>`, a prefix per tenant: the advice named one prefix, and following it FAILed the rest
+    of the sessions as gone (bot hunt 11, W1)."""
+    message = sessions_under(redis_server, tmp_path, lambda i, s: [f"t{i % 3}:message_store:{s}"])
+    assert "try --key-template" not in message and "different sessions under different keys" in message, message
+    assert "--reader" in message
+
+
+def test_a_history_split_over_keys_gets_no_template_that_reads_one_page(tmp_path, redis_server):
+    message = sessions_under(redis_server, tmp_path, lambda i, s: [f"chat:{s}:p0", f"chat:{s}:p1"])
+    assert "try --key-template" not in message and "in 2 keys (chat:{session}:p0, chat:{session}:p1)" in message
