@@ -155,6 +155,19 @@ def distrust(run, streamed: dict | None, code: int) -> int:
     return EXIT_AUDIT
 
 
+def _reserved(path: str) -> bool:
+    """Create the run folder ``path`` unless it exists (atomically: two CI jobs starting the same second without
+    --run-dir compute the same default name, and the second got "--run-dir ... already holds a run", exit 2, for an
+    option nobody gave). False when it exists; True when it was made, or cannot be (start_run says why)."""
+    try:
+        Path(path).mkdir(parents=True)
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def locust_exit_code(environment, seen: tuple[dict, dict] | None = None) -> tuple[int, str]:
     """What Locust itself would exit with (locust/main.py ``shutdown``) before goldfish's verdict, and why."""
     from locust import log as locust_log
@@ -445,7 +458,7 @@ class EndOfRun:
         base = self.run_dir_option or default_run_dir(settings.label)
         used = {run.run_dir for run in self.runs}
         candidate, n = base, 1
-        while candidate in used or Path(candidate).exists():
+        while candidate in used or not _reserved(candidate):
             n += 1
             candidate = f"{base}-{n}"
         return candidate

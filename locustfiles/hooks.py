@@ -58,11 +58,12 @@ def _reach_store(settings) -> None:
             raise SystemExit(endofrun.EXIT_BAD) from None
 
 
-def _check_run_dir(settings) -> None:
-    """A run folder that cannot be created, or that holds a run already, is bad input (exit 2) before any
-    load, not a traceback at the first test's start: the nearest existing folder above it must be a
-    writable directory."""
-    if RunFolder(settings.run_dir).is_run():  # its journal would be judged with this run's: a dead bot could pass
+def _check_run_dir(settings, given: bool = True) -> None:
+    """A run folder that cannot be created, or that holds a run already (``given``: --run-dir names it; the default
+    name of a run started the same second by another job is passed over at the test's start,
+    EndOfRun.next_run_dir), is bad input (exit 2) before any load, not a traceback at the first test's start: the
+    nearest existing folder above it must be a writable directory."""
+    if given and RunFolder(settings.run_dir).is_run():  # its journal would be judged with this run's: a dead bot could pass
         endofrun.say(f"error: --run-dir {settings.run_dir} already holds a run (run.json, journal/ or an audit): goldfish "
                      "never adds a run to another's folder; name a new folder, or remove that one")
         raise SystemExit(endofrun.EXIT_BAD)
@@ -157,7 +158,7 @@ def _on_init(environment, runner, web_ui=None, **_kw):
     except Exception as exc:  # noqa: BLE001 - PlanError, state errors
         endofrun.say(f"error: chaos plan {rt.settings.chaos}: {exc}")
         raise SystemExit(endofrun.EXIT_BAD) from None
-    _check_run_dir(rt.settings)
+    _check_run_dir(rt.settings, given=bool(parsed.run_dir))
     if web_ui is None:  # the web UI's form may still set it
         _check_host(environment)
     rt.end = endofrun.EndOfRun(rt.settings, run_dir_option=str(parsed.run_dir or ""))

@@ -224,3 +224,37 @@ def test_a_target_no_turn_can_reach_stops_the_run_at_init(host, fragment, tmp_pa
     assert done.returncode == 2, output[-2000:]
     assert fragment in output and "Traceback" not in output
     assert not (tmp_path / "run").exists()
+
+
+SAME_SECOND = """
+from gevent import monkey; monkey.patch_all()
+import sys, types
+from pathlib import Path
+from locustfiles import endofrun, hooks
+taken = Path(sys.argv[1])
+settings = types.SimpleNamespace(run_dir=str(taken), label="dev")
+hooks._check_run_dir(settings, given=False)  # not a folder the user named: no SystemExit
+try:
+    hooks._check_run_dir(settings, given=True)
+    sys.exit("a --run-dir that holds a run was not refused")
+except SystemExit as exc:
+    assert exc.code == 2, exc.code
+endofrun.default_run_dir = lambda label: str(taken)
+end = endofrun.EndOfRun.__new__(endofrun.EndOfRun)
+end.run_dir_option, end.runs = "", []
+print(end.next_run_dir(settings), end.next_run_dir(settings))
+"""
+
+
+def test_two_jobs_started_the_same_second_without_run_dir_get_two_folders(tmp_path):
+    """Both computed results/<second>-dev; the second was refused "--run-dir ... already holds a run" (exit 2) for an
+    option nobody gave (verdict hunt 11). The default name of a folder that holds a run is passed over at the test's
+    start, and the folder a test takes is made at once, so another job cannot take it too."""
+    taken = tmp_path / "results" / "20261127T101259Z-dev"
+    (taken / "journal").mkdir(parents=True)
+    (taken / "run.json").write_text("{}")
+    done = subprocess.run([os.sys.executable, "-c", SAME_SECOND, str(taken)], capture_output=True, text=True,
+                          timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split()[-2:] == [f"{taken}-2", f"{taken}-3"], done.stdout
+    assert (tmp_path / "results" / f"{taken.name}-2").is_dir()

@@ -133,3 +133,4 @@ def test_a_run_whose_store_was_flushed_after_its_own_audit_is_not_judged_from_th
         audit_run(tmp_path, store)
     assert (tmp_path / "store" / "meta.json").read_text() == snapshot
     assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 0  # its own reading still PASSes
+
