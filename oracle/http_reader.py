@@ -10,6 +10,12 @@ time, in its headers or its body, which no socket timeout catches), and a histor
 ``MAX_HISTORY_BYTES``; either stops the read with a message naming the URL. A GET sent on a kept-alive
 connection that the server closed meanwhile (legal HTTP: servers close idle connections) and answered
 with no byte at all is sent once more on a fresh connection.
+
+A reply that says it is one page of more is followed when it names its next page's URL (a next URL in the
+document, a ``Link: rel="next"`` header: on the same server, at most ``MAX_PAGES``, the pages' messages joined in
+the order read), else refused (TemplateMismatch: exit 2, nothing judged) naming what said so (has_more: true, a
+cursor): a partial history judged would be every other page's turns lost. So is a 401/403 (the API refused the
+GET: how to authenticate it), which is no failure of the store.
 """
 from __future__ import annotations
 
@@ -19,15 +25,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from http.client import RemoteDisconnected
 from typing import Iterable, Iterator
-from urllib.parse import quote
+from urllib.parse import quote, urljoin, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from contracts import redact
 from contracts.jsonl import LINE_BYTES
-from oracle.decode import message_list
+from oracle.decode import get_path, message_list
+from oracle.keys import TemplateMismatch
 from oracle.store import RawSession, StoreError, StoreOptions, batches
 
 REQUEST_DEADLINE_S = 120.0            # one history GET, connect to last byte (a socket timeout is per read)
@@ -35,6 +43,7 @@ REQUEST_DEADLINE_S = 120.0            # one history GET, connect to last byte (a
 # LINE_BYTES, 64 MB), as the snapshot holds the whole history on one line, escaped or base64; 8 GETs at once stay
 # within half a gigabyte
 MAX_HISTORY_BYTES = LINE_BYTES // 2
+MAX_PAGES = 1000                      # pages of one session's history followed by their next URL
 _CHUNK = 1024 * 1024
 _STALE = (RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
@@ -156,6 +165,86 @@ def _stale(exc: BaseException) -> bool:
     return False
 
 
+# How a history API says a reply is one page of more (docs/oracle.md "Readers"). Looked for in the document, in the
+# object holding the message list (--messages-field a.b: a) and in their paging objects below.
+_PAGING_OBJECTS = ("pagination", "paging", "meta", "page_info", "pageInfo", "response_metadata", "links", "_links")
+# true: more pages (OpenAI, Anthropic, Dify, Notion: has_more; GraphQL: hasNextPage); false: this is the last page,
+# whatever else the document holds (OpenAI's last_id is there on the last page too)
+_FLAGS = ("has_more", "hasMore", "has_next", "hasNext", "has_next_page", "hasNextPage")
+# the next page's URL (Django REST framework, Laravel, Azure/OData, JSON:API links.next, HAL _links.next.href,
+# Facebook paging.next), absolute or relative to the page's: followed, on the same server only
+_NEXT_URLS = ("next", "next_url", "nextUrl", "next_page_url", "nextPageUrl", "next_link", "nextLink", "@odata.nextLink")
+# a token only the API knows where to put (Slack, Notion, Google: a cursor or page token): not followed
+_CURSORS = ("next_cursor", "nextCursor", "next_page_token", "nextPageToken", "next_token", "nextToken",
+            "continuation_token", "continuationToken")
+_URL_STARTS = ("http://", "https://", "/", "?", "./", "../")
+_AGAIN = ("; ask the API for the whole history in one reply (a page size in --http-url, e.g. ?limit=1000, if it "
+          "takes one), or read the store itself with --store-url or --reader (docs/oracle.md \"Readers\"). Judged "
+          "as it is, every message on the other pages would be a turn the store lost; nothing was judged")
+
+
+def _more(document, messages_field: str, response: requests.Response) -> tuple[str | None, str | None]:
+    """Whether a history reply is a page of more: (the next page's URL or None, what says so), (None, None) when it
+    is the whole history (or its last page). A ``Link: <...>; rel="next"`` header is followed; in the document, a
+    false has_more (or its kin) ends the history, a next-page URL is followed, and a true flag, a cursor or a next
+    that is no URL (a page number, a token) is a page of more that cannot be followed."""
+    link = (response.links or {}).get("next", {}).get("url") if response.headers.get("Link") else None
+    if link:
+        return link, 'a Link: rel="next" header'
+    if not isinstance(document, dict):
+        return None, None
+    holders, parent = [("", document)], messages_field.rpartition(".")[0]
+    found = get_path(document, parent) if parent else None
+    if isinstance(found, dict) and found is not document:
+        holders.append((parent + ".", found))
+    for prefix, holder in list(holders):
+        holders += [(f"{prefix}{name}.", holder[name]) for name in _PAGING_OBJECTS if isinstance(holder.get(name), dict)]
+    flags = [(f"{prefix}{name}", holder[name]) for prefix, holder in holders for name in _FLAGS
+             if isinstance(holder.get(name), bool)]
+    if flags and not any(value for _, value in flags):
+        return None, None  # the last page says so
+    urls, tokens = [], []
+    for prefix, holder in holders:
+        for name in _NEXT_URLS:
+            value = holder.get(name)
+            if isinstance(value, dict) and isinstance(value.get("href"), str):  # HAL: _links.next.href
+                value, name = value["href"], name + ".href"
+            if isinstance(value, str) and value.strip().startswith(_URL_STARTS):
+                urls.append((f"{prefix}{name}", value.strip()))
+            elif value not in (None, "", False, [], {}):  # a page number, a token, true
+                tokens.append((f"{prefix}{name}", value))
+        tokens += [(f"{prefix}{name}", holder[name]) for name in _CURSORS if holder.get(name) not in (None, "", False)]
+    if urls:
+        name, value = urls[0]
+        return value, f"{name}: {value[:120]!r}"
+    said = [f"{name}: {str(value).lower() if isinstance(value, bool) else repr(value)[:80]}"
+            for name, value in [*[(n, v) for n, v in flags if v], *tokens]]
+    return (None, ", ".join(said)) if said else (None, None)
+
+
+def _unread(url: str, page: int, said: str, document, why: str) -> str:
+    """Why a paged history cannot be read whole (for TemplateMismatch)."""
+    limit = next((f"; it answered {name}: {document[name]!r}" for name in ("limit", "page_size", "pageSize", "per_page")
+                  if isinstance(document, dict) and isinstance(document.get(name), int)
+                  and not isinstance(document.get(name), bool)), "")
+    return (f"GET {redact.url(url)}: the history API answered page {page} of more ({said}{limit}){why}: goldfish "
+            "reads one response per session, following only a next page's URL the response gives (a next URL in the "
+            'document, or a Link: rel="next" header), never a cursor or a page number it would have to put in a '
+            "parameter of its own guessing")
+
+
+def _same_origin(a: str, b: str) -> bool:
+    """The same scheme, host and port (a next page on another server is not followed: --http-url's credentials
+    would go there)."""
+    try:
+        x, y = urlsplit(a), urlsplit(b)
+        ports = {"http": 80, "https": 443}
+        return (x.scheme, (x.hostname or "").lower(), x.port or ports.get(x.scheme)) == \
+            (y.scheme, (y.hostname or "").lower(), y.port or ports.get(y.scheme))
+    except ValueError:
+        return False
+
+
 class _TooLarge(Exception):
     pass
 
@@ -190,23 +279,10 @@ class HttpReader:
 
     def _one(self, session: str) -> RawSession:
         url = self.options.http_url.replace("{session}", quote(session, safe=""))  # a bot's own id may need it
-        http = getattr(_local, "http", None)
-        reused = http is not None  # this thread's session may hold a kept-alive connection from its last GET
-        if http is None:
-            http = _local.http = self._session()
-        try:
-            response, content = self._get(http, url)
-        except _Retry as exc:
-            if not reused:
-                raise StoreError(f"GET {url} failed: {exc.__cause__}") from exc.__cause__
-            http.close()
-            http = _local.http = self._session()  # a fresh connection
-            try:
-                response, content = self._get(http, url)
-            except _Retry as again:
-                raise StoreError(f"GET {url} failed: {again.__cause__}") from again.__cause__
+        response, content = self._fetch(url)
         if response.status_code in (404, 410):
             return RawSession(session, url, False, None, [], "none")
+        self._refused(response, url)
         if response.status_code >= 400:
             raise StoreError(f"GET {url} answered HTTP {response.status_code}: {response.text[:200]!r}")
         try:
@@ -216,7 +292,92 @@ class HttpReader:
         messages = message_list(body, self.options.messages_field)
         if messages is None:
             return RawSession(session, url, True, None, [content], "string")
-        return RawSession(session, url, True, None, list(messages), "http")
+        messages = list(messages)
+        page, size, seen = 1, len(content), {url}
+        while True:
+            after, said = _more(body, self.options.messages_field, response)
+            if said is None:
+                return RawSession(session, url, True, None, messages, "http")
+            if after is None:  # more, but only a cursor or a flag: which parameter takes it would be a guess
+                raise TemplateMismatch(_unread(url, page, said, body, "") + _AGAIN)
+            target = urljoin(response.url or url, after)
+            if not _same_origin(target, url):
+                raise TemplateMismatch(_unread(url, page, said, body, f": its next page is on another server "
+                                                                      f"({redact.url(target)})") + _AGAIN)
+            if target in seen:
+                raise StoreError(f"GET {url}: page {page} of its history names as the next page "
+                                 f"{redact.url(target)}, a page already read: the API's paging goes round in a circle")
+            if page >= MAX_PAGES:
+                raise StoreError(f"GET {url}: its history has more than {MAX_PAGES:,} pages (MAX_PAGES in "
+                                 "oracle/http_reader.py): the API never says it is done, or its pages are tiny; ask "
+                                 "it for bigger pages in --http-url (e.g. ?limit=1000)")
+            seen.add(target)
+            page += 1
+            response, content = self._fetch(target)
+            size += len(content)
+            if size > MAX_HISTORY_BYTES:
+                raise StoreError(f"GET {url}: the history, {page} pages so far, is larger than {MAX_HISTORY_BYTES:,} "
+                                 "bytes, the most one session's history may be (MAX_HISTORY_BYTES in "
+                                 "oracle/http_reader.py)")
+            where = f"GET {redact.url(target)} (page {page} of {url}'s history)"
+            self._refused(response, target)
+            if response.status_code >= 400:
+                raise StoreError(f"{where} answered HTTP {response.status_code}: {response.text[:200]!r}")
+            try:
+                body = response.json()
+            except ValueError:
+                raise StoreError(f"{where} is not JSON: {content[:200]!r}") from None
+            more = message_list(body, self.options.messages_field)
+            if more is None:
+                raise StoreError(f"{where} holds no message list at --messages-field "
+                                 f"{self.options.messages_field!r}: {content[:200]!r}")
+            messages += more
+
+    def _fetch(self, url: str) -> tuple[requests.Response, bytes]:
+        """GET ``url`` on this thread's session, which may hold a kept-alive connection from its last GET; sent once
+        more on a fresh connection when the server had closed that one."""
+        http = getattr(_local, "http", None)
+        reused = http is not None
+        if http is None:
+            http = _local.http = self._session()
+        try:
+            return self._get(http, url)
+        except _Retry as exc:
+            if not reused:
+                raise StoreError(f"GET {url} failed: {exc.__cause__}") from exc.__cause__
+            http.close()
+            http = _local.http = self._session()  # a fresh connection
+            try:
+                return self._get(http, url)
+            except _Retry as again:
+                raise StoreError(f"GET {url} failed: {again.__cause__}") from again.__cause__
+
+    def _refused(self, response: requests.Response, url: str) -> None:
+        """TemplateMismatch (exit 2, nothing judged) when the history API refuses the GET (401/403): the options
+        cannot read it, which is no failure of the store."""
+        status = response.status_code
+        if status not in (401, 403, 407):
+            return
+        challenge = response.headers.get("WWW-Authenticate" if status != 407 else "Proxy-Authenticate", "")
+        said = f"HTTP {status} {response.reason or ''}".rstrip() + (f", {challenge.split(' ', 1)[0]} asked" if
+                                                                   challenge else "")
+        body = response.text[:200]
+        head = f"GET {redact.url(url)} answered {said} ({body!r}): the history API refused goldfish's request"
+        if status == 407:
+            raise TemplateMismatch(f"{head}: a proxy between goldfish and the API asks for credentials (set them in "
+                                   "HTTP_PROXY / HTTPS_PROXY, http://user:password@proxy:port, or NO_PROXY for the API's "
+                                   "host); nothing was judged")
+        sent = getattr(getattr(response, "request", None), "headers", {}) or {}
+        if "Authorization" in sent:
+            raise TemplateMismatch(f"{head} with the credentials it sent (an Authorization header): they are not the "
+                                   "ones it takes (a wrong or expired token or password, or a user not allowed to read "
+                                   "these histories); nothing was judged")
+        raise TemplateMismatch(
+            f"{head}, which carried no credentials: --http-url sends no header of the chat's (--header reaches the "
+            f"chat only), so a history API behind the chat's token refuses it. Authenticate the GET: Basic "
+            "credentials in --http-url (user:password@ before its host) or in ~/.netrc, or let the tester read the history "
+            "endpoint without them; or read the store itself with --store-url or --reader (docs/oracle.md "
+            "\"Readers\"); nothing was judged")
 
     def _get(self, http: requests.Session, url: str) -> tuple[requests.Response, bytes]:
         """GET ``url`` within the deadline, its body read whole up to the cap; _Retry when the connection was
