@@ -21,16 +21,17 @@ def main(argv: list[str] | None = None) -> int:
         for name, (_, text) in COMMANDS.items():
             print(f"  {name:<8} {text}")
         return 0 if argv and argv[0] in {"-h", "--help"} else 2
-    module = importlib.import_module(COMMANDS[argv[0]][0])
     from contracts.console import interrupted_exit_code, sigterm_as_interrupt
-    from contracts.runfolder import LOCAL_WRITE_ERRNOS, CannotWrite
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt():  # the subcommand's imports (~0.3 s) too: Ctrl-C then is no traceback
+            module = importlib.import_module(COMMANDS[argv[0]][0])
             return module.main(argv[1:])
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: what was written stays; no traceback (audit says how to finish)
         print(f"oracle {argv[0]}: interrupted", file=sys.stderr)
         return interrupted_exit_code(exc)
     except Exception as exc:  # noqa: BLE001 - never exit 1, which means "a gate failed", on a crash
+        from contracts.runfolder import LOCAL_WRITE_ERRNOS, CannotWrite
+
         if isinstance(exc, CannotWrite):  # the run folder's device is full or read-only: the user's disk
             print(f"oracle {argv[0]}: {exc}", file=sys.stderr)
             return 2
@@ -51,8 +52,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from contracts.console import escape_unencodable, tolerate_closed_output
+    try:  # Ctrl-C this early (the interpreter's first imports) is one line too, never a traceback
+        from contracts.console import escape_unencodable, tolerate_closed_output
 
-    escape_unencodable()
-    tolerate_closed_output()
+        escape_unencodable()
+        tolerate_closed_output()
+    except KeyboardInterrupt:
+        print("oracle: interrupted", file=sys.stderr)
+        sys.exit(130)
     sys.exit(main())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from oracle.explain import NOT_SCANNED, journal_copy_line
 from contracts import codec, redact
-from contracts.console import interrupted_exit_code
+from contracts.console import Terminated, deferred_interrupts, interrupt, interrupted_exit_code
 from contracts.runfolder import AuditBusy, RunFolder, detach_output
 from contracts.durations import DurationError, parse_duration
 from oracle.history import JournalError
@@ -140,15 +140,59 @@ def render(summary: dict, run: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     keep_on_after_hangup(RunFolder(args.run).hangup_log)
+    before = _written(Path(args.run))
     try:
         return _audit(args)
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM, often while a slow store is read: say how to finish
-        again = " ".join(["python -m oracle audit", shlex.quote(args.run)] +
-                         [f"--{name.replace('_', '-')} ..." for name in ("store_url", "http_url", "reader")
-                          if getattr(args, name, "")])
-        print(f"oracle audit: interrupted: the audit of {args.run} did not finish (the journal and any tables of an "
-              f"earlier audit are kept); finish it with `{again}`", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM, often while a slow store is read: say what was written
+        print(f"oracle audit: interrupted: {_what_was_written(args, before)}", file=sys.stderr)
         return interrupted_exit_code(exc)
+
+
+def _written(run: Path) -> tuple:
+    """What says which outputs an audit replaced: summary.json's, the snapshot's meta.json's and report.html's file
+    identity (each is replaced by a rename, the snapshot as a whole folder), None when there is none."""
+    folder = RunFolder(run)
+
+    def identity(path: Path):
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    return identity(folder.summary), identity(folder.store / "meta.json"), identity(folder.report)
+
+
+def _what_was_written(args, before: tuple) -> str:
+    """The interrupted audit's outputs as they are: which of the tables and the snapshot it replaced, and the
+    command that finishes the job. It said "did not finish ... the tables of an earlier audit are kept" after it had
+    replaced them, beside a report.html still showing the earlier verdict (hunt 11 D1)."""
+    run = Path(args.run)
+    folder = RunFolder(run)
+    tables, snapshot, page_drawn = (now != then for now, then in zip(_written(run), before))
+    report = shlex.quote(str(run))
+    if tables:  # audit_run had replaced the tables: the audit is done; only the page may be the earlier one
+        page = "" if not folder.report.exists() else f"; {folder.report} is drawn again" if page_drawn else (
+            f"; {folder.report} still shows the earlier audit: draw it again with `python -m oracle report {report}`")
+        return (f"the audit of {args.run} finished: its tables and verdict are written in {folder.audit} (see "
+                f"summary.json){page}")
+    if snapshot and _complete(folder):  # read whole, judged in part: the tables are the earlier read's
+        return (f"the audit of {args.run} did not finish: the store was read whole and its new snapshot replaced "
+                f"the earlier one in {folder.store}, but the tables in {folder.audit} (and report.html) are still "
+                f"the earlier audit's, of the earlier read; finish it from the new snapshot (no store read) with "
+                f"`python -m oracle audit {report}`, adding any --gate options given")
+    again = " ".join(["python -m oracle audit", shlex.quote(args.run)] +
+                     [f"--{name.replace('_', '-')} ..." for name in ("store_url", "http_url", "reader")
+                      if getattr(args, name, "")])
+    return (f"the audit of {args.run} did not finish (the journal and any tables of an earlier audit are kept); "
+            f"finish it with `{again}`")
+
+
+def _complete(folder: RunFolder) -> bool:
+    try:
+        return codec.load_document(folder.store / "meta.json").get("complete") is True
+    except (OSError, codec.DecodeError, AttributeError):
+        return False
 
 
 def keep_on_after_hangup(log: Path) -> None:
@@ -197,8 +241,29 @@ def _audit(args) -> int:
             raise
         print(f"oracle audit: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
+    # the tables are replaced: printing the verdict and drawing report.html again are not cut by a first Ctrl-C
+    # or SIGTERM (a PASS page beside a FAIL summary.json, hunt 11 D1); it is said after, with its exit code
+    with deferred_interrupts() as taken:
+        code, drawn = _verdict(run, summary, verdict_exit_code, headline)
+    if taken:
+        stop = interrupt(taken[0])
+        page = f" and {RunFolder(run).report} drawn again" if drawn else ""
+        name = "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
+        print(f"oracle audit: interrupted ({name}) after the audit of {args.run} finished: its tables and verdict "
+              f"(above) are written{page}; exit {interrupted_exit_code(stop)}, not the verdict's {code}", file=sys.stderr)
+        return interrupted_exit_code(stop)
+    return code
+
+
+def _verdict(run: Path, summary: dict, verdict_exit_code, headline) -> tuple[int, bool]:
+    """The summary, report.html drawn again, and the verdict line; its exit code, and whether a report.html was
+    drawn again."""
     print(render(summary, run))
-    redraw_report(run)
+    drawn = redraw_report(run)
+    return _verdict_line(run, summary, verdict_exit_code, headline), drawn
+
+
+def _verdict_line(run: Path, summary: dict, verdict_exit_code, headline) -> int:
     try:  # a PASS, or nothing measured, of a run cut short is not trusted; nor a FAIL of misread replies
         code, untrusted = trusted_exit_code(summary["verdict"], recorded_run(run))
     except (OSError, codec.DecodeError) as exc:  # a damaged run.json may have said the run was cut short
@@ -215,21 +280,24 @@ def _audit(args) -> int:
     return code
 
 
-def redraw_report(run: Path) -> None:
+def redraw_report(run: Path) -> bool:
     """The run's report.html, when it has one, drawn again from the tables just written: a re-audit that changed
     the verdict (other gates, the store read again) left the page's badge saying the earlier one beside a new
-    summary.json (verdict hunt 10). One that cannot be drawn is said; the verdict and exit code stand."""
+    summary.json (verdict hunt 10). One that cannot be drawn is said; the verdict and exit code stand. True when a
+    page was drawn."""
     page = RunFolder(run).report
     if not page.exists():
-        return
+        return False
     try:
         from oracle.report import render as render_report
 
         render_report(run)
         print(f"report: {page} (drawn again for this audit)")
+        return True
     except Exception as exc:  # noqa: BLE001 - the audit's verdict stands; the page is said to be the earlier one
         print(f"warning: {page} could not be drawn again ({type(exc).__name__}: {exc}): it shows the earlier audit; "
               f"draw it with `python -m oracle report {shlex.quote(str(run))}`", file=sys.stderr)
+        return False
 
 
 def _online(run: Path, limits, recovery_s: float) -> int:
