@@ -194,6 +194,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         found.extend(unspanned(tally, context.faults) if tally.totals["answered"] else [])
         found.extend(short_ttl(evidence, linked.classes.get("expired", 0) + tally.totals["expired_after_end"]))
         found.extend(after_end_note(tally.totals, evidence))
+        found.extend(workers_lost_note(folder))
         found.extend(tally.far_turns(folder.audit / "sessions.csv.tmp"))  # turns days off the rest: a wrong clock
         found.extend(sibling_keys(linked.classes, foreign, owned, options.key_template))
         result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
@@ -232,6 +233,22 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                              ("windows.csv", folder.windows_csv), ("summary.json", folder.summary)):
             (folder.audit / f"{name}.tmp").replace(target)  # the tables as a set: never new ones beside an old verdict
     return result
+
+
+def workers_lost_note(folder: RunFolder) -> list[str]:
+    """A warning when some of the run's Locust workers went missing (run.json's ``workers_lost``; every one of them
+    makes the verdict NOT TRUSTED, oracle.verdict.cut_short): the turns they had in flight and the journal lines
+    they had not yet sent the master are not judged, while the store may hold them. It was said only on the
+    terminal, and a PASS of the rest looked like a PASS of the whole run (verdict hunt 11)."""
+    try:
+        lost = codec.load_document(folder.run_json).get("workers_lost")
+    except (OSError, codec.DecodeError, AttributeError):
+        return []
+    if not isinstance(lost, dict) or lost.get("all") or not lost.get("count"):
+        return []
+    return [f"locust: {codec.short(lost.get('count'))} Locust worker(s) went missing during the test (run.json "
+            "workers_lost): the turns they had in flight and the journal lines they had not yet sent the master are "
+            "not judged (the store may hold them); the verdict is of the rest of the run"]
 
 
 def scripted_probes(folder: RunFolder) -> int | None:

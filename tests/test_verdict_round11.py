@@ -134,3 +134,16 @@ def test_a_run_whose_store_was_flushed_after_its_own_audit_is_not_judged_from_th
     assert (tmp_path / "store" / "meta.json").read_text() == snapshot
     assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 0  # its own reading still PASSes
 
+
+
+def test_a_worker_lost_mid_run_is_said_in_the_audit_not_only_on_the_terminal(tmp_path):
+    """kill -9 of one of two workers: the run PASSed on the rest, and summary.json and report.html said nothing of
+    the lost worker's unjudged turns (only run.json and one terminal line did)."""
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("probe", "ok")] for _ in range(4)], seed=19)
+    write_journal(tmp_path, world.records)
+    write_snapshot(tmp_path, world)
+    meta = {"run": world.records[0]["run"], "start": 1.0, "end": 2e9, "workers_lost": {"count": 1, "all": False}}
+    (tmp_path / "run.json").write_text(json.dumps(meta))
+    summary = audit_run(tmp_path, jobs=1)
+    assert exit_code(summary["verdict"]) == 0
+    assert any(p.startswith("locust: 1 Locust worker(s) went missing") for p in summary["problems"])
