@@ -31,15 +31,6 @@ SETTLE_S = 0.005  # a connection is quiet this long after a reply before the nex
 BARRIER = b"goldfish"  # the ping a new connection is read up to (frames the bot sent with its handshake: a greeting)
 
 
-def holds_reply(contract, frame: bytes) -> bool:
-    """Whether ``frame`` holds a reply where ``contract`` says (and is a frame --reply-where keeps)."""
-    try:
-        contract.reply(frame)
-    except NoReply:
-        return False
-    return True
-
-
 class SocketTurns:
     """One conversation's connection. Turns take it one at a time (a burst's turns go one after the other:
     a reply frame names no turn, so two turns in flight on one connection could take each other's)."""
@@ -132,7 +123,7 @@ class SocketTurns:
             if opcode == websocket.ABNF.OPCODE_CLOSE:
                 return False
             if not streamed and opcode in (websocket.ABNF.OPCODE_TEXT, websocket.ABNF.OPCODE_BINARY) and \
-                    holds_reply(contract, data):
+                    contract.has_reply(data):
                 streamed = True
                 self.streamed(contract, data)
         return True
