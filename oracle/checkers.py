@@ -74,7 +74,10 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
     position = 0
     merged: dict[int, tuple[int, int]] = {}
     untokened = None  # own message without its token -> turn: a cleaned copy stored beside the message
+    as_user = _replies_as_user_entries(decoded, by_turn) if by_turn else ()
     for index, text in decoded.users:
+        if index in as_user:  # this session's reply stored under the user's role: no write of the user's
+            continue
         m = search(text)
         if m is None:  # not a goldfish message (no token): nothing to judge it by, unless it is a turn's message
             if by_turn and untokened is None:  # with the token taken out (a copy cleaned for embeddings), stored
@@ -134,6 +137,18 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
             if value is not None:  # any entry, the user's own message with its token included ("Context: ...")
                 v.strays.append((index, value, text, role))
     return v
+
+
+def _replies_as_user_entries(decoded: Decoded, by_turn: dict[int, Turn]) -> set:
+    """The user-role entries that are, as a whole, one of this session's journaled replies and none of its messages:
+    a bot storing its answers under the user's role (feeding them back as the user's). The reply quotes the
+    message, token and all, yet it is no second copy of the message, nor (with another session's token in it) that
+    session's message: it is the answer, kept under the wrong role, so its turn is ``unanswered``."""
+    replies = {t.reply for t in by_turn.values() if t.reply}
+    if not replies:
+        return set()
+    said = {t.message for t in by_turn.values()}
+    return {index for index, text in decoded.users if text in replies and text not in said}
 
 
 def _other_value(text: str, own_values: set) -> str | None:
@@ -561,9 +576,15 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
     spare: list[str] = []      # other assistant entries' texts after it, unclaimed, read alike (_plain)
     spare_texts: list[str] = []  # the same entries as stored, for ``_worded`` (read only when _plain finds none)
     words: dict[str, str] = {}   # stored text -> its ``_bare`` reading, each read once
+    claimed: dict[str, list[Turn]] = {}  # verbatim reply -> the turns that claimed a stored copy of it
+    as_user = {text: index for index, text in decoded.users if text in replies} if replies else {}  # its reply
+    #                                     under the user's role (a bot feeding its answers back as the user's)
+    tool_texts = decoded.tool_texts
     out = []
     for index, role, text in reversed(decoded.messages):
         if role == ASSISTANT:
+            if not text and index in tool_texts:  # no text, its tool call's arguments hold this reply
+                text = next((a for a in tool_texts[index] if a in replies), text)
             if text in replies:
                 seen[text] += 1
             else:
@@ -581,12 +602,16 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
                 like = _worded(spare_texts, t.reply or "", words)
             if seen[t.reply] > 0:
                 seen[t.reply] -= 1
+                claimed.setdefault(t.reply, []).append(t)
+            elif t.reply and any(_overlap(t, o) for o in claimed.get(t.reply, ())):
+                pass  # sent before a turn of the same reply was answered: a burst answered once, one copy for both
             elif like is not None:  # stored otherwise than it was sent (a footer the API adds, cut short, normalised)
                 del spare[like], spare_texts[like]
             else:
                 out.append(finding("unanswered", session, turn, t.sent, token=t.token, reply=t.reply,
                                    matched_by="reply text, then count", assistant_entries_after=sum(seen.values()),
                                    stored_instead=spare_texts[-1][:120] if spare_texts else None,
+                                   **({"reply_stored_as_user_entry": as_user[t.reply]} if t.reply in as_user else {}),
                                    **({"other_roles": sorted(map(str, decoded.other_roles))[:5]}
                                       if decoded.other_roles else {})))
     out.reverse()
@@ -597,6 +622,14 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
             seen[reply] -= 1
             misplaced.append(f["turn"])
     return [f for f in out if f["turn"] not in misplaced], misplaced
+
+
+def _overlap(a: Turn, b: Turn) -> bool:
+    """Two turns in flight at once (each sent before the other was answered): a burst, as ``check_reordered``
+    reads it. A bot answering a double-sent message together with the one in flight sends both the same reply and
+    stores it once after both user entries: that one copy answers both. Turns one after the other are answered
+    one by one, each reply stored for its own turn."""
+    return a.received is not None and b.received is not None and a.sent < b.received and b.sent < a.received
 
 
 def _worded(texts: list[str], reply: str, words: dict[str, str]) -> int | None:
@@ -634,22 +667,57 @@ OTHER_REPLY_CHARS = 8  # a shorter reply ("Noted.") may be part of any text
 def _answers(stored: str, reply: str, t: Turn, others: list[str]) -> bool:
     """``_holds``, and the stored text keeps what the answer said: the value the turn's reply carried (a reply
     of several bubbles stored as its first, an acknowledgement without the recalled value, is not its answer),
-    and no other reply of the session (a buffer of every reply so far, stored again each turn, is not)."""
-    if not _holds(stored, reply):
-        return False
+    and no other reply of the session (a buffer of every reply so far, stored again each turn, is not). The
+    tokens of the turn's own message may stand beside the reply (``_holds``' ``quoted``: a reasoning block or a
+    {question, answer} object quoting the message it answers); and a short part of the reply that holds the value
+    the turn's reply carried is its answer (``_recalls``: a recall answer stored without the footer, reasoning
+    block or quoted question the API added to what it returned)."""
     value = (t.nonce or "").casefold()
+    if not (_holds(stored, reply, _own_tokens(t)) or _recalls(stored, reply, value)):
+        return False
     if value and value in reply and value not in stored:
         return False
     return not any(other in stored and other not in reply for other in others)
 
 
-def _holds(stored: str, reply: str) -> bool:
-    """``like_reply`` of two texts already read alike (each spare text is read so once, not once per turn)."""
+def _holds(stored: str, reply: str, quoted: frozenset = frozenset()) -> bool:
+    """``like_reply`` of two texts already read alike (each spare text is read so once, not once per turn). A
+    text holding the whole reply holds no token besides, but those in ``quoted`` (the tokens of the message the
+    turn sent: an assistant entry quoting the message it answers, in a reasoning block or a {question, answer}
+    object, still keeps the answer; earlier messages' tokens are a prompt stored with its completion, another
+    session's cross-talk)."""
     if not stored or not reply:
         return stored == reply
     if stored in reply:
         return 2 * len(stored) >= len(reply) or len(stored) >= LIKE_MIN_CHARS
-    return reply in stored and TOKEN_RE.search(stored.replace(reply, " ", 1)) is None
+    at = stored.find(reply)
+    if at < 0:
+        return False
+    if quoted and _SPEAKER.search(stored, 0, at):  # a transcript, "[..t0] Hi AI: <reply>": the prompt and it
+        quoted = frozenset()
+    return all(m.group(0) in quoted for m in TOKEN_RE.finditer(stored[:at] + " " + stored[at + len(reply):]))
+
+
+_SPEAKER = re.compile(r"[^\W\d_]{1,12}\s*:\s*$")  # "AI: ", "assistant:" right before the reply: a speaker's label
+
+
+def _own_tokens(t: Turn) -> frozenset:
+    """The tokens of the turn's own message (its journaled token, and any its message carried), as ``_plain``
+    reads them."""
+    return frozenset([t.token.casefold()] if t.token else []) | \
+        frozenset(m.group(0).casefold() for m in TOKEN_RE.finditer(t.message or ""))
+
+
+_WORD = re.compile(r"[^\W\d_]{2,}")
+
+
+def _recalls(stored: str, reply: str, value: str) -> bool:
+    """A stored text that is a part of the reply, too short for ``_holds``, yet holds the value the reply carried
+    (``value``, the turn's fact value, read alike) and a word besides: a recall answer ("Your order number is
+    9284-9RPG.") kept without what the API added around it (a footer, a reasoning block, the question quoted
+    first). A generic short text ("OK.", "Noted.") holds no value, and the value alone is no answer."""
+    return bool(value) and value in stored and value in reply and stored in reply and \
+        _WORD.search(stored.replace(value, " ")) is not None
 
 
 _BLOCK_TAG = re.compile(r"<\s*/?\s*(?:p|div|br|li|ul|ol|h[1-6]|tr|td|th|table|blockquote|pre|hr)\b[^<>]*>", re.I)
@@ -852,8 +920,12 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
     entry holds a text (no role at --role-field). None of its own: "roles"
     and their names when its tokens are in entries of roles neither user nor assistant (the wrong --user-role);
     "untokened" when it has user entries but none carries any token (the bot rewrites messages); "undecodable"
-    when no entry decodes and none is a pickle (another format than JSON); "swapped" when no user entry starts
-    with its own message's token but some assistant entry does (the role options the other way round); else None."""
+    when no entry decodes and none is a pickle (another format than JSON); "pickled" when every entry is a pickle
+    (goldfish never unpickles: oracle/keys.py check_layout weighs the run's recall probes, as pickle drift, a release
+    that cannot unpickle its predecessor's entries, forgets); "swapped" when no user entry starts with its own
+    message's token but some assistant entry does (the role options the other way round); else None. Replies
+    stored as entries of the user's role (a bot feeding its answers back as the user's) are no "replies
+    inside": they are judged, every turn unanswered."""
     own = f"[{session}t"
     if decoded.users and not any(text.startswith(own) for _, text in decoded.users) and \
             any(kind == ASSISTANT and text.startswith(own) for _, kind, text in decoded.messages):
@@ -867,15 +939,19 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
         long = [reply for reply in replies if len(reply) >= REPLY_IN_ENTRY_CHARS]
         entries = [_json_strings(e.decode("utf-8", "replace") if isinstance(e, (bytes, bytearray)) else e)
                    for e in raw.entries if isinstance(e, (str, bytes, bytearray))] if long else []
-        if any(reply in e for e in entries for reply in long):
+        if any(reply in e for e in entries for reply in long) and not _replies_as_user(decoded, replies, turns):
             return "replies inside"  # one entry per exchange: {"role": "user", "content": ..., "response": ...}
     if not turns:
         if decoded.other_roles and any(kind == OTHER and own in text for _, kind, text in decoded.messages):
             return "roles", tuple(sorted(map(str, decoded.other_roles)))
         if decoded.users and not any(TOKEN_RE.search(text) for _, text in decoded.users):
             return "untokened"
-        if decoded.corrupt and not decoded.messages and not any("pickle" in c["reason"] for c in decoded.corrupt):
-            return "undecodable"
+        if decoded.corrupt and not decoded.messages:
+            pickles = sum("pickle" in c["reason"] for c in decoded.corrupt)
+            if not pickles:
+                return "undecodable"
+            if pickles == len(decoded.corrupt):
+                return "pickled"
         return None
     if raw.type not in ("list", "string", "http"):
         return "held"
@@ -888,6 +964,14 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
     if down > up:
         return {"list": "reversed", "string": "blob reversed"}.get(raw.type, f"{raw.type} reversed")
     return "ordered" if up > down else "held"
+
+
+def _replies_as_user(decoded: Decoded, replies: set, turns: list) -> bool:
+    """Some entry of the user's role is, as a whole, one of the replies the client got and none of the messages it
+    sent (a bot that stores its answers under the user's role): the reply is an entry of its own, not a field of
+    the user's entry."""
+    said = {t.message for t in turns if t is not None}
+    return any(text in replies and text not in said for _, text in decoded.users)
 
 
 _CLASSES = ("lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished", "expired", "evicted",

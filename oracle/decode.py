@@ -27,6 +27,8 @@ class Decoded:
     users: list = field(default_factory=list)     # [(entry index, text)] the user-role subset, in order
     corrupt: list = field(default_factory=list)   # [{"index", "reason", "excerpt", "length"}]
     other_roles: set = field(default_factory=set)  # role names of the entries that are neither user nor assistant
+    tool_texts: dict = field(default_factory=dict)  # entry index -> the string values of the tool calls' arguments
+    #                                                 of a user or assistant entry with no text (``_tool_texts``)
 
 
 def get_path(obj, path: str):
@@ -63,7 +65,7 @@ def why_undecodable(value, reason: str = "") -> str:
     """Name the problem with an entry that did not parse as JSON (``reason``: the codec's)."""
     if isinstance(value, (bytes, bytearray)):
         if len(value) >= 2 and value[0] == 0x80 and 1 <= value[1] <= 5:
-            return f"a Python pickle (protocol {value[1]}); not unpickled"
+            return f"a Python pickle (protocol {value[1]}); not utf-8 text, not unpickled"
         try:
             bytes(value).decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -112,6 +114,45 @@ class Shape:
         return kind, content
 
 
+def _tool_texts(element: dict, content_path: list) -> list[str]:
+    """The string values of the arguments of the tool calls beside a message's empty text: LangChain's
+    ``tool_calls[*].args`` (an object), OpenAI's ``tool_calls[*].function.arguments`` and ``function_call.arguments``
+    (a JSON string). A structured answer by tool calling (LangChain's ``with_structured_output`` / ``bind_tools``
+    with one ``Answer`` tool) keeps the reply there, ``content`` empty: oracle/checkers.py ``check_unanswered``
+    reads one of them as the reply when it is that reply verbatim, and nothing else."""
+    holder = _dig(element, content_path[:-1])
+    calls = []
+    for h in (holder, element) if holder is not element else (element,):
+        if isinstance(h, dict):
+            calls += h["tool_calls"] if isinstance(h.get("tool_calls"), list) else []
+            calls += [h["function_call"]] if isinstance(h.get("function_call"), dict) else []
+            kwargs = h.get("additional_kwargs")
+            if isinstance(kwargs, dict) and isinstance(kwargs.get("tool_calls"), list):
+                calls += kwargs["tool_calls"]
+    out: list[str] = []
+    for call in calls:
+        if not isinstance(call, dict):
+            continue
+        args = call.get("args")
+        function = call.get("function") if isinstance(call.get("function"), dict) else call
+        if args is None and isinstance(function.get("arguments"), str):
+            try:
+                args = codec.loads(function["arguments"])
+            except codec.DecodeError:
+                args = function["arguments"]
+        todo = [args]
+        while todo:
+            value = todo.pop()
+            if isinstance(value, str):
+                if value and value not in out:
+                    out.append(value)
+            elif isinstance(value, dict):
+                todo += reversed(list(value.values()))
+            elif isinstance(value, list):
+                todo += reversed(value)
+    return out
+
+
 def _calls_tools(element: dict, content_path: list) -> bool:
     """The message beside the text (or the element itself) carries tool calls: a message without text."""
     holder = _dig(element, content_path[:-1])
@@ -140,7 +181,8 @@ def decode_session(raw: RawSession, shape: Shape, elements: list | None = None) 
     if raw.type == "string":
         _decode_blob(raw.entries[0] if raw.entries else b"", shape, out)
         return out
-    if elements is not None and not any(e.role in CHAT_TYPES for e in elements):  # (their role is inside: below)
+    if elements is not None and not any(e.role in CHAT_TYPES for e in elements) and \
+            all(map(shape.text_of, elements)):  # (a chat's role is inside, an empty text may have tool calls: below)
         _fill(out, [e.role for e in elements], list(map(shape.text_of, elements)), shape)
         return out
     for index, entry in enumerate(raw.entries):
@@ -161,8 +203,13 @@ def decode_session(raw: RawSession, shape: Shape, elements: list | None = None) 
 
 def _add(out: Decoded, index: int, got: tuple, element: dict, shape: Shape) -> None:
     """One decoded message; the role name of one neither user's nor assistant's is kept (the unanswered finding
-    names them: a bot storing its answers under another role needs --assistant-role)."""
+    names them: a bot storing its answers under another role needs --assistant-role). A message with no text
+    keeps its tool calls' argument strings aside (``Decoded.tool_texts``)."""
     out.messages.append((index, got[0], got[1]))
+    if not got[1] and got[0] != OTHER:
+        texts = _tool_texts(element, shape.content_path)
+        if texts:
+            out.tool_texts[index] = texts
     if got[0] == USER:
         out.users.append((index, got[1]))
     elif got[0] == OTHER:

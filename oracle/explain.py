@@ -177,6 +177,11 @@ def explain(f: dict) -> str:
                     "fault, counted once, as cross-talk.")
         head = (f"Session {s} turn {turn} (token {e['token']}) was acknowledged with a reply, and its user entry is "
                 f"stored, but no assistant entry after it holds that reply, verbatim or otherwise.")
+        as_user = e.get("reply_stored_as_user_entry")
+        if as_user is not None:
+            return (f"{head} Its reply is stored verbatim as entry {as_user} under the user's role: the bot keeps its "
+                    "answers as the user's messages, so the next turn's context reads them as what the user said."
+                    + _other_roles(e.get("other_roles")))
         instead = e.get("stored_instead")
         if instead:
             return (f"{head} The nearest assistant entry after it that answers no other turn holds {instead!r}, where "

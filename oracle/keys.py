@@ -48,12 +48,14 @@ class TemplateMismatch(StoreError):
     """The run's sessions are not where the key template says: the audit would report 100% loss."""
 
 
-def check_layout(order: Counter, options: StoreOptions, live: bool) -> None:
+def check_layout(order: Counter, options: StoreOptions, live: bool, forgot: bool = False) -> None:
     """TemplateMismatch when every session's key holds its turns in a way the options do not read (``order``:
     sessions by checkers.layout): the user entries of every list key holding two turns or more in the reverse
     order (mostly: a burst's pair may be either way), so the store keeps histories the other way round from
     --direction (every session would be 'reordered'); or no user entry anywhere, the tokens in entries of other
-    roles (every turn would be 'lost')."""
+    roles (every turn would be 'lost'); or every entry a Python pickle, and the bot remembered (not ``forgot``: more
+    than FORGETFUL of the run's answered recall probes failed, as pickle drift does, a release that cannot unpickle
+    its predecessor's entries: then its corrupt entries are the finding)."""
     again = "" if live else "read the store again with --store-url and "
     first = again[:1].upper() + again[1:]  # the advice's start, as a sentence
     sessions, names = _by_roles(order, "roles")
@@ -100,6 +102,13 @@ def check_layout(order: Counter, options: StoreOptions, live: bool) -> None:
             "[gf...tN] tag each message starts with): the bot rewrites what the user sent before storing it (strips "
             "the tag, or stores a paraphrase), and the token is how the audit tells one turn from another. Store the "
             "message as sent. Nothing was judged.")
+    if order["pickled"] >= 2 and not held and not forgot:
+        raise TemplateMismatch(
+            f"every entry of the {order['pickled']} sessions with stored entries is a Python pickle (recognised by its "
+            "header; the audit never unpickles: unpickling runs code), and the bot read them back (its recall probes "
+            "passed): the audit cannot read this store as it is. Read the histories with --reader (a function from "
+            "session ids to histories, one message each: docs/oracle.md \"Readers\"), or store JSON. Nothing was "
+            "judged.")
     if order["undecodable"] >= 2 and not held:
         # why: the corrupt entries' reasons (oracle/decode.py) of a sample of the keys, counted by kind; a re-audit
         # from the snapshot (or another reader) does not read the store again, so names the possible causes

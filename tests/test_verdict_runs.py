@@ -706,6 +706,18 @@ def _msgpack_like(message: dict) -> bytes:
     return b"\x82\xa4type" + message["type"].encode() + b"\xa7content\xc4" + message["data"]["content"].encode()
 
 
+def _forgetting(run, world) -> None:
+    """The journal of a bot that could not read its pickles back (pickle drift: a new release loads an empty
+    history): every answered probe failed. A bot that read them back (its probes pass) is exit 2, --reader."""
+    import shutil
+
+    for r in world.records:
+        if r["kind"] == "probe" and r["outcome"] == "ok":
+            r["verdict"] = "amnesia"
+    shutil.rmtree(run / "journal")
+    write_journal(run, world.records)
+
+
 def _pickled(message: dict) -> bytes:
     import pickle
 
@@ -723,6 +735,7 @@ def test_a_history_pickled_into_one_string_is_corrupt_not_lost(tmp_path, redis_s
     client.flushall()
     for s in world.order:
         client.set(f"message_store:{s}", pickle.dumps([message for _, message in world.stored[s]], protocol=4))
+    _forgetting(run, world)
     summary = audit_run(run, StoreOptions(url=redis_server.url, format="blob"), gates=REFUSALS_ALLOWED)
     assert summary["verdict"]["result"] == "fail" and summary["anomalies"] == {"corrupt": len(world.order)}
     corrupt = [f for f in read_findings(run) if f["class"] == "corrupt"]
@@ -756,6 +769,7 @@ def test_pickled_histories_stay_corrupt_findings(tmp_path, redis_server):
     client = redis_server.client()
     client.flushall()
     _store(client, world, lambda s: f"message_store:{s}", _pickled)
+    _forgetting(run, world)
     summary = audit_run(run, StoreOptions(url=redis_server.url, direction="rpush"), gates=REFUSALS_ALLOWED)
     assert summary["verdict"]["result"] == "fail" and summary["anomalies"]["corrupt"] > 0
 
