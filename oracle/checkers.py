@@ -939,7 +939,8 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
         long = [reply for reply in replies if len(reply) >= REPLY_IN_ENTRY_CHARS]
         entries = [_json_strings(e.decode("utf-8", "replace") if isinstance(e, (bytes, bytearray)) else e)
                    for e in raw.entries if isinstance(e, (str, bytes, bytearray))] if long else []
-        if any(reply in e for e in entries for reply in long) and not _replies_as_user(decoded, replies, turns):
+        if any(reply in e for e in entries for reply in long) and \
+                not _replies_as_user_entries(decoded, dict(enumerate(t for t in turns if t is not None))):
             return "replies inside"  # one entry per exchange: {"role": "user", "content": ..., "response": ...}
     if not turns:
         if decoded.other_roles and any(kind == OTHER and own in text for _, kind, text in decoded.messages):
@@ -964,14 +965,6 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
     if down > up:
         return {"list": "reversed", "string": "blob reversed"}.get(raw.type, f"{raw.type} reversed")
     return "ordered" if up > down else "held"
-
-
-def _replies_as_user(decoded: Decoded, replies: set, turns: list) -> bool:
-    """Some entry of the user's role is, as a whole, one of the replies the client got and none of the messages it
-    sent (a bot that stores its answers under the user's role): the reply is an entry of its own, not a field of
-    the user's entry."""
-    said = {t.message for t in turns if t is not None}
-    return any(text in replies and text not in said for _, text in decoded.users)
 
 
 _CLASSES = ("lost", "crosstalk", "reordered", "duplicated", "corrupt", "vanished", "expired", "evicted",
