@@ -180,12 +180,19 @@ class ChatContract:
 
     def poll_target(self, content: bytes, session: str) -> str | None:
         """The path a turn's job is polled at (``--poll-path``): ``{session}`` and each ``{reply.FIELD}`` (a
-        dotted path in the JSON the turn was answered with: the job's id) filled in, percent-encoded. None
-        when the answer names no such value."""
+        dotted path in the JSON the turn was answered with: the job's id) filled in, percent-encoded; or, when the
+        option is one ``{reply.FIELD}`` alone, that value as it is: a path or an http(s) URL the answer links the
+        job to (``{"links": {"self": "/v1/jobs/7"}}``). None when the answer names no such value."""
         try:
             answer = json_reply(content)
         except codec.DecodeError:
             return None
+        whole = POLL_FIELD.fullmatch(self.poll_path)
+        if whole:  # the job's own path or URL, as the answer gives it: used as it is
+            link = _at(answer, whole[1].split("."))
+            return link if isinstance(link, str) and (link.startswith("/") and not link.startswith("//") or
+                                                      link.startswith(("http://", "https://"))) \
+                and link.isprintable() and not any(c.isspace() for c in link) else None
         values = {}
         for field in POLL_FIELD.findall(self.poll_path):
             value = usable_session(_at(answer, field.split(".")))

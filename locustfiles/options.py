@@ -461,9 +461,12 @@ def check_websocket(get, reply_format: str) -> None:
 
 
 def check_poll_path(path: str) -> None:
-    """``--poll-path``: a path a job can be polled at, whose placeholders a turn can fill in."""
+    """``--poll-path``: a path a job can be polled at, whose placeholders a turn can fill in; or one placeholder
+    alone, ``{reply.links.self}``: the job's path (or URL) as the answer gives it."""
     if not path:
         return
+    if POLL_FIELD.fullmatch(path):  # the whole path (or URL) a value of the answer: a job's own link
+        path = "/" + path
     if not path.startswith("/") or path.startswith("//") or any(c.isspace() or not c.isprintable() for c in path):
         raise OptionError(f"--poll-path: {path!r} must start with one '/', without spaces or control characters")
     fields = POLL_FIELD.findall(path)

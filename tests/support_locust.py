@@ -38,7 +38,8 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
     threads    two calls: POST /threads {"assistant": "gf"} (400 without it) answers 201 {"id": "th <n>"} (a space:
                sent back percent-encoded), then POST /threads/<id>/messages {"content": ...} (404 for an unknown id)
     threads-flaky  the threads API, whose every third start answers 503
-    jobs       a job API: POST /chat {"session_id", "message"} answers 202 {"job": {"id": "j <n>"}} (stored at
+    jobs       a job API: POST /chat {"session_id", "message"} answers 202 {"job": {"id": "j <n>", "links":
+               {"self": "/jobs/j%20<n>"}}} (stored at
                once), GET /jobs/<id> answers {"status": "running"} twice (with Authorization as sent), then
                {"status": "done", "output": {"text": <the answer>}}; 404 for an unknown job
     jobs-stuck the job API, whose probes' jobs never finish
@@ -236,7 +237,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
         if mode.startswith("jobs"):
             job = f"j {next(counter)}"
             jobs[job] = [None if mode == "jobs-stuck" and PROBE_RE.search(message) else text, 0]
-            return respond(start, "202 Accepted", json.dumps({"job": {"id": job}}).encode(), extra=extra)
+            return respond(start, "202 Accepted", json.dumps({"job": {"id": job, "links": {"self": f"/jobs/{quote(job)}"}}}
+                                                             ).encode(), extra=extra)
         if mode in ("openai", "forgetful-stream", "langserve"):
             return stream(start, mode, text, extra)
         if mode in ("issued", "reissue"):
