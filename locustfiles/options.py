@@ -642,5 +642,6 @@ class Settings:
         d["start_body"] = redact.json_value(codec.loads(self.start_body)) if self.start_body else None
         d["think"] = list(self.think)
         d["store"] = None if self.store is None else {**self.store.__dict__, "url": redact.url(self.store.url),
-                                                      "http_url": redact.url(self.store.http_url), "on_batch": None}
+                                                      "http_url": redact.url(self.store.http_url), "on_batch": None,
+                                                      "http_headers": [[n, redact.MASK] for n, _ in self.store.http_headers]}
         return d

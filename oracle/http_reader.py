@@ -255,9 +255,9 @@ class HttpReader:
         self.workers = workers
         self.watchdog: _Watchdog | None = None
 
-    @staticmethod
-    def _session() -> requests.Session:
+    def _session(self) -> requests.Session:
         session = requests.Session()
+        session.headers.update(dict(self.options.http_headers))  # --http-header: the history API's credentials
         adapter = _Adapter()
         session.mount("http://", adapter)
         session.mount("https://", adapter)
@@ -374,7 +374,7 @@ class HttpReader:
                                    "these histories); nothing was judged")
         raise TemplateMismatch(
             f"{head}, which carried no credentials: --http-url sends no header of the chat's (--header reaches the "
-            f"chat only), so a history API behind the chat's token refuses it. Authenticate the GET: Basic "
+            f"chat only), so a history API behind the chat's token refuses it. Authenticate the GET: --http-header 'Authorization: Bearer TOKEN' (the chat's own header), Basic "
             "credentials in --http-url (user:password@ before its host) or in ~/.netrc, or let the tester read the history "
             "endpoint without them; or read the store itself with --store-url or --reader (docs/oracle.md "
             "\"Readers\"); nothing was judged")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import weakref
 
 from contracts import redact
@@ -83,6 +84,9 @@ STORE = [
                                  "(without it, and without --http-url or --reader, no store is audited)")),
     (("--http-url",), dict(default="", action=OnceNotEmpty, help="URL template returning a session's history, "
                                             "e.g. http://bot/sessions/{session}/history")),
+    (("--http-header",), dict(action="append", default=None, is_secret=True, include_in_web_ui=False,
+                              help="'Name: value' sent with every --http-url GET, repeatable: a history API behind the "
+                                   "chat's own token ('Authorization: Bearer ...')")),
     (("--reader",), dict(default="", action=OnceNotEmpty, help="module:function that reads a batch of sessions (docs/oracle.md)")),
     (("--key-template",), dict(default=_D.key_template, help="store key of a session's history "
                                                              "(default message_store:{session})")),
@@ -172,8 +176,11 @@ def store_options(values) -> StoreOptions | None:
              if value]
     if len(given) > 1:  # one of them was read and the others silently ignored
         raise OptionError(f"{' and '.join(given)}: give one way to read the store, not {len(given)}")
+    headers = tuple(http_header(text) for text in get("http_header") or ())
+    if headers and not http_url:
+        raise OptionError("--http-header: goes with --http-url (the history API's GETs), which is not given")
     options = StoreOptions(
-        url=url, http_url=http_url, reader=reader, key_template=str(get("key_template") or _D.key_template),
+        url=url, http_url=http_url, http_headers=headers, reader=reader, key_template=str(get("key_template") or _D.key_template),
         format=str(get("store_format") or _D.format), direction=str(get("direction") or _D.direction),
         role_field=str(get("role_field") or _D.role_field), content_field=str(get("content_field") or _D.content_field),
         user_roles=tuple(get("user_role") or _D.user_roles), assistant_roles=tuple(get("assistant_role") or _D.assistant_roles),
@@ -181,6 +188,20 @@ def store_options(values) -> StoreOptions | None:
         scan_foreign=not get("no_scan", False))
     check_store(options)
     return options
+
+
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
+
+
+def http_header(text: str) -> tuple[str, str]:
+    """``--http-header 'Name: value'`` as (name, value); OptionError naming it (its value masked) otherwise."""
+    name, sep, value = str(text).partition(":")
+    if not sep or not HEADER_NAME.match(name.strip()):
+        raise OptionError("--http-header: a value is not 'Name: value' (a name of letters, digits and -, then ':'); "
+                          "not shown, as it may hold a credential")
+    if any(not c.isprintable() and c != "\t" for c in value):
+        raise OptionError(f"--http-header: the value of {name.strip()!r} holds a control character (a line break?)")
+    return name.strip(), value.strip()
 
 
 def read_options_given(values) -> list[str]:
@@ -191,7 +212,8 @@ def read_options_given(values) -> list[str]:
     given = {"--key-template": get("key_template", _D.key_template) != _D.key_template,
              "--store-format": get("store_format", _D.format) != _D.format,
              "--direction": get("direction", _D.direction) != _D.direction,
-             "--batch": str(get("batch", _D.batch)) != str(_D.batch), "--no-scan": bool(get("no_scan", False))}
+             "--batch": str(get("batch", _D.batch)) != str(_D.batch), "--no-scan": bool(get("no_scan", False)),
+             "--http-header": bool(get("http_header"))}
     return [option for option, on in given.items() if on]
 
 

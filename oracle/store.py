@@ -38,6 +38,7 @@ class StoreOptions:
     user_roles: tuple = ("human", "user", "HumanMessageChunk")      # LangChain stores a streamed message as
     assistant_roles: tuple = ("ai", "assistant", "AIMessageChunk")  # its chunk type (RunnableWithMessageHistory)
     http_url: str | None = None               # e.g. http://host/sessions/{session}/history
+    http_headers: tuple = ()                  # (name, value) pairs every --http-url GET sends (secret: the chat's token)
     messages_field: str = "messages"          # dotted path to the message list in a JSON document (a blob, an
                                               # HTTP reply); a document that is a list is the list
     reader: str | None = None                 # module:function

@@ -199,3 +199,21 @@ def test_basic_credentials_in_the_url_are_sent(tmp_path, api):
         audit_run(run, StoreOptions(http_url=url))
     assert _Api.seen_auth[-1] == "Basic " + base64.b64encode(b"me:pw").decode()
 
+
+
+def test_http_header_sends_the_chats_token_to_the_history_api(tmp_path, api, capsys):
+    """--http-header 'Authorization: Bearer ...' (repeatable) goes with every GET: the history API behind the chat's
+    own token is read; a wrong token is exit 2 saying the credentials sent were refused; the option without
+    --http-url, or not 'Name: value', is refused naming it, its value masked."""
+    run = journaled(tmp_path)
+    url = f"{api}/auth/{{session}}"
+    code, out, err = oracle_main(capsys, "audit", run, "--http-url", url, "--http-header", "Authorization: Bearer s3cret",
+                                 "--http-header", "X-Tenant: t1", *QUIET_ERRORS)
+    assert code == 0 and set(_Api.seen_auth) == {"Bearer s3cret"}, (code, out, err)
+    code, out, err = oracle_main(capsys, "audit", run, "--http-url", url, "--http-header", "Authorization: Bearer no",
+                                 *QUIET_ERRORS)
+    assert code == 2 and "with the credentials it sent" in err, (code, out, err)
+    code, out, err = oracle_main(capsys, "audit", run, "--http-header", "Authorization: Bearer s3cret")
+    assert code == 2 and "--http-header: how to read the store, but none is read" in err, (code, out, err)
+    code, out, err = oracle_main(capsys, "audit", run, "--http-url", url, "--http-header", "Bearer s3cret")
+    assert code == 2 and "--http-header:" in err and "not 'Name: value'" in err and "s3cret" not in err, err

@@ -208,6 +208,9 @@ def test_options_parse_and_reject_with_the_option_name():
     assert s.headers == {"Authorization": "Bearer x"} and s.public()["headers"] == {"Authorization": "***"}
     assert s.run_dir.startswith("results/") and str(s.gates.limits["probe_amnesia"]) == "1%"
     assert s.gates.spec == "strict,probe_amnesia=1%" and s.public()["gates"] == s.gates.spec
+    O.http_url, O.http_header = "http://127.0.0.1:1/h/{session}", ["Authorization: Bearer s3cret"]  # run.json: masked
+    assert Settings.from_options(O).public()["store"]["http_headers"] == [["Authorization", "***"]]
+    assert "s3cret" not in json.dumps(Settings.from_options(O).public())
     O.gate = "lenient,lost=nope"
     with pytest.raises(OptionError, match="--gate .lost=nope.: .nope. is not a limit"):
         Settings.from_options(O)
