@@ -139,6 +139,9 @@ def view(session: str, decoded: Decoded, raw: RawSession, by_turn: dict[int, Tur
     return v
 
 
+_WRAPPER = re.compile(r"(?:\s|<[^<>]{1,40}>|[\"'`*>#-])*")  # what may stand before a message stored wrapped: tags, quotes
+
+
 def _replies_as_user_entries(decoded: Decoded, by_turn: dict[int, Turn]) -> set:
     """The user-role entries that are, as a whole, one of this session's journaled replies and none of its messages:
     a bot storing its answers under the user's role (feeding them back as the user's). The reply quotes the
@@ -922,17 +925,18 @@ def layout(session: str, raw: RawSession, turns: list, decoded: Decoded) -> str 
     "untokened" when it has user entries but none carries any token (the bot rewrites messages); "undecodable"
     when no entry decodes and none is a pickle (another format than JSON); "pickled" when every entry is a pickle
     (goldfish never unpickles: oracle/keys.py check_layout weighs the run's recall probes, as pickle drift, a release
-    that cannot unpickle its predecessor's entries, forgets); "swapped" when no user entry starts with its own
-    message's token but some assistant entry does (the role options the other way round); else None. Replies
-    stored as entries of the user's role (a bot feeding its answers back as the user's) are no "replies
+    that cannot unpickle its predecessor's entries, forgets); "swapped" when no user entry holds its own
+    message's token (after tags, quote marks: ``_WRAPPER``) while some assistant entry does (the role options the
+    other way round; a user entry wrapped in tags, <user_input>[gf..t0] ...</user_input>, beside replies that quote the message first, is not);
+    else None. Replies stored as entries of the user's role (a bot feeding its answers back as the user's) are no "replies
     inside": they are judged, every turn unanswered."""
     own = f"[{session}t"
-    if decoded.users and not any(text.startswith(own) for _, text in decoded.users) and \
+    replies = {t.reply for t in turns if t is not None and t.reply}
+    if decoded.users and not any(_WRAPPER.sub("", text, 1).startswith(own) for _, text in decoded.users) and \
             any(kind == ASSISTANT and text.startswith(own) for _, kind, text in decoded.messages):
         return "swapped"
     if decoded.messages and not any(text for _, _, text in decoded.messages):
         return "no messages"  # every entry an item with no role at --role-field (a field the entries lack)
-    replies = {t.reply for t in turns if t is not None and t.reply}
     if replies and not any(kind == ASSISTANT for _, kind, _ in decoded.messages):
         if decoded.other_roles and any(kind == OTHER and text in replies for _, kind, text in decoded.messages):
             return "reply roles", tuple(sorted(map(str, decoded.other_roles)))

@@ -311,3 +311,39 @@ def test_a_tool_call_that_is_not_the_answer_answers_nothing(tmp_path, redis_serv
     store_tool_calls(redis_server.url, world, lambda r: {"query": r["message"]})
     summary = audit_run(run, StoreOptions(url=redis_server.url), gates=parse_gates("strict"))
     assert summary["anomalies"] == {"unanswered": sum(len(world.turns(s)) for s in world.order)}
+
+
+def test_user_entries_wrapped_in_tags_beside_replies_quoting_the_message_are_not_swapped_roles(tmp_path, redis_server):
+    """User entries stored as <user_input>[gf..t0] ...</user_input> (prompt-injection hygiene) and replies that start by
+    quoting the message: exit 2 "the roles are the other way round", and the advised swap FAILed a correct bot
+    (bot hunt 11 W7). The user entries hold their tokens: PASS. Roles truly swapped are still named."""
+    import time
+
+    from oracle.keys import TemplateMismatch
+    from support_oracle import TurnSpec, build_world, fill_redis, write_journal
+
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("chatter", "ok"), TurnSpec("probe", "ok")]
+                         for _ in range(4)], start=time.time() - 60, seed=23)
+    by = {(r["session"], r["turn"]): r for r in world.records}
+    for s, entries in world.stored.items():
+        for n, (turn, m) in enumerate(entries):
+            r, data = by[(s, turn)], dict(m["data"])
+            if m["type"] == "human":
+                data["content"] = f"<user_input>{data['content']}</user_input>"
+            else:
+                r["reply"] = data["content"] = f"{r['message']}\n\n{data['content']}"
+            entries[n] = (turn, {**m, "data": data})
+    write_journal(tmp_path, world.records)
+    fill_redis(redis_server.client(), world)
+    summary = audit_run(tmp_path, StoreOptions(url=redis_server.url))
+    assert summary["verdict"]["result"] == "pass", summary["verdict"]["failed"]
+
+    swapped = build_world([[TurnSpec("plant", "ok"), TurnSpec("chatter", "ok"), TurnSpec("probe", "ok")]
+                           for _ in range(4)], start=time.time() - 60, seed=29)
+    for s, entries in swapped.stored.items():  # the roles the other way round: the user's messages stored as "ai"
+        swapped.stored[s] = [(t, {**m, "type": "ai" if m["type"] == "human" else "human"}) for t, m in entries]
+    other = tmp_path / "swapped"
+    write_journal(other, swapped.records)
+    fill_redis(redis_server.client(), swapped)
+    with pytest.raises(TemplateMismatch, match="other way round"):
+        audit_run(other, StoreOptions(url=redis_server.url))
