@@ -145,7 +145,7 @@ def streamed_replies(environment) -> dict | None:
 def distrust(run, streamed: dict | None, code: int) -> int:
     """The run's code once its FAIL is weighed against its replies: a FAIL of a bot whose replies came in several
     frames is NOT TRUSTED, 3 (oracle.verdict.misread_replies), said beside the verdict; any other code as it is."""
-    from oracle.verdict import misread_replies
+    from oracle import misread_replies
 
     why = misread_replies({"streamed_replies": streamed}) if code == EXIT_GATE else None
     if why is None:

@@ -15,6 +15,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     ttl_floor(client, template, cursor)    the shortest TTL keys under the template get (the telemetry looks)
     NOTHING_ACKNOWLEDGED                   the failed rule of a run the target acknowledged nothing of
     verdict_exit_code(verdict)             0 pass, 1 a gate failed, 2 nothing to judge (README "Exit codes")
+    misread_replies(run)                   why a FAIL is NOT TRUSTED: WebSocket replies that came in several frames
     audit_option_names()                   the audit's options' attribute names
     AuditOptionError, JournalError, TimelineError, TemplateMismatch, StoreOptions, Gates, StoreError, SnapshotError
     FOLLOW_ENV                             how `python -m oracle follow` (the rolling audit) gets its store
@@ -34,7 +35,7 @@ _WHERE = {
     "AuditOptionError": ("oracle.options", "OptionError"), "NotEmpty": ("oracle.options", "NotEmpty"),
     "headline": ("oracle.verdict", "headline"), "rule_line": ("oracle.verdict", "rule_line"),
     "NOTHING_ACKNOWLEDGED": ("oracle.verdict", "NOTHING_ACKNOWLEDGED"),
-    "verdict_exit_code": ("oracle.verdict", "exit_code"),
+    "verdict_exit_code": ("oracle.verdict", "exit_code"), "misread_replies": ("oracle.verdict", "misread_replies"),
     "JournalError": ("oracle.history", "JournalError"), "TimelineError": ("oracle.timeline", "TimelineError"),
     "TemplateMismatch": ("oracle.keys", "TemplateMismatch"), "ttl_floor": ("oracle.keys", "ttl_floor"),
     "StoreOptions": ("oracle.store", "StoreOptions"), "Gates": ("oracle.verdict", "Gates"),
