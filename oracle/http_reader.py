@@ -282,9 +282,7 @@ class HttpReader:
         response, content = self._fetch(url)
         if response.status_code in (404, 410):
             return RawSession(session, url, False, None, [], "none")
-        self._refused(response, url)
-        if response.status_code >= 400:
-            raise StoreError(f"GET {url} answered HTTP {response.status_code}: {response.text[:200]!r}")
+        self._answered(response, url, f"GET {url}")
         try:
             body = response.json()
         except ValueError:
@@ -320,9 +318,7 @@ class HttpReader:
                                  "bytes, the most one session's history may be (MAX_HISTORY_BYTES in "
                                  "oracle/http_reader.py)")
             where = f"GET {redact.url(target)} (page {page} of {url}'s history)"
-            self._refused(response, target)
-            if response.status_code >= 400:
-                raise StoreError(f"{where} answered HTTP {response.status_code}: {response.text[:200]!r}")
+            self._answered(response, target, where)
             try:
                 body = response.json()
             except ValueError:
@@ -351,6 +347,12 @@ class HttpReader:
                 return self._get(http, url)
             except _Retry as again:
                 raise StoreError(f"GET {url} failed: {again.__cause__}") from again.__cause__
+
+    def _answered(self, response: requests.Response, url: str, where: str) -> None:
+        """TemplateMismatch when the API refused the GET (``_refused``), StoreError for any other error status."""
+        self._refused(response, url)
+        if response.status_code >= 400:
+            raise StoreError(f"{where} answered HTTP {response.status_code}: {response.text[:200]!r}")
 
     def _refused(self, response: requests.Response, url: str) -> None:
         """TemplateMismatch (exit 2, nothing judged) when the history API refuses the GET (401/403): the options

@@ -748,7 +748,7 @@ class _Keys:
         """Per key: it names a session of the run under the key template (all keys checked at once)."""
         prefix, _, suffix = self.template.partition("{session}")
         fits = [k.startswith(prefix) and k.endswith(suffix) and len(k) >= len(prefix) + len(suffix) for k in keys]
-        owned = iter(self.sessions.contains([k[len(prefix):len(k) - len(suffix)] for k, f in zip(keys, fits) if f]))
+        owned = iter(self.sessions.contains([_id_in(k, prefix, suffix) for k, f in zip(keys, fits) if f]))
         return [next(owned) if f else False for f in fits]
 
 
@@ -810,6 +810,11 @@ def ttl_floor(client: redis.Redis, template: str, cursor: int = 0,
     return (max(0.0, min(lives) - IDLE_CLOCK_S) if lives else None), cursor
 
 
+def _id_in(key: str, prefix: str, suffix: str) -> str:
+    """What stands for {session} in a key under the template ``prefix{session}suffix``."""
+    return key[len(prefix):len(key) - len(suffix)]
+
+
 def _template_ttls(client: redis.Redis, template: str, cursor: int = 0,
                    calls: int = TTL_SCAN_CALLS, any_id: bool = False) -> tuple[list[float], int]:
     """For up to TTL_SAMPLE keys under the template that carry a TTL (and name a goldfish id, unless ``any_id``),
@@ -821,8 +826,7 @@ def _template_ttls(client: redis.Redis, template: str, cursor: int = 0,
         pattern, keys = template_pattern(template), []
         for _ in range(calls):
             cursor, found = client.scan(cursor, match=pattern, count=1000)
-            keys += found if any_id else [k for k in found
-                                          if SESSION_RE.match(as_text(k)[len(prefix):len(as_text(k)) - len(suffix)])]
+            keys += found if any_id else [k for k in found if SESSION_RE.match(_id_in(as_text(k), prefix, suffix))]
             if not cursor or len(keys) >= TTL_SAMPLE:
                 break
         pipe = client.pipeline(transaction=False)
