@@ -195,6 +195,7 @@ def store_arguments(store) -> str:
     if store.http_url or store.reader:
         where = f" --http-url {shlex.quote(redact.url(store.http_url))}" if store.http_url else \
             f" --reader {shlex.quote(store.reader)}"
+        where += "".join(f" --http-header {shlex.quote(f'{name}: {redact.MASK}')}" for name, _ in store.http_headers)
     else:
         where = " --store-url URL"
     defaults = type(store)()

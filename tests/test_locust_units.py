@@ -350,6 +350,9 @@ def test_the_command_that_finishes_an_interrupted_audit_names_the_runs_own_store
     assert got == (" --http-url 'http://u:***@127.0.0.1:8/history/{session}' --role-field role --content-field content"
                    " --assistant-role bot")
     assert "secret" not in got
+    with_token = store_arguments(StoreOptions(http_url="http://127.0.0.1:8/history/{session}",
+                                              http_headers=(("Authorization", "Bearer s3cret"),)))
+    assert with_token == " --http-url 'http://127.0.0.1:8/history/{session}' --http-header 'Authorization: ***'"
 
 
 # ---- signals after the load (locustfiles/endofrun.py) -------------------------------------------------
