@@ -52,6 +52,19 @@ def assert_locust_counts_the_journal(ui, run_dir) -> int:
     return sent
 
 
+RECOVERY_S = 5.0  # the audit's recovery margin after a fault (oracle audit --recovery's default)
+
+
+def _quiet_since(timeline, seconds: float) -> bool:
+    """The fault recovered more than ``seconds`` ago: turns after its recovery margin are quiet, so the errors gate
+    has turns to measure (stopped while every turn was under the fault or its margin, the run FAILed 'errors: not
+    measured' on a busy machine)."""
+    import time
+
+    recovered = [json.loads(line)["time"] for line in timeline.read_text().splitlines() if '"recover"' in line]
+    return bool(recovered) and time.time() > recovered[-1] + seconds
+
+
 def tab_rows(status) -> dict:
     return {(r["section"], r["item"]): r for r in status["rows"]}
 
@@ -80,8 +93,8 @@ def test_two_runs_in_one_ui_session_make_two_complete_run_folders(tmp_path, refb
                 fault = rows[("chaos", "k#0")]
                 assert fault["value"] == "kill on bot-2" and "applied +" in fault["detail"], fault
                 assert rows[("verdict", "when the test stops")] and rows[("run", "folder")]["value"] == run_dir.name
-            ui.wait(lambda s: s["counts"]["turns"] >= 150 and '"recover"' in timeline.read_text(), timeout=90,
-                    what="turns on both sides of the fault")
+            ui.wait(lambda s: s["counts"]["turns"] >= 150 and _quiet_since(timeline, RECOVERY_S + 1.5), timeout=90,
+                    what="turns on both sides of the fault and its recovery margin")
             ui.wait(lambda s: (tab_rows(s).get(("rolling audit", "sessions judged")) or {}).get("value", 0) > 0,
                     timeout=60, what="the rolling audit's first judgements of this test, in the tab")
             assert ui.stop()["success"]  # returns once healed, audited, reported and judged
