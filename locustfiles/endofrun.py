@@ -464,15 +464,16 @@ class EndOfRun:
             candidate = f"{base}-{n}"
         return candidate
 
-    def begin_run(self, settings, script, target: str | None) -> Run:
+    def begin_run(self, settings, script, target: str | None, load: dict | None = None) -> Run:
         """At test_start: wait for the previous test's stop to finish, then open this test's run folder
-        and arm its chaos plan from the beginning. Returns the run (its settings name its folder)."""
+        (``load``: the load Locust was asked for, runfolder.load_of) and arm its chaos plan from the beginning.
+        Returns the run (its settings name its folder)."""
         self.idle.wait()
         settings = dataclasses.replace(settings, run_dir=self.next_run_dir(settings))
         self.settings = settings
         controller, bad = None, None
         try:
-            runfolder.start_run(settings, script, target)
+            runfolder.start_run(settings, script, target, load)
             runfolder.update_run(settings.run_dir, phase=LOAD)
         except OSError as exc:  # a full disk, a folder removed since init: this test cannot be recorded
             bad = f"--run-dir {settings.run_dir}: cannot write the run folder: {exc.strerror or exc}"

@@ -20,7 +20,7 @@ from locust import events
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, LocalRunner, MasterRunner, WorkerRunner
 
 from contracts.runfolder import RunFolder, detach_output
-from locustfiles import endofrun, live, options, telemetry
+from locustfiles import endofrun, live, options, runfolder, telemetry
 from locustfiles.distributed import MSG_DRAIN, MSG_STEP, MasterCollector, MasterWatch, WorkerShipper, worker_shard_path
 from locustfiles.journal import Journal
 from locustfiles.judge import PlantRegistry
@@ -197,7 +197,8 @@ def _on_test_start(environment, **_kw):
         _open_journal(rt, Journal(path, forward=rt.shipper.add))
         return
     settings, script, contract = _settings_for_this_test(environment, rt)
-    run = rt.end.begin_run(settings, script, environment.host)
+    run = rt.end.begin_run(settings, script, environment.host,
+                           runfolder.load_of(environment.parsed_options, getattr(environment, "shape_class", None)))
     _fresh_test(rt, run.settings, script, contract)
     environment.parsed_options.run_dir = run.run_dir  # workers take their run folder from the spawn message
     if run.bad:  # nothing of this test can be recorded (the error is said): no journal, and the load stops at once

@@ -34,8 +34,20 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def start_run(settings, script, target: str | None) -> Path:
-    """Create the run folder and write run.json with ``end: null``."""
+def load_of(parsed_options, shape_class=None) -> dict:
+    """The load Locust was asked for (``-u``, ``-r``, ``-t`` or the web UI's form, a LoadTestShape): runs under
+    different loads are not like for like (``oracle compare`` says so). None where Locust did not say."""
+    def get(name):
+        value = getattr(parsed_options, name, None)
+        return value if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
+
+    return {"users": get("num_users"), "spawn_rate": get("spawn_rate"), "run_time": get("run_time"),
+            "shape": None if shape_class is None else  # an instance in Locust 2.x, a class in older releases
+            (shape_class if isinstance(shape_class, type) else type(shape_class)).__name__}
+
+
+def start_run(settings, script, target: str | None, load: dict | None = None) -> Path:
+    """Create the run folder and write run.json with ``end: null`` (``load``: ``load_of``'s)."""
     folder = RunFolder(settings.run_dir)
     folder.journal.mkdir(parents=True, exist_ok=True)
     plan_text = None
@@ -47,7 +59,7 @@ def start_run(settings, script, target: str | None) -> Path:
     meta = {"run": settings.run_id, "label": settings.label, "target": target, "options": settings.public(),
             "plan": settings.chaos or None, "plan_text": plan_text, "script": script.name,
             "script_sha": script.sha, "script_probes": sum(step.kind == "probe" for step in script.steps),
-            "start": time.time(), "end": None, "versions": versions()}
+            "load": load, "start": time.time(), "end": None, "versions": versions()}
     write_json_atomic(folder.run_json, meta)
     return folder.path
 

@@ -131,11 +131,33 @@ def like_for_like(runs: list[RunData]) -> list[str]:
         if len(values) > 1:
             listed = ", ".join(f"{r.label}: {str(r.run.get(field))[:12]}" for r in runs)
             warnings.append(f"not like for like: the runs used different {what} ({listed})")
+    loads = [_load_text(r.run) for r in runs]
+    if None not in loads and len(set(loads)) > 1:
+        listed = ", ".join(f"{r.label}: {load}" for r, load in zip(runs, loads))
+        warnings.append(f"not like for like: the runs had different loads ({listed}); throughput, latency and "
+                        "races that need concurrent users depend on it")
     plans = {(r.run.get("plan_text") or "").strip() or r.run.get("plan") for r in runs}
     if len(plans) > 1:
         listed = ", ".join(f"{r.label}: {r.run.get('plan') or 'no plan'}" for r in runs)
         warnings.append(f"not like for like: the runs used different chaos plans ({listed})")
     return warnings
+
+
+def _load_text(run: dict) -> str | None:
+    """run.json's ``load`` in words: "10 users at 5/s for 60s", or the shape that drove it (goldfish's step load
+    with its steps); None for a run.json that does not say (written before it did)."""
+    load, options = run.get("load"), run.get("options")
+    if not isinstance(load, dict):
+        return None
+    if load.get("shape"):
+        steps = options if isinstance(options, dict) and options.get("step_users") else None
+        return f"shape {printable(str(load['shape']))}" + (
+            f" ({steps.get('steps')} steps of +{steps.get('step_users')} users, {steps.get('step_duration')}s each)"
+            if steps else "")
+    users, rate, time = load.get("users"), load.get("spawn_rate"), load.get("run_time")
+    return (f"{users} users" if users is not None else "users not said") + (f" at {rate:g}/s" if isinstance(
+        rate, (int, float)) else "") + (f" for {printable(str(time))}{'s' if isinstance(time, int) else ''}"
+                                        if time not in (None, 0, "") else " until stopped")
 
 
 def candidate_verdict(summary: dict, args) -> dict:

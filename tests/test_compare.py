@@ -1,6 +1,7 @@
 """Release comparison: significance, verdicts, exit codes, like-for-like warnings, HTML."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -74,6 +75,31 @@ def test_different_scripts_and_plans_warn_but_do_not_fail(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "WARNING: not like for like: the runs used different scripts (v1: support-chat, v2: burst-heavy)" in out
     assert "different chaos plans" in out
+
+
+def _with_load(run_dir: Path, load: dict | None) -> Path:
+    meta = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**meta, "load": load}))
+    return run_dir
+
+
+def test_runs_under_different_loads_warn(tmp_path, capsys):
+    """A release run with 50 users compared with a base run of 10 (different concurrency: races show or do not,
+    throughput is not comparable) was compared as like for like, with no word."""
+    base = _with_load(synthetic(tmp_path / "a", label="v1", seed=1),
+                      {"users": 10, "spawn_rate": 5, "run_time": 60, "shape": None})
+    cand = _with_load(synthetic(tmp_path / "b", label="v2", seed=2),
+                      {"users": 50, "spawn_rate": 5, "run_time": 60, "shape": None})
+    assert compare.main([str(base), str(cand), "--gate", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING: not like for like: the runs had different loads (v1: 10 users at 5/s for 60s, v2: 50 users " \
+           "at 5/s for 60s)" in out, out
+    _with_load(cand, {"users": 10, "spawn_rate": 5, "run_time": 60, "shape": None})
+    assert compare.main([str(base), str(cand), "--gate", "off"]) == 0
+    assert "different loads" not in capsys.readouterr().out
+    _with_load(cand, None)  # a run from before run.json said its load: nothing to compare, no warning
+    assert compare.main([str(base), str(cand), "--gate", "off"]) == 0
+    assert "different loads" not in capsys.readouterr().out
 
 
 def test_several_runs_show_a_trend_and_gate_on_the_last(tmp_path, capsys):

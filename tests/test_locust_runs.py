@@ -56,6 +56,7 @@ def test_correct_bot_journal_equals_locust_and_nothing_is_flagged(tmp_path):
     meta = json.loads((run.run_dir / "run.json").read_text())
     assert meta["label"] == "v9" and meta["script"] == "support" and meta["end"] >= meta["start"]
     assert meta["run"] == "run" and {r["run"] for r in records} == {"run"}
+    assert meta["load"] == {"users": 10, "spawn_rate": 10, "run_time": 4, "shape": None}, meta  # locust_cmd's -u -r -t
     # few stats rows, whatever the number of sessions: one per step kind
     assert len(run.stats) == 4
     # Locust's own report and CSVs are in the run folder, and the run says where its verdict is
