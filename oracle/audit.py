@@ -194,7 +194,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
             found.extend([window_warning(linked.window)])
         found.extend(unspanned(tally, context.faults) if tally.totals["answered"] else [])
         found.extend(short_ttl(evidence, linked.classes.get("expired", 0) + tally.totals["expired_after_end"]))
-        found.extend(after_end_note(tally.totals, evidence))
+        found.extend(after_end_note(tally.totals, evidence, (folder.audit / "rolling").is_dir()))
         found.extend(workers_lost_note(folder))
         found.extend(tally.far_turns(folder.audit / "sessions.csv.tmp"))  # turns days off the rest: a wrong clock
         found.extend(sibling_keys(linked.classes, foreign, owned, options.key_template))
@@ -346,10 +346,11 @@ def short_ttl(evidence: dict, expired: int = 0) -> list[str]:
             "then count against the expired gate"]
 
 
-def after_end_note(totals, evidence: dict) -> list[str]:
+def after_end_note(totals, evidence: dict, rolling: bool = False) -> list[str]:
     """Sessions whose keys expired only once their conversations were over (judge.Evidence.gone_class): by
     design, and not judged from the store. Said, with how to judge them: a soak longer than the bot's TTL
-    FAILed a correct bot, every such session "expired", its turns stored loss."""
+    FAILed a correct bot, every such session "expired", its turns stored loss. ``rolling``: the run had a
+    rolling audit (--audit-every), which then read too late as well: a shorter period is the advice."""
     n = totals["expired_after_end"]
     if not n:
         return []
@@ -360,8 +361,9 @@ def after_end_note(totals, evidence: dict) -> list[str]:
             f"them (no pause in those conversations was as long as the keys' TTL{ttl}): the bot keeps a history "
             f"that long after its last message, by design. Their histories were not judged (their recall probes "
             f"were), and their {totals['expired_after_end_ok']:,} acknowledged turns are left out of stored loss. "
-            "To judge them, read the store before the TTL runs out: a shorter --settle, or the rolling audit "
-            "during the run (--audit-every)"]
+            "To judge them, read the store before the TTL runs out: "
+            + ("a shorter --audit-every than this run's (its rolling audit read them after they expired too)"
+               if rolling else "a shorter --settle, or the rolling audit during the run (--audit-every)")]
 
 
 def errors_said(v: dict, tally: Tally) -> list[str]:
