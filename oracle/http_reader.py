@@ -13,12 +13,14 @@ with no byte at all is sent once more on a fresh connection.
 
 A reply that says it is one page of more is followed when it names its next page's URL (a next URL in the
 document, a ``Link: rel="next"`` header: on the same server, at most ``MAX_PAGES``, the pages' messages joined in
-the order read), else refused (TemplateMismatch: exit 2, nothing judged) naming what said so (has_more: true, a
+the order read, or in reverse page order when the pages' goldfish tokens show them going newest to oldest: see
+``_join``), else refused (TemplateMismatch: exit 2, nothing judged) naming what said so (has_more: true, a
 cursor): a partial history judged would be every other page's turns lost. So is a 401/403 (the API refused the
 GET: how to authenticate it), which is no failure of the store.
 """
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -33,6 +35,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from contracts import redact
+from contracts.tokens import TOKEN_RE
 from contracts.jsonl import LINE_BYTES
 from oracle.decode import get_path, message_list
 from oracle.keys import TemplateMismatch
@@ -233,16 +236,61 @@ def _unread(url: str, page: int, said: str, document, why: str) -> str:
             "parameter of its own guessing")
 
 
+_LOOPBACK = ("localhost", "::1")  # with 127.x.x.x: one host, this machine (as oracle/keys.py's _same_store counts it)
+
+
+def _host(name: str | None) -> str:
+    host = (name or "").lower().rstrip(".")
+    return "loopback" if host in _LOOPBACK or host.startswith("127.") else host
+
+
 def _same_origin(a: str, b: str) -> bool:
     """The same scheme, host and port (a next page on another server is not followed: --http-url's credentials
-    would go there)."""
+    would go there); localhost, 127.x.x.x and ::1 are one host, this machine."""
     try:
         x, y = urlsplit(a), urlsplit(b)
         ports = {"http": 80, "https": 443}
-        return (x.scheme, (x.hostname or "").lower(), x.port or ports.get(x.scheme)) == \
-            (y.scheme, (y.hostname or "").lower(), y.port or ports.get(y.scheme))
+        return (x.scheme, _host(x.hostname), x.port or ports.get(x.scheme)) == \
+            (y.scheme, _host(y.hostname), y.port or ports.get(y.scheme))
     except ValueError:
         return False
+
+
+def _turn(message) -> int | None:
+    """The turn index of the first goldfish token in a message (a user message starts with its own, [gf..tN]), or
+    None when it carries none."""
+    if isinstance(message, (bytes, bytearray)):
+        text = message.decode("utf-8", "replace")
+    elif isinstance(message, str):
+        text = message
+    else:
+        try:
+            text = json.dumps(message, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            text = str(message)
+    found = TOKEN_RE.search(text)
+    return int(found.group(2)) if found else None
+
+
+def _join(pages: list[list]) -> list:
+    """One history from its pages, oldest first. In the order read, unless the pages' goldfish tokens show the API
+    paging newest to oldest ("load older": page 1 the newest messages, each page oldest first inside, as Slack,
+    Discord and Telegram do): then in reverse page order. Only whole pages are moved, never a message inside one,
+    so a store's own reordering stays for the audit to judge. Reversed only when each page with tokens starts and
+    ends with turns no later than the page with tokens read before it, not both the same (a turn split by a page
+    boundary may be on both pages, and so may the turns of a burst stored out of order), and the pages run oldest
+    first inside at least as often as newest first (a history newest first throughout is left as read, for the
+    audit to name it); pages that cannot be ordered (fewer than two with tokens, or turns that interleave) stay as
+    read."""
+    turns = [[t for t in map(_turn, page) if t is not None] for page in pages]
+    ranges = [(min(t), max(t)) for t in turns if t]
+    descending = len(ranges) >= 2 and all(
+        later[0] <= before[0] and later[1] <= before[1] and later != before
+        for before, later in zip(ranges, ranges[1:]))
+    inside = [(a, b) for t in turns for a, b in zip(t, t[1:])]
+    if descending and sum(a < b for a, b in inside) >= sum(a > b for a, b in inside):
+        pages = pages[::-1]
+    return [m for page in pages for m in page]
 
 
 class _TooLarge(Exception):
@@ -290,12 +338,12 @@ class HttpReader:
         messages = message_list(body, self.options.messages_field)
         if messages is None:
             return RawSession(session, url, True, None, [content], "string")
-        messages = list(messages)
+        pages = [list(messages)]
         page, size, seen = 1, len(content), {url}
         while True:
             after, said = _more(body, self.options.messages_field, response)
             if said is None:
-                return RawSession(session, url, True, None, messages, "http")
+                return RawSession(session, url, True, None, _join(pages), "http")
             if after is None:  # more, but only a cursor or a flag: which parameter takes it would be a guess
                 raise TemplateMismatch(_unread(url, page, said, body, "") + _AGAIN)
             target = urljoin(response.url or url, after)
@@ -327,7 +375,7 @@ class HttpReader:
             if more is None:
                 raise StoreError(f"{where} holds no message list at --messages-field "
                                  f"{self.options.messages_field!r}: {content[:200]!r}")
-            messages += more
+            pages.append(list(more))
 
     def _fetch(self, url: str) -> tuple[requests.Response, bytes]:
         """GET ``url`` on this thread's session, which may hold a kept-alive connection from its last GET; sent once
