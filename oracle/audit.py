@@ -431,8 +431,9 @@ def window_warning(window: dict) -> str:
     n = window["user_entries"]
     return (f"in each of the {window['sessions']:,} sessions with lost turns, the lost turns are its oldest and its "
             f"key holds exactly {n} user entries: the bot seems to keep only its last {n} exchanges (a window memory, "
-            f"LTRIM). That forgets by design: if it is meant to, judge recall by probes inside the window and gate "
-            f"stored_loss off (--gate stored_loss=off); if not, the trimming is the bug")
+            f"LTRIM, or the older ones replaced by a summary). That forgets by design: if it is meant to, judge recall "
+            f"by probes inside the window and gate stored_loss off (--gate stored_loss=off); if not, the trimming is "
+            f"the bug")
 
 
 def _judge(context: Context, jobs: int) -> tuple[Tally, list]:

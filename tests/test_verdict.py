@@ -221,9 +221,9 @@ def test_losses_that_are_every_sessions_oldest_turns_name_a_window_memory(tmp_pa
     warned = [p for p in summary["problems"] if "window memory" in p]
     assert warned == ([] if middle else [
         "in each of the 3 sessions with lost turns, the lost turns are its oldest and its key holds exactly 4 user "
-        "entries: the bot seems to keep only its last 4 exchanges (a window memory, LTRIM). That forgets by design: "
-        "if it is meant to, judge recall by probes inside the window and gate stored_loss off (--gate "
-        "stored_loss=off); if not, the trimming is the bug"])
+        "entries: the bot seems to keep only its last 4 exchanges (a window memory, LTRIM, or the older ones replaced "
+        "by a summary). That forgets by design: if it is meant to, judge recall by probes inside the window and gate "
+        "stored_loss off (--gate stored_loss=off); if not, the trimming is the bug"])
 
 
 def test_a_session_whose_turns_all_went_elsewhere_vanished_by_misroute(tmp_path):
