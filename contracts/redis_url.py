@@ -165,6 +165,9 @@ def check_url(url: str) -> None:
         if parts.scheme.lower() != "unix" and not re.fullmatch(r"/?([0-9]+)?", unquote(parts.path)):
             raise ValueError(f"path {parts.path!r}: must be /db, a database number (e.g. /0)")
         path_db = "" if parts.scheme.lower() == "unix" else unquote(parts.path).strip("/")
+        if parts.scheme.lower() != "unix" and parts.netloc and not parts.hostname:
+            raise ValueError(f"no host in {parts.netloc.rpartition('@')[2] or 'the URL'!r}: redis-py would connect to "
+                             "localhost instead; name the store's host (e.g. redis://127.0.0.1:6379/0)")
         if parts.scheme.lower() != "unix" and re.search(r":0+$", parts.netloc):
             raise ValueError(f"port 0 (of {parts.hostname}): no Redis listens there, and redis-py would connect to "
                              "port 6379 instead: give the store's port")

@@ -217,6 +217,8 @@ def _int(node, field_name, bad, low: int, high: int) -> int:
     if raw is not None and (odd := durations.not_ascii_number(raw)):  # int() reads '٣' and '３' as 3, '1_0' as 10
         bad(node, field_name, f"{show(raw)} is not a whole number: it holds {odd!r} (U+{ord(odd):04X}); "
                               "write it in ASCII digits 0-9, without '_'")
+    if raw is None and not isinstance(node, yaml.ScalarNode):  # `repeat: {n: 2}` said "None is not a whole number"
+        bad(node, field_name, f"a {'list' if isinstance(node, yaml.SequenceNode) else 'mapping'} is not a whole number")
     try:
         value = int(raw)
     except (TypeError, ValueError):

@@ -196,6 +196,9 @@ def parse_gates(spec: str | None, where: str = "--gate", shorthands: dict[str, L
         else:
             profile, given = _gates_file(item, where)
         if profile is not None:
+            if n and all(i.lower() in PROFILES for i in items[:n]):  # `strict,strict`: "give it first" was the input
+                raise GateError(f"{where} {short(text)}: gives more than one profile ({short(', '.join(items[:n + 1]))}); "
+                                f"give one, first, then the gates it should change (e.g. {profile},errors=1%)")
             if n:
                 raise GateError(f"{where} {short(text)}: {short(item)} sets every gate (the profile {profile}) "
                                 f"after {short(','.join(items[:n]))}, which it would reset: give it first, "

@@ -1,0 +1,51 @@
+"""Input hunt 12's small ones: messages that repeated the input or named the wrong thing, a URL with no host."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from contracts.redis_url import check_url
+from locustfiles.script import ScriptError, load_script
+from oracle.verdict import GateError, parse_gates
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("url", ["redis://:35851/0", "redis://:pw@:6379/0", "rediss://:6380"])
+def test_a_store_url_with_a_port_and_no_host_is_refused(url, tmp_path):
+    """`redis://:35851/0` (a host variable left empty) connected to localhost without a word: on a CI runner that
+    audits some other Redis, or none."""
+    with pytest.raises(ValueError, match=r"no host in ':\d+': redis-py would connect to localhost instead"):
+        check_url(url)
+    out = subprocess.run([sys.executable, "-m", "oracle", "audit", str(tmp_path), "--store-url", url], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "no host in" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert "pw" not in out.stderr
+
+
+@pytest.mark.parametrize("url", ["redis://localhost", "redis://127.0.0.1:6379/0", "redis://[::1]:6379/1",
+                                 "redis://u:p@host:1/0", "unix:///tmp/redis.sock"])
+def test_urls_with_a_host_still_pass(url):
+    check_url(url)
+
+
+@pytest.mark.parametrize("value, said", [("{n: 2}", "a mapping is not a whole number"),
+                                         ("[2]", "a list is not a whole number")])
+def test_a_script_number_given_as_a_mapping_says_so(tmp_path, value, said):
+    """`repeat: {n: 2}` said "repeat: None is not a whole number"."""
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: x\nrepeat: {value}\nsteps:\n  - plant: order number\n  - probe: order number\n")
+    with pytest.raises(ScriptError, match=f"s.yaml:2: repeat: {said}"):
+        load_script(path)
+
+
+def test_two_profiles_are_refused_without_repeating_the_input_as_the_advice():
+    """`--gate strict,strict` was told "give it first, 'strict,strict'": the input itself."""
+    with pytest.raises(GateError) as caught:
+        parse_gates("strict,strict")
+    assert "gives more than one profile" in str(caught.value) and "give it first" not in str(caught.value)
+    with pytest.raises(GateError, match="give it first, 'strict,errors=1%'"):  # a profile after a gate: as before
+        parse_gates("errors=1%,strict")
