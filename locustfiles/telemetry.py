@@ -28,10 +28,12 @@ from contracts.redis_url import chooses_protocol, own_client, resp2_if_no_hello
 from contracts.runfolder import RunFolder
 from locustfiles.journal import JournalFile
 from oracle import ttl_floor
+from oracle.keys import info_refused, info_refused_text
 
 log = logging.getLogger("goldfish")
 
 TIMEOUT = 2.0  # seconds INFO may take before the store counts as not answering
+INFO_REFUSED = "INFO refused: "  # a sample's store_error when the store answered INFO with a refusal (oracle/telemetry.py)
 STORE_FIELDS = ("used_memory", "used_memory_rss", "maxmemory", "maxmemory_policy", "evicted_keys", "expired_keys",
                 "connected_clients", "blocked_clients", "rejected_connections", "instantaneous_ops_per_sec",
                 "aof_enabled", "aof_last_write_status", "aof_last_bgrewrite_status", "loading")
@@ -92,6 +94,7 @@ class Sampler:
         self.ttl_floor, self.ttl_cursor = None, 0  # the shortest TTL a key under the template got; where SCAN goes on
         self.stopping = Event()
         self.samples = 0
+        self.info_refused = False  # the store refused INFO (a user without +info): said once, sampled without it
         self.greenlet = gevent.spawn(self._loop)
 
     def sample(self) -> dict:
@@ -100,11 +103,19 @@ class Sampler:
         if self.client is not None:
             started = time.monotonic()
             try:
-                record["store"] = store_sample(self.client)
+                try:
+                    record["store"] = store_sample(self.client)
+                except redis.ResponseError as exc:
+                    if not info_refused(exc):
+                        raise
+                    self._refused(exc)  # no INFO numbers: unknown, never zeros; the TTLs are still looked for
+                    record["store_error"] = INFO_REFUSED + str(exc).splitlines()[0][:200]
                 if self.template is not None:  # the audit's evidence that a gone key expired (oracle.keys)
                     if self.ttl_floor is None:
                         self.ttl_floor, self.ttl_cursor = ttl_floor(self.client, self.template, self.ttl_cursor,
                                                                     TTL_CALLS, self.any_id)
+                    if record["store"] is None:  # INFO refused: the TTL seen is the one number this sample has
+                        record["store"] = {}
                     record["store"]["template_ttl_floor"] = self.ttl_floor
             except (redis.RedisError, OSError) as exc:  # a stalled, restarting or refusing store: say so, go on
                 record["store_error"] = f"{type(exc).__name__}: {exc}"
@@ -112,6 +123,14 @@ class Sampler:
         self.file.write(codec.dumps_line(record))
         self.samples += 1
         return record
+
+    def _refused(self, exc: Exception) -> None:
+        """Warn once that the store refuses INFO: the run has no store telemetry (memory, keys, expiries,
+        evictions, uptime), and the audit cannot tell a restart, an expiry or an eviction from INFO."""
+        if not self.info_refused:
+            self.info_refused = True
+            log.warning("goldfish: telemetry: %s; this run samples no store telemetry (memory, keys, expiries, "
+                        "evictions), only the TTLs of keys under the key template", info_refused_text(exc))
 
     def _loop(self) -> None:
         start = time.monotonic()

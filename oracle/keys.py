@@ -236,9 +236,11 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     found, scanned = find_session_keys(client, gone[:SAMPLE])
     gone_count = len(gone) if gone_count is None else gone_count
     info = _info(client)
+    refused = info.get(REFUSED)
     restarted_at = _started_at(info)
     restarted = restarted_at is not None and first_ack is not None and restarted_at > first_ack + 1
-    expired, evicted = (_since(int(info.get(name) or 0), (at_start or {}).get(name)) for name in COUNTERS)
+    expired, evicted = (None, None) if refused else \
+        (_since(int(info.get(name) or 0), (at_start or {}).get(name)) for name in COUNTERS)
     failed, answered = probes
     forgot = answered > 0 and failed > answered * FORGETFUL
     shared, renamed = find_in_keys_under(client, options, [s for s in gone[:SAMPLE] if s not in found])
@@ -246,6 +248,8 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
                 "found_in_shared": shared, "looked_for": len(gone[:SAMPLE]),
                 "restarted_at": restarted_at if restarted else None,
                 "expired_keys": expired, "evicted_keys": evicted, "bot_forgot": forgot, "keys_seen": keys_seen}
+    if refused:
+        evidence["info_refused"] = refused
     split = _split_over_databases(client, options, gone[:SAMPLE], found)
     if split and not all_gone and not keys_seen and not shared:  # all of them there: --store-url (below)
         raise TemplateMismatch(
@@ -275,7 +279,7 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     if found:
         raise TemplateMismatch(
             f"no acknowledged session of this run has a key under the key template {template!r}, but their "
-            f"session ids are in other keys of the store: {_places(client, found)}. {_template_advice(client, found)} "
+            f"session ids are in other keys of the store: {_places(client, found)}. {_template_advice(client, found, options)} "
             "Nothing was judged.")
     if renamed:
         session, key = next(iter(renamed.items()))
@@ -297,6 +301,19 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             f"{f', and its server started after the run ({_ago(restarted_at)}), which would read as a restart that lost everything' if restarted else ''}"
             f". Another store holds none of the run's histories, so it says nothing of a loss: audit with --store-url "
             f"at the run's store ({_masked(recorded)}, with its password if it has one). Nothing was judged.")
+    if refused and not ttl_in_use and not forgot:
+        raise TemplateMismatch(
+            f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
+            f"{template!r} at {options.where()}, and no key of the store holds their session ids in its name (looked "
+            f"at the {scanned:,} keys named like one{_databases_looked(client)}; the store holds {_examples(client)}); "
+            f"{refused}. No key under the template was seen with a TTL, and the bot remembered ({failed} of "
+            f"{answered} recall probes failed): whether the store lost them (a restart without persistence, an "
+            "eviction, a flush) or the template or --store-url does not point where the bot writes cannot be told "
+            "without INFO. Grant the URL's user +info and audit again (`python -m oracle audit RUN --store-url ...`); "
+            "a bot that keeps histories where no template names them is read with --reader (a function from session "
+            "ids to histories). Nothing was judged.")
+    if refused:  # keys under the template carried TTLs (or the bot forgot): a loss, each session judged by its TTL
+        return evidence
     if not restarted and (expired if ttl_in_use else 0) + evicted < gone_count and not forgot:
         raise TemplateMismatch(
             f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
@@ -444,15 +461,21 @@ def _by_roles(order: Counter, kind: str) -> tuple[int, list[str]]:
     return sum(n for _, n in found), sorted({name for roles, _ in found for name in roles})
 
 
-HISTORY_TYPES = ("list", "string", "zset", "stream")  # what a history key can be; a hash beside it is metadata
+HISTORY_TYPES = ("list", "zset", "stream")  # a history whatever its entries (the reader reads each entry)
+CONTENT_TYPES = ("string", "hash")  # a history only when what it holds decodes as messages (``_holds_messages``)
+HASH_FIELDS = 1_000  # a hash with more fields than this is not read whole to tell history from metadata
 
 
-def _template_advice(client: redis.Redis, found: dict) -> str:
+def _template_advice(client: redis.Redis, found: dict, options: StoreOptions | None = None) -> str:
     """Which --key-template to try, from every key of a few found sessions (``find_session_keys`` stops at a session's
-    first key): the one key of a history type that each of them has. None to try when the sessions are under
+    first key): the one key that holds messages that each of them has. None to try when the sessions are under
     different keys (a prefix per user or tenant: one template read a third of them, and the rest FAILed as gone), or
     each is split over several (pages ``:p0``, ``:p1``: one template read one page): say so, and --reader (bot hunt
-    11)."""
+    11). Which keys hold messages is decided by what they hold, not by their type alone (``_holds_messages``): a
+    title string (``chat:<id>:title`` = "Delivery question") or a rating ("none") beside the history read as a
+    second page, "split over keys", and a hash holding the messages (its --messages-field, or numbered fields) was
+    taken for metadata and the title string named instead (bot hunt 12, X1)."""
+    options = options or StoreOptions()
     sessions = list(found)[:3]
     kinds = [_key_templates(client, found[s][0][0], s) for s in sessions]
     common = set.intersection(*(set(k) for k in kinds))
@@ -463,13 +486,61 @@ def _template_advice(client: redis.Redis, found: dict) -> str:
         shown = "; ".join(f"{s}: {', '.join(sorted(k)) or '?'}" for s, k in zip(sessions, kinds))
         return (f"The bot keeps different sessions under different keys ({shown}): no one --key-template names them "
                 f"all (a prefix per user or tenant), so {reader}.")
-    histories = sorted(t for t in common if kinds[0][t] in HISTORY_TYPES)
+    histories = _history_templates(client, db, sessions, kinds, sorted(common), options)
     if len(histories) > 1:
         return (f"Each session's messages are in {len(histories)} keys ({', '.join(histories)}): a history split over "
                 f"keys (pages, chunks) is not one a --key-template names, so {reader}; if one of them holds the whole "
                 f"history, name it with --key-template{where}.")
-    suggestion = (histories or sorted(common))[0]
+    readable = sorted(t for t in common if kinds[0][t] in HISTORY_TYPES + CONTENT_TYPES)
+    suggestion = (histories or readable or sorted(common))[0]
     return f"The template does not match where the bot writes; try --key-template {suggestion!r}{where}."
+
+
+def _history_templates(client: redis.Redis, db: int, sessions: list[str], kinds: list[dict], common: list[str],
+                       options: StoreOptions) -> list[str]:
+    """The templates of ``common`` whose key holds messages for one of the ``sessions`` at least: a list, sorted set
+    or stream, or a string or hash whose content the reader decodes as messages (``_holds_messages``). Reads the
+    strings and hashes of these few sessions only (at most MESSAGE_KEYS keys each)."""
+    histories = {t for t in common if kinds[0][t] in HISTORY_TYPES}
+    asked = [t for t in common if t not in histories and any(k.get(t) in CONTENT_TYPES for k in kinds)]
+    if not asked:
+        return sorted(histories)
+    conn = client if db == _own_db(client) else _on_db(client, db)
+    try:
+        for session, kind in zip(sessions, kinds):
+            for template in [t for t in asked if t not in histories and kind.get(t) in CONTENT_TYPES]:
+                if _holds_messages(conn, template.replace("{session}", session), kind[template], options):
+                    histories.add(template)
+    finally:
+        if conn is not client:
+            conn.close()
+    return sorted(histories)
+
+
+def _holds_messages(conn: redis.Redis, key: str, kind: str, options: StoreOptions) -> bool:
+    """A string or hash key that holds messages as the Redis reader would read it (oracle/redis_reader.py: a hash by
+    ``hash_history``, a string as a JSON blob; both decoded by oracle/decode.py): at least one entry is a message, or
+    a JSON object of another shape than the options say (the roles are then another finding, not this one's). A
+    plain-text string, a number, JSON that is no message list, a hash of metadata fields: not a history. False when
+    the key cannot be read."""
+    from oracle.decode import Shape, decode_session
+    from oracle.redis_reader import hash_history
+    from oracle.store import RawSession
+
+    raw = RawSession("", key, True, type="string" if kind == "string" else "list")
+    try:
+        if kind == "string":
+            raw.entries = [conn.get(key) or b""]
+        elif kind == "hash" and conn.hlen(key) <= HASH_FIELDS:
+            hash_history(raw, conn.hgetall(key), options.messages_field)
+        else:
+            return False
+    except redis.RedisError:
+        return False
+    if raw.type == "other":
+        return False
+    decoded = decode_session(raw, Shape(options))
+    return bool(decoded.messages) or any(c["reason"].startswith("wrong shape: no ") for c in decoded.corrupt)
 
 
 def _key_templates(client: redis.Redis, db: int, session: str) -> dict[str, str]:
@@ -656,22 +727,57 @@ def _own_db(client: redis.Redis) -> int:
     return int(client.connection_pool.connection_kwargs.get("db", 0) or 0)
 
 
+DATABASES = 16  # Redis's default ``databases``: looked at one by one (DBSIZE) when INFO keyspace is refused
+REFUSED = "info_refused"  # in ``_info``'s dict: why the store refused INFO (then nothing else is in it)
+
+
+def info_refused(exc: BaseException) -> bool:
+    """The store answered INFO with a refusal (an ACL user without +info: NOPERM; INFO renamed away), not a failure
+    to answer: its restarts, expiries and evictions are then unknown, never zero."""
+    return isinstance(exc, redis.ResponseError) and any(
+        why in str(exc) for why in ("NOPERM", "no permissions", "unknown command"))
+
+
+def info_refused_text(exc: BaseException) -> str:
+    why = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+    grant = "INFO is renamed or disabled on this server" if "unknown command" in why else \
+        "the URL's user lacks +info (ACL SETUSER <user> +info)"
+    return f"the store refused INFO ({why}): {grant}, so its uptime, expired and evicted keys are unknown"
+
+
 def _databases(client: redis.Redis, own: int) -> list[int]:
+    """The databases holding keys, the URL's own first (INFO keyspace); when INFO is refused, the first DATABASES
+    asked one by one (DBSIZE, a read command; SELECT refused or out of range: not looked at)."""
     try:
         keyspace = client.info("keyspace")
-    except redis.RedisError:
-        return [own]
+    except redis.RedisError as exc:
+        if not info_refused(exc):
+            return [own]
+        return [own] + [db for db in range(DATABASES) if db != own and _dbsize(client, db)]
     others = sorted(int(name[2:]) for name in keyspace if name.startswith("db") and name[2:].isdigit())
     return [own] + [db for db in others if db != own]
 
 
+def _dbsize(client: redis.Redis, db: int) -> int:
+    conn = _on_db(client, db)
+    try:
+        return int(conn.dbsize())
+    except redis.RedisError:
+        return 0
+    finally:
+        conn.close()
+
+
 def _info(client: redis.Redis) -> dict:
+    """INFO server and stats; ``{REFUSED: why}`` when the store refuses INFO (not a store that does not answer: then
+    what it answered, possibly nothing, as before). A refused INFO is unknown evidence, never zeros."""
     info = {}
     for section in ("server", "stats"):
         try:
             info.update(client.info(section))
-        except redis.RedisError:
-            pass
+        except redis.RedisError as exc:
+            if info_refused(exc):
+                return {REFUSED: info_refused_text(exc)}
     return info
 
 
@@ -690,6 +796,17 @@ def _examples(client: redis.Redis) -> str:
     except redis.RedisError:
         return "keys it could not list"
     return "keys such as " + ", ".join(keys) if keys else "no key in this database"
+
+
+def _databases_looked(client: redis.Redis) -> str:
+    """How the databases were chosen when INFO keyspace is refused (``_databases``): said, not silent."""
+    try:
+        client.info("keyspace")
+    except redis.RedisError as exc:
+        if info_refused(exc):
+            return (f", in databases 0 to {DATABASES - 1} asked one by one with DBSIZE since INFO keyspace was "
+                    "refused")
+    return ""
 
 
 def _ago(epoch: float | None) -> str:
@@ -772,15 +889,19 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
             for name in COUNTERS:
                 if store.get(name) is not None:
                     samples[name].append((float(record["time"]), int(store[name])))
-    for name in COUNTERS:
-        samples[name].append((time.time(), int(info.get(name) or 0)))
+    for name in COUNTERS:  # INFO refused: the counters now are unknown, not 0 (judge.Evidence: none known)
+        if not info.get(REFUSED):
+            samples[name].append((time.time(), int(info.get(name) or 0)))
     template = (options or getattr(reader, "options", None) or StoreOptions()).key_template
     now = ttl_floor(client, template, any_id=issued_ids(folder))[0]
     floor = min(floors + [now] if now is not None else floors, default=None)
-    return {"ttl_in_use": floor is not None, "ttl_floor": floor, "ttl_at": time.time(),
-            "evictions": samples["evicted_keys"],
-            "expiries": samples["expired_keys"],
-            "counters_at_start": at_start}
+    evidence = {"ttl_in_use": floor is not None, "ttl_floor": floor, "ttl_at": time.time(),
+                "evictions": samples["evicted_keys"],
+                "expiries": samples["expired_keys"],
+                "counters_at_start": at_start}
+    if info.get(REFUSED):
+        evidence["info_refused"] = info[REFUSED]
+    return evidence
 
 
 def issued_ids(folder: RunFolder) -> bool:
@@ -821,8 +942,12 @@ def _template_ttls(client: redis.Redis, template: str, cursor: int = 0,
     a lower bound of the TTL each was given (``ttl_floor``); and the SCAN cursor to go on from."""
     prefix, _, suffix = template.partition("{session}")
     try:
-        if not (client.info("keyspace").get(f"db{_own_db(client)}") or {}).get("expires"):
-            return [], cursor
+        try:
+            if not (client.info("keyspace").get(f"db{_own_db(client)}") or {}).get("expires"):
+                return [], cursor
+        except redis.ResponseError as exc:  # INFO refused: no shortcut, the keys are asked their TTLs
+            if not info_refused(exc):
+                raise
         pattern, keys = template_pattern(template), []
         for _ in range(calls):
             cursor, found = client.scan(cursor, match=pattern, count=1000)

@@ -19,6 +19,7 @@ from contracts.timeline import telemetry_sample
 STORE_COLUMNS = ("used_memory", "maxmemory", "evicted_keys", "expired_keys", "connected_clients",
                  "rejected_connections", "instantaneous_ops_per_sec")
 MB = 1024 * 1024
+INFO_REFUSED = "INFO refused: "  # a sample's store_error when the store refused INFO (locustfiles/telemetry.py)
 
 
 def load(run_dir: str | Path, problems: list[str] | None = None, span=None) -> pd.DataFrame:
@@ -28,12 +29,15 @@ def load(run_dir: str | Path, problems: list[str] | None = None, span=None) -> p
     warning in ``problems`` naming the file and its lines."""
     path = RunFolder(run_dir).telemetry
     problems = [] if problems is None else problems
-    rows, far = [], []
+    rows, far, refused = [], [], []
     for number, rec in _samples(path, problems) if path.is_file() else ():
         if span is not None and span.far(float(rec["time"])):
             far.append((number, float(rec["time"])))
             continue
         store = rec.get("store") if isinstance(rec.get("store"), dict) else None
+        if str(rec.get("store_error") or "").startswith(INFO_REFUSED):  # no INFO numbers: unknown, not zeros
+            refused.append(number)
+            store = None
         dbs = (store or {}).get("keyspace") or {}
         row = {"time": float(rec.get("time") or 0), "users": rec.get("users"), "store_ok": store is not None,
                "store_error": rec.get("store_error"),
@@ -44,6 +48,10 @@ def load(run_dir: str | Path, problems: list[str] | None = None, span=None) -> p
         rows.append(row)
     if far:
         problems.append(_far_warning(path, far, span))
+    if refused:
+        problems.append(f"{printable(path)}: the store refused INFO in {len(refused):,} sample"
+                        f"{'s' * (len(refused) != 1)} (the --store-url user lacks +info): no store telemetry (memory, "
+                        "keys, expired and evicted keys) for them; grant the user +info to have it")
     frame = pd.DataFrame(rows, columns=None if rows else ["time", "store_ok", *STORE_COLUMNS])
     return frame.sort_values("time", ignore_index=True) if rows else frame
 
@@ -132,8 +140,10 @@ def chart(data, out: Path) -> Path | None:
                 ax.set_ylim(bottom=0)
             else:
                 ax.text(0.5, 0.5, "not sampled", ha="center", va="center", transform=ax.transAxes, color=charts.QUIET)
-        if (~ok).any() and t["store_error"].notna().any():  # the store did not answer: mark it on the memory panel
-            axes[0].plot(x[~ok], np.zeros((~ok).sum()), "x", color="#be123c", ms=7, mew=2, clip_on=False,
+        unanswered = ~ok & t["store_error"].notna().to_numpy(bool) & \
+            ~t["store_error"].fillna("").astype(str).str.startswith(INFO_REFUSED).to_numpy(bool)
+        if unanswered.any():  # the store did not answer (not: refused INFO): mark it on the memory panel
+            axes[0].plot(x[unanswered], np.zeros(unanswered.sum()), "x", color="#be123c", ms=7, mew=2, clip_on=False,
                          label="store did not answer")
             axes[0].legend(loc="lower right", bbox_to_anchor=(1, 1.0), ncol=4, fontsize=9)
         handles = charts.shade_faults(axes, data)
