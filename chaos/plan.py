@@ -17,7 +17,7 @@ import yaml
 
 from chaos.faults import KINDS, WHOLE_TARGET_KINDS, Fault
 from contracts import yamldoc
-from contracts.durations import parse_duration
+from contracts.durations import not_ascii_number, parse_duration
 from contracts.yamldoc import show
 
 COMMON_KEYS = {"id", "kind", "target", "at", "every", "start", "until", "duration", "count"}
@@ -25,7 +25,7 @@ PLAN_KEYS = {"name", "description", "faults", "max_concurrent", "max_blast", "se
 MAX_OCCURRENCES = 100_000  # a day-long soak with a fault every second is 86,400
 SECONDS_PARAMS = ("grace", "pause", "lag")            # a number of seconds, or a time such as 5s
 MS_PARAMS = ("latency", "jitter", "timeout")          # a number of ms, or a time such as 250ms
-_PCT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+_PCT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$", re.ASCII)
 
 
 class PlanError(ValueError):
@@ -55,6 +55,9 @@ class Count:
             if value < 1:
                 raise ValueError(f"count must be >= 1, got {value}")
             return cls(value)
+        if isinstance(value, str) and (odd := not_ascii_number(value)):  # '٥٠%' and '５０%' are no 50%
+            raise ValueError(f"{show(value)} is not a count: it holds {odd!r} (U+{ord(odd):04X}); a count or a "
+                             "percentage is ASCII digits 0-9 (no '_'), e.g. 2 or 50%")
         m = _PCT_RE.match(str(value)) if isinstance(value, str) else None
         if m and 0 < float(m.group(1)) <= 100:
             return cls(None, float(m.group(1)))
@@ -419,7 +422,12 @@ def _param(p, key: str, value):
 def _number(key: str, text: str):
     """A number parameter written as text: YAML 1.1 reads 1e3 (no dot) as text, and a time may carry its unit
     (grace: 5s, latency: 250ms). Other text is returned as it is, for the type check to refuse, but for a time
-    in ms, which says why it is no time ('slow' is not a duration)."""
+    in ms, which says why it is no time ('slow' is not a duration). float() also reads any script's digits and '_'
+    ('٣' and '３' are 3, '1_0' is 10): refused, as in times, scripts and gates."""
+    if odd := not_ascii_number(text):
+        raise ValueError(f"{show(text)} is not a number: it holds {odd!r} (U+{ord(odd):04X}); a number is ASCII "
+                         "digits 0-9 (no '_')" + (", or a time such as 5s" if key in SECONDS_PARAMS else
+                                                   ", or a time such as 250ms" if key in MS_PARAMS else ""))
     try:
         return float(text)
     except ValueError:

@@ -1,7 +1,8 @@
 """Redaction: the one way goldfish hides secrets in everything it writes or prints.
 
 URLs are parsed (``urllib.parse``), never matched with a regular expression: the userinfo
-(``user:password@``, whatever the password holds, ``@`` included) becomes ``user:***@``, and the
+(``user:password@``, whatever the password holds, ``@`` included) becomes ``user:***@`` (and all of it ``***@``
+when a raw '/', '?' or '#' in it ends the authority early: up to the last '@'), and the
 value of every query or fragment parameter whose name looks like a credential (``password``,
 ``token``, ``secret``, ``api_key``, ``sig``...) becomes ``***``. Everything else is kept as
 written, so the redacted URL still says where. A URL that does not parse keeps only its scheme.
@@ -34,15 +35,54 @@ def url(value: str | None) -> str:
     if netloc is None or not after.startswith(netloc):
         return f"{head}://{MASK} (not a valid URL)"
     rest = after[len(netloc):]
+    if _cut_short(head, netloc, rest):
+        # a raw '/', '?' or '#' in the credentials ends the authority early: a parser (redis-py's, urllib's) takes
+        # the password's start for it and the rest of the password for the path, query or fragment. Hidden: all of
+        # it, up to the last '@' (what the user meant as credentials, user name included: where it ends is not
+        # sure either), whatever parser reads the URL
+        tail = after.rpartition("@")[2]
+        return f"{head}://{MASK}@{url(f'{head}://{tail}').partition('://')[2]}"
     if "@" in netloc:
         userinfo, _, hosts = netloc.rpartition("@")
-        netloc = (f"{userinfo.split(':', 1)[0]}:{MASK}" if ":" in userinfo else MASK) + "@" + hosts
-    elif "@" in rest and not _is_host(netloc):
-        # a password with a raw '/', '?' or '#' ends the authority early: hide up to the last '@'
-        return f"{head}://{MASK}@{text.rsplit('@', 1)[1]}"
+        netloc = f"{_masked(userinfo)}@{hosts}"
     before_fragment, hash_, fragment = rest.partition("#")
     path, mark, query = before_fragment.partition("?")
     return f"{head}://{netloc}{path}{mark}{_params(query)}{hash_}{_params(fragment)}"
+
+
+def credentials_problem(value: str | None) -> str | None:
+    """Why ``value``'s credentials are cut short, or None: a raw '/', '?' or '#' before the last '@' ends the
+    authority there, so redis-py and urllib read the password's start as the password and what follows its first
+    '@' as the host (``redis://:s3cr@t/xyz@host/0`` connects to host 't' with password 's3cr')."""
+    if not value or "://" not in str(value):
+        return None
+    head, _, after = str(value).partition("://")
+    try:
+        netloc = urlsplit(str(value)).netloc
+    except ValueError:
+        return None
+    if not after.startswith(netloc) or not _cut_short(head, netloc, after[len(netloc):]):
+        return None
+    return ("its user:password (before the last '@') holds a raw '/', '?' or '#', which ends the URL's host part "
+            "early: the text after the first '@' would be taken for the host; percent-encode them in the "
+            "password (%2F, %3F, %23, and '@' as %40)")
+
+
+def reason(value: str | None, why) -> str:
+    """The reason a check of the URL ``value`` gave (a ValueError's text: redis-py's, contracts.redis_url's), fit to
+    print beside ``url(value)``: a reason quotes parts of the URL as the check parsed it (``path '/xyz@host/0'``),
+    which for a URL whose credentials are cut short hold the rest of the password: then the reason is why it is
+    cut short instead; any other reason has every URL in it, and the password where it appears, masked."""
+    if problem := credentials_problem(value):
+        return problem
+    said = text(str(why))
+    try:
+        password = urlsplit(str(value or "")).password
+    except ValueError:
+        password = None
+    for secret in {password, unquote(password or "")} - {None, ""}:  # where it stands alone: 'p' is not in 'port'
+        said = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", MASK, said)
+    return said
 
 
 def headers(values: dict[str, str] | None) -> dict[str, str]:
@@ -91,6 +131,21 @@ def _params(query: str) -> str:
         name, sep, _ = pair.partition("=")
         out.append(f"{name}={MASK}" if sep and _SECRET_NAME.search(unquote(name)) else pair)
     return "&".join(out)
+
+
+def _masked(userinfo: str) -> str:
+    """``user:password`` -> ``user:***``; userinfo with no ':' (a token) -> ``***``."""
+    return f"{userinfo.split(':', 1)[0]}:{MASK}" if ":" in userinfo else MASK
+
+
+_SCHEMES_WITHOUT_AT = ("redis", "rediss", "redis+sentinel", "rediss+sentinel", "unix")  # their paths are /db
+
+
+def _cut_short(head: str, netloc: str, rest: str) -> bool:
+    """An '@' after what a parser reads as the authority belongs to the credentials: the authority already holds
+    credentials, or is no plain host[:port], or the URL is a Redis one (whose path, a database number, holds no
+    '@'). An http URL with a plain host and an '@' in its path (``/users/@me``) is not cut short."""
+    return "@" in rest and ("@" in netloc or not _is_host(netloc) or head.lower() in _SCHEMES_WITHOUT_AT)
 
 
 def _is_host(netloc: str) -> bool:

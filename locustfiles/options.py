@@ -588,6 +588,10 @@ class Settings:
         if clash := next((h for h in headers if session_header and h.lower() == session_header.lower()), None):
             raise OptionError(f"--header {clash!r} and --session-header {session_header!r} name the same header: the "
                               "session id would replace the --header value; drop one")
+        for option in ("--store-url", "--http-url"):  # the store's check would quote the rest of the password
+            value = get(option[2:].replace("-", "_"))
+            if isinstance(value, str) and (problem := redact.credentials_problem(value)):
+                raise OptionError(f"{option} {redact.url(value)!r}: {problem}")
         store, no_audit = _audit_option(store_options, o), bool(get("no_audit", False))
         audit_every = _period(get("audit_every", "0"), "audit-every",
                               "python -m oracle follow passes at most once a second")

@@ -292,7 +292,7 @@ def _check_store(options: StoreOptions) -> None:
         try:
             check_url(options.url)
         except ValueError as exc:
-            raise OptionError(f"--store-url {redact.url(options.url)!r}: {redact.text(exc)}") from None
+            raise OptionError(f"--store-url {redact.url(options.url)!r}: {redact.reason(options.url, exc)}") from None
     if options.http_url:
         try:
             parts = urlsplit(options.http_url)

@@ -77,7 +77,7 @@ def check_redis_url(url: str) -> str:
     try:
         check_url(url)
     except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(f"{where}: {redact.reason(url, exc)}") from None
     return url
 
 

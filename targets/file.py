@@ -8,6 +8,7 @@ exactly like a member of the embedded stack.
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -16,9 +17,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from contracts import yamldoc
+from contracts import redact, yamldoc
 from contracts.redis_url import check_url
-from contracts.runfolder import open_regular
+from contracts.runfolder import _kind, open_regular
 from targets import registry
 
 TOP_KEYS = ("targets", "state_dir", "haproxy_socket")
@@ -183,6 +184,16 @@ def _member(name, line, node, path, base, state_dir, has_sock, problems) -> dict
         bad("cwd", f"{member['cwd']} is not a directory")
     if "log" in f and Path(member["log"]).is_dir():   # the command's output is appended to it: a file
         bad("log", f"{member['log']} is a directory, not a file")
+    elif "log" in f and os.path.realpath(member["log"]) != os.devnull:  # /dev/null: appending never blocks
+        try:   # a FIFO blocks the start until a reader comes; /dev/zero's "last lines of the log" never end
+            kind = _kind(os.stat(member["log"]).st_mode)
+        except FileNotFoundError:
+            kind = None   # created at the start
+        except OSError as exc:
+            kind = None
+            bad("log", f"{member['log']}: {exc.strerror or exc}")
+        if kind:
+            bad("log", f"{member['log']}: not a regular file but {kind}")
     if "env" in f:
         member["env"] = _env(f["env"], lambda m: bad("env", m)) or {}
     if "health" in f:
@@ -245,22 +256,25 @@ def _health(node, bad) -> dict | None:
         return {"tcp": [m.group(1), int(m.group(2))]}
     if kind not in HEALTH_SCHEMES:
         return bad(f"unknown check {kind!r}: {kinds}")
+    shown = redact.url(value)   # a redis or http URL may hold a password: never printed
+    if problem := redact.credentials_problem(value):   # redis-py would PING the host 't' of redis://:s3cr@t/x@h/0
+        return bad(f"{kind}: {shown!r}: {problem}")
     try:
         url = urlsplit(value)
         url.port  # noqa: B018 - parsed only to refuse a port that is not a number
     except ValueError as exc:
-        return bad(f"{kind}: {value!r} is not a URL: {exc}")
+        return bad(f"{kind}: {shown!r} is not a URL: {redact.reason(value, exc)}")
     if url.scheme not in HEALTH_SCHEMES[kind]:
-        return bad(f"{kind}: expected a {' or '.join(s + '://' for s in HEALTH_SCHEMES[kind])} URL, got {value!r}")
+        return bad(f"{kind}: expected a {' or '.join(s + '://' for s in HEALTH_SCHEMES[kind])} URL, got {shown!r}")
     if url.scheme != "unix" and not url.hostname:
-        return bad(f"{kind}: {value!r} names no host (e.g. {kind}://127.0.0.1:8000/)")
+        return bad(f"{kind}: {shown!r} names no host (e.g. {kind}://127.0.0.1:8000/)")
     if url.port == 0:
-        return bad(f"{kind}: {value!r}: port 0 is no port (1-65535)")
+        return bad(f"{kind}: {shown!r}: port 0 is no port (1-65535)")
     if kind == "redis":
         try:
             check_url(value)   # a path that is not a database number (/abc) would PING database 0
         except ValueError as exc:
-            return bad(f"redis: {value!r}: {exc}")
+            return bad(f"redis: {shown!r}: {redact.reason(value, exc)}")
     return {kind: value}
 
 

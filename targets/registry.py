@@ -32,7 +32,7 @@ from pathlib import Path
 
 import redis
 
-from contracts.runfolder import read_regular  # stdlib only: refbot's image has redis-py and no msgspec
+from contracts.runfolder import open_append, open_regular, read_regular  # stdlib only: refbot's image has redis-py and no msgspec
 
 VERSION = 1
 DEFAULT_DIR = ".stack"
@@ -391,7 +391,11 @@ def start_member(member: dict) -> subprocess.Popen:
     raise after the child exists but before anyone knows its pid, and it would outlive `down`."""
     Path(member["cwd"]).mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **member.get("env", {})}
-    with _interrupts_held(), open(member["log"], "ab") as log:
+    # a FIFO would block this open until a reader comes, for ever (targets/file.py refuses one; a state file may
+    # still name one): refused, naming the file
+    log_file = open(member["log"], "ab") if os.path.realpath(member["log"]) == os.devnull else \
+        open_append(member["log"])
+    with _interrupts_held(), log_file as log:
         proc = subprocess.Popen(member["cmd"], env=env, cwd=member["cwd"], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         adopt(member, proc.pid)
@@ -509,9 +513,20 @@ def wait_healthy(member: dict, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+LOG_TAIL_BYTES = 64 * 1024
+
+
 def log_tail(member: dict, lines: int = 15) -> str:
+    """The last ``lines`` lines of the member's log, read from its last LOG_TAIL_BYTES only: a log of GBs, or a
+    device (/dev/zero never ends), is never read whole; a FIFO or a device is "(no log)"."""
     try:
-        text = Path(member["log"]).read_text(errors="replace")
+        with open_regular(member["log"]) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - LOG_TAIL_BYTES))
+            data = fh.read(LOG_TAIL_BYTES)
     except OSError:
         return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
+    text = data.decode("utf-8", errors="replace").splitlines()
+    if size > LOG_TAIL_BYTES and len(text) > 1:
+        text = text[1:]   # the first line read is the end of a longer one
+    return "\n".join(text[-lines:])
