@@ -326,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     out += [f"  gate failed: {b}" for b in breaches]
     failed = gate == WORSE or bool(breaches)
     untrusted = misread_replies(last.run) if failed else cut_short(last.run)  # verdict.trusted_exit_code's rule
+    base_cut = cut_short(base.run)  # a base of part of a run: "no significant change" (or "worse") against it says
+    if base_cut and not breaches and not untrusted:  # nothing; the candidate's own failed gates stand without it
+        untrusted = f"the base {base.label} is not trusted ({base_cut}), so the comparison with it proves nothing"
     out.append(f"verdict: {last.label} against {base.label}: {gate.upper() if gate != SAME else gate} "
                f"(alpha {args.alpha}, margin {args.margin * 100:g} points)"
                + (f"; {len(breaches)} gate(s) failed" if breaches else "")

@@ -102,6 +102,21 @@ def test_runs_under_different_loads_warn(tmp_path, capsys):
     assert "different loads" not in capsys.readouterr().out
 
 
+def test_a_base_that_was_cut_short_makes_a_passing_comparison_not_trusted(tmp_path, capsys):
+    """A base killed during its load (phase load, no end: part of a run) compared as if whole: exit 0, "no
+    significant change", not a word about the base (verdict hunt 12 M2). A candidate's own failed gate stands."""
+    base = synthetic(tmp_path / "a", label="v1", seed=1)
+    meta = json.loads((base / "run.json").read_text())
+    (base / "run.json").write_text(json.dumps({**meta, "phase": "load", "end": None}))
+    cand = synthetic(tmp_path / "b", label="v2", seed=2)
+    assert compare.main([str(base), str(cand), "--gate", "off"]) == 3
+    out = capsys.readouterr().out
+    assert "NOT TRUSTED: the base v1 is not trusted (" in out and "-> exit 3" in out, out
+    failing = synthetic(tmp_path / "c", label="v3", lost=5, seed=3)
+    assert compare.main([str(base), str(failing)]) == 1  # v3 fails its own stored_loss gate: a FAIL
+    assert "NOT TRUSTED" not in capsys.readouterr().out
+
+
 def test_several_runs_show_a_trend_and_gate_on_the_last(tmp_path, capsys):
     runs = [synthetic(tmp_path / f"r{i}", label=f"v1.{i}", lost=lost, seed=i) for i, lost in
             enumerate([0, 1, 60])]
