@@ -32,7 +32,9 @@ def loads(data):
 
     Bytes must be UTF-8 (a leading UTF-8 byte order mark is skipped, as the stdlib does): UTF-16 or UTF-32 text,
     which the stdlib's ``json.loads(bytes)`` would detect and read, is not JSON here (docs/oracle.md: an entry
-    that is not UTF-8 is corrupt)."""
+    that is not UTF-8 is corrupt). Text reads as its UTF-8 bytes would: a leading U+FEFF (the byte order mark,
+    decoded) is skipped in a str too, so an entry reads alike as the bytes a store returned and as the text the
+    snapshot keeps of them (oracle/snapshot.py; a re-audit of the snapshot gives the live read's verdict)."""
     try:
         return _decode(data)
     except msgspec.DecodeError:
@@ -51,6 +53,8 @@ def loads(data):
             data = raw.decode("utf-8-sig")  # never the stdlib's guess of UTF-16 / UTF-32
         except UnicodeDecodeError as exc:
             raise DecodeError(_reason(exc)) from None
+    elif isinstance(data, str):
+        data = data.removeprefix("\ufeff")  # as "utf-8-sig" above: one byte order mark, at the start only
     try:
         return json.loads(data)
     except RecursionError:

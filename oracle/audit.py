@@ -50,6 +50,14 @@ PARALLEL_MIN_BYTES = 4 << 20  # a smaller journal is judged faster than processe
 PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal a process gets when its parent dies
 
 
+def _said(exc: BaseException):
+    """A store error as a message says it: a Sentinel client's without its clients' object dumps."""
+    from redis.sentinel import MasterNotFoundError, SlaveNotFoundError
+
+    from oracle.redis_reader import no_master
+    return no_master(exc) if isinstance(exc, (MasterNotFoundError, SlaveNotFoundError)) else exc
+
+
 class WorkerError(Exception):
     """A judging process died or raised something that is not a store error."""
 
@@ -80,8 +88,10 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
     _own_outputs(folder)
     faults, steps = load_faults(folder.path, problems), load_steps(folder.path, problems)
     live = store is not None
+    # before the store is read, or the snapshot replaced; offline too: another run's run.json (its trust fields,
+    # plan, label, journal size) would judge this journal as that run's, a cut-short run's NOT TRUSTED a PASS
+    journal.require_own_run()
     if live:
-        journal.require_own_run()  # before the store is read, or the snapshot replaced
         reader = make_reader(store)
         reader.check()
         evidence = store_evidence(reader, folder, store)
@@ -168,7 +178,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                 f"the partial snapshot is kept in {folder.store} (marked incomplete)"
             again = refused_command(exc) or "run the audit again once the store is back"
             raise StoreError(f"the store at {options.where()} ({options.name()}) failed after "
-                             f"{writer.meta['sessions_read'] if writer else 0} sessions: {exc}. {kept[0].upper()}"
+                             f"{writer.meta['sessions_read'] if writer else 0} sessions: {_said(exc)}. {kept[0].upper()}"
                              f"{kept[1:]}; {again}") from exc
         raise
     check_faults(folder.path, faults, tally.first_sent, tally.last_done, problems)

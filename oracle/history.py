@@ -132,7 +132,9 @@ class Journal:
 
     def require_own_run(self) -> None:
         """JournalError when the journal's run is not the one run.json records: another run's journal in this
-        folder, read live, was judged against this run's store and chaos, PASSed, and replaced this run's snapshot.
+        folder, read live, was judged against this run's store and chaos, PASSed, and replaced this run's snapshot;
+        re-audited from the snapshot, it took the other run's trust fields (a cut-short run's NOT TRUSTED a PASS),
+        plan and label. None recorded (no run.json, none readable, no "run": a folder built by hand) is no check.
         Each file is read up to its first turn (``require_records`` has made sure they name one run)."""
         recorded = self._recorded_run()
         for shard in self.shards if recorded is not None else ():
@@ -172,7 +174,7 @@ class Journal:
             for _, lines, _ in line_chunks(shard):
                 for raw in lines:
                     try:
-                        t = _decode_source(raw)
+                        t = _decode_source(raw[3:] if raw.startswith(BOM) else raw)  # as _key
                     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                         continue
                     if t.session in sessions:
@@ -312,12 +314,22 @@ class Tail:
         return done
 
 
+BOM = b"\xef\xbb\xbf"
+
+
+def _key(raw: bytes):
+    """A line's key (msgspec's error when it has none). A leading UTF-8 byte order mark (an editor's save) is
+    skipped, as every reader of a run folder's .jsonl files skips it (contracts.jsonl, contracts.codec.loads),
+    and as ``decode_line`` does where the line is judged."""
+    return _decode_key(raw[3:] if raw.startswith(BOM) else raw)
+
+
 def _keys(lines: list[bytes]) -> list:
     """Each line's key, None for a blank or unreadable line (one C call per line)."""
     out = []
     for raw in lines:
         try:
-            key = _decode_key(raw)
+            key = _key(raw)
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             key = None
         out.append(key if key is not None and key.session else None)
@@ -325,11 +337,39 @@ def _keys(lines: list[bytes]) -> list:
 
 
 def _why(raw: bytes) -> RecordError:
+    """Why ``_keys`` found no key in a line: ``decode_line``'s reason, or, for a line it reads, what the key
+    reader refused (it was "no session id" for a line that has one)."""
     try:
         decode_line(raw)
     except RecordError as exc:
         return exc
+    found = _lone_surrogate(codec.loads(raw))
+    if found:
+        return RecordError(f"{found[0]} holds a lone surrogate escape (\\u{ord(found[1]):04x}), which is not text: "
+                           "no UTF-8 can carry it")
+    try:
+        _key(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        return RecordError(str(exc) if isinstance(exc, msgspec.ValidationError) else f"not JSON: {exc}")
     return RecordError("no session id")
+
+
+def _lone_surrogate(value, where: str = "$") -> tuple[str, str] | None:
+    """(the JSON path, the character) of the first lone surrogate in ``value``'s strings and keys, or None."""
+    if isinstance(value, str):
+        bad = next((c for c in value if "\ud800" <= c <= "\udfff"), None)
+        return (where, bad) if bad else None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _lone_surrogate(k, f"{where} (a key)") or _lone_surrogate(v, f"{where}.{k}")
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _lone_surrogate(v, f"{where}[{i}]")
+            if found:
+                return found
+    return None
 
 
 def decode_turns(entry: SessionLines) -> tuple[list[Turn], list[str], int]:

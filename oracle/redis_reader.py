@@ -15,6 +15,7 @@ import re
 from typing import Iterable, Iterator
 
 import redis
+from redis.sentinel import MasterNotFoundError, SlaveNotFoundError
 
 from contracts.redis_url import chooses_protocol, no_hello, own_client, resp2_if_no_hello
 from oracle.store import RawSession, StoreError, StoreOptions, batches
@@ -402,7 +403,32 @@ def unreached(exc: redis.RedisError, at: str = "") -> str:
     """Why ``RedisReader.check`` failed: the store was not reached, or it answered but refused something."""
     if isinstance(exc, redis.ResponseError):  # an error reply: it was reached
         return f"the store{at} answered but {refused(exc)}"
+    if isinstance(exc, (MasterNotFoundError, SlaveNotFoundError)):
+        return f"cannot reach the store{at}: {no_master(exc)}"
     return f"cannot reach the store{at}: {exc or type(exc).__name__}"
+
+
+_SENTINEL_AT = re.compile(r"[(,]host=([^,()]+),port=(\d+),")
+_SENTINEL_ERROR = re.compile(r"\)> - (?:(\w+):)?(\w+)")  # after a client's repr: redis-py's error repr, "kind:Name"
+
+
+def no_master(exc: redis.ConnectionError) -> str:
+    """What redis-py's Sentinel client said, without its clients' object dumps (1.5 KB each): the service no
+    Sentinel gave a master for, and each Sentinel's error (its address and the error's kind)."""
+    text = str(exc)
+    head, _, errors = text.partition(" : ")
+    service = re.search(r"for ('.*?'|\".*?\")", head)
+    said = [f"{host}:{port}: {name}" + (f" ({kind})" if kind else "")
+            for (host, port), (kind, name) in zip(_SENTINEL_AT.findall(errors), _SENTINEL_ERROR.findall(errors))]
+    what = "master" if isinstance(exc, MasterNotFoundError) else "replica"
+    service = service.group(1) if service else "the service"
+    if said:
+        return (f"no Sentinel answered with a {what} for {service} (" + "; ".join(said) + "): are the URL's "
+                "host:port pairs Sentinels (port 26379 by default), up and reachable?")
+    if errors:  # not the shape parsed above: its length only, never the dump
+        return f"no Sentinel answered with a {what} for {service} ({len(errors.split(' - ')) - 1} sentinel error(s))"
+    return (f"the Sentinels answered but know no healthy {what} for {service}: is the URL's service name the one "
+            "they monitor (SENTINEL MASTERS lists them), and is its master up?")
 
 
 def refused(exc: redis.ResponseError) -> str:
@@ -411,6 +437,9 @@ def refused(exc: redis.ResponseError) -> str:
         return ("does not speak RESP3 (it has no HELLO command: Redis before 6, or HELLO renamed away), which the "
                 "URL's protocol=3 asks for: use ?protocol=2 in the URL")
     text = str(exc)
+    if "unknown command 'SENTINEL'" in text or "unknown command `SENTINEL`" in text:
+        return ("is no Sentinel (it does not know the SENTINEL command): a redis+sentinel:// URL names the Sentinels "
+                "(port 26379 by default), not a Redis server; give redis://host:port/db for a server")
     if "DB index" in text:
         return f"has no such database ({text}): give a database it has as the URL's /db"
     return (f"refused a command: {text}. goldfish connects (SELECT when the URL's database is not 0), PINGs, then "

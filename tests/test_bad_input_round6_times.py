@@ -42,7 +42,7 @@ def _far_run(run: Path, late: float = DAYS_20, spy: dict | None = None) -> tuple
     write_journal(run, world.records)
     write_snapshot(run, world)
     start, end = min(r["sent"] for r in rest), max(r["received"] or r["sent"] for r in rest)
-    (run / "run.json").write_text(json.dumps({"run": run.name, "label": "v1", "start": start, "end": end}))
+    (run / "run.json").write_text(json.dumps({"run": world.records[0]["run"], "label": "v1", "start": start, "end": end}))
     judge = audit._judge
 
     def keep(context, jobs):

@@ -225,7 +225,7 @@ def test_report_renders_what_the_real_audit_writes(tmp_path, capsys):
     start = min(r["sent"] for r in world.records)
     end = max(r["received"] or r["sent"] for r in world.records)
     (run / "run.json").write_text(json.dumps({
-        "run": "run-real", "label": "refbot-correct", "target": "http://127.0.0.1:9", "options": {"users": 4},
+        "run": world.records[0]["run"], "label": "refbot-correct", "target": "http://127.0.0.1:9", "options": {"users": 4},
         "plan": None, "plan_text": None, "script": "support-chat", "script_sha": "abc", "start": start, "end": end,
         "versions": {}}))
     mid = (start + end) / 2

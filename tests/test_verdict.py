@@ -14,7 +14,7 @@ import pytest
 from oracle.audit import audit_run
 from oracle.verdict import (FAIL, GATES, OFF, PASS, UNMEASURED, GateError, Limit, evaluate, headline,
                             legacy_overrides, parse_gates, parse_limit, require_measured, trusted_exit_code)
-from support_oracle import (TurnSpec, build_world, finding_keys, lc, read_findings, simple_specs, write_journal,
+from support_oracle import (RUN, TurnSpec, build_world, finding_keys, lc, read_findings, simple_specs, write_journal,
                             write_snapshot)
 
 
@@ -481,7 +481,7 @@ def test_a_run_that_sent_none_of_its_scripts_probes_is_no_pass(tmp_path, scripte
     older goldfish, a damaged value), is judged on the rest as before."""
     from oracle.verdict import NO_PROBE_SENT, exit_code
 
-    (tmp_path / "run.json").write_text(json.dumps({"run": "r", **({} if scripted is None else
+    (tmp_path / "run.json").write_text(json.dumps({"run": RUN, **({} if scripted is None else
                                                                   {"script_probes": scripted})}))
     summary = _audit(tmp_path, _world())
     assert summary["verdict"]["result"] == result, summary["verdict"]["failed"]
@@ -1104,7 +1104,7 @@ def test_a_chaos_plan_that_applied_no_fault_is_said(tmp_path, capsys):
     world = build_world(simple_specs(3), seed=3)
     write_journal(tmp_path, world.records)
     write_snapshot(tmp_path, world)
-    (tmp_path / "run.json").write_text(json.dumps({"run": "run", "plan": "plans/nightly.yaml", "start": 1.0}))
+    (tmp_path / "run.json").write_text(json.dumps({"run": RUN, "plan": "plans/nightly.yaml", "start": 1.0}))
     audit_cli.main([str(tmp_path), "--jobs", "1"])
     said = "chaos: the plan plans/nightly.yaml applied no fault during the run"
     assert said in capsys.readouterr().out
