@@ -324,7 +324,7 @@ def refused_command(exc: BaseException) -> str | None:
     scan = "SCAN (or pass --no-scan), " if "scan" in str(exc).lower() else ""
     return (f"it refuses a command the audit needs: it reads each session with TTL and LRANGE or GET (and TYPE "
             f"with the command of its type), {scan}and INFO; grant them to the URL's user (ACL: +@read on the "
-            "keys, +ping, and +select for a database other than 0), or point --store-url at the Redis that holds the keys (a Sentinel's port is not one: "
+            "keys, +ping, +info, and +select for a database other than 0), or point --store-url at the Redis that holds the keys (a Sentinel's port is not one: "
             "redis+sentinel://host:port/service/db)")
 
 

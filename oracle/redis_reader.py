@@ -338,8 +338,12 @@ class RedisReader:
         pipe = self.client.pipeline(transaction=False)
         for session in sessions:
             script(keys=[self.options.key(session)], args=[self.options.direction], client=pipe)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except redis.ResponseError:  # SCRIPT EXISTS refused (an ACL user without +@scripting): none digested
+            return {session: ["?", "not digested"] for session in sessions}
         out = {}
-        for session, reply in zip(sessions, pipe.execute(raise_on_error=False)):
+        for session, reply in zip(sessions, replies):
             if isinstance(reply, list) and len(reply) == 3:
                 out[session] = [as_text(reply[0]), int(reply[1]), as_text(reply[2])]
             else:
@@ -443,7 +447,7 @@ def refused(exc: redis.ResponseError) -> str:
     if "DB index" in text:
         return f"has no such database ({text}): give a database it has as the URL's /db"
     return (f"refused a command: {text}. goldfish connects (SELECT when the URL's database is not 0), PINGs, then "
-            "reads: grant them to the URL's user (ACL: +@read on the keys, +ping, +select), or restore a renamed "
+            "reads: grant them to the URL's user (ACL: +@read on the keys, +ping, +info, +select), or restore a renamed "
             "command")
 
 

@@ -176,3 +176,17 @@ def test_other_databases_are_looked_at_when_info_keyspace_is_refused(redis_serve
     found, _ = find_session_keys(client, [session])
     assert found == {session: [(3, f"message_store:{session}")]}
 
+
+
+def test_digests_by_a_user_without_scripting_are_none_and_the_keys_are_read_again(redis_server):
+    """The rolling audit's final re-check asks Redis for each key's digest with a script; the documented read-only
+    user may not run SCRIPT EXISTS, and the audit ended 'audit FAILED ... no permissions', exit 3 (helper-108)."""
+    from oracle.redis_reader import RedisReader
+
+    redis_server.client().rpush("message_store:gf0000000000000001", b'{"type": "human"}')
+    reader = RedisReader(StoreOptions(url=reader_url(redis_server, "+@read +ping +select +info")))
+    assert reader.digests(["gf0000000000000001", "gf0000000000000002"]) == {
+        "gf0000000000000001": ["?", "not digested"], "gf0000000000000002": ["?", "not digested"]}
+    owner = RedisReader(StoreOptions(url=redis_server.url))  # scripting allowed: digested, as before
+    kind, entries, digest = owner.digests(["gf0000000000000001"])["gf0000000000000001"]
+    assert (kind, entries) == ("list", 1) and digest, digest
