@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from support_locust import chat_bot, quick_script, run_locust
 from test_bad_input import assert_named
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
