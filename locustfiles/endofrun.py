@@ -17,7 +17,8 @@ says where it stopped. Signals (docs/locust.md "Stopping a run"):
   ``interrupted`` (signal, phase, the command that finishes the job) and the exit code is 130 (SIGINT)
   or 143 (SIGTERM), never 0: that of the signal that stopped the run after its load (of two during the
   load, the second as taken: Locust takes SIGTERM at the event loop's next turn, so a Ctrl-C a millisecond
-  after a SIGTERM may be taken first);
+  after a SIGTERM may be taken first); Locust's own quit after the load, with no signal (a master's "The last
+  worker quit": workers leave a master busy in its audit), is no signal: the run finishes with its verdict;
 - a SIGHUP (the terminal closed: an ssh session that dropped under a soak) is a SIGTERM, with what is printed
   from then on in the run folder's ``hangup.log``: the terminal's writes would fail, and the heal with them.
   Recorded as SIGHUP, exit code 129 where a SIGTERM's would be 143.
@@ -27,8 +28,9 @@ raises out of it; the first shutdown ends the process, a second one waits for it
 
 Exit codes of one run (one table for goldfish, docs/locust.md "Exit codes"): 0 every gate held; 1 a gate
 failed; 2 bad input (options, plan, script, an unreachable target, a key template that matches nothing);
-3 the audit or report failed, or a Locust user raised an exception (its conversation was cut short unjudged),
-or a FAIL of a WebSocket bot whose replies came in several frames (``distrust``: NOT TRUSTED);
+3 the audit or report failed (a FAIL whose report alone failed stays 1: the finding stands), or a Locust user
+raised an exception (its conversation was cut short unjudged), or a FAIL of a WebSocket bot whose replies came in
+several frames (``distrust``: NOT TRUSTED);
 130/143 (129: SIGHUP) interrupted. Locust's own exit code (another listener's
 ``process_exit_code``, ``--exit-code-on-error``) is combined, never masked: goldfish's code when it is not
 0, else Locust's. The process's exit code over its runs: 130/143 when a signal stopped a run after its
@@ -319,6 +321,7 @@ class Run:
         self.journal_error: str | None = None  # a journal line could not be written during the load: stopped
         self.unrecorded = False  # run.json could not be updated (said once)
         self.untrusted: str | None = None  # why its FAIL is NOT TRUSTED (``distrust``)
+        self.report_failed: str | None = None  # why report.html could not be written (the store was judged)
 
     @property
     def run_dir(self) -> str:
@@ -607,8 +610,19 @@ class EndOfRun:
             self.idle.wait()  # finished here, or by a stop already under way in another greenlet
         elif run is not None and run.phase == HEAL:  # a web-UI stop is healing: let it finish the test
             self.idle.wait()
-        elif run is not None and run.phase in FINISHING:  # a signal after the load: stop here
-            self.interrupt("SIGTERM")
+        elif run is not None and run.phase in FINISHING:
+            if gevent.getcurrent() is self.main and not self.stopping:
+                # no signal: Locust's main greenlet, whose wait for the runner ended because the runner quit on its
+                # own after the load, the master's "The last worker quit" (workers leave a master busy in its
+                # audit: no heartbeat for MASTER_GONE_S). Their journals were drained before the settle: the run
+                # finishes with its verdict, as after a heal. A signal meanwhile still stops it (on_signal)
+                self.idle.wait()
+                if run.final is None and not run.interrupted:  # its end was cut short (killed): no verdict, never 0
+                    run.final = EXIT_AUDIT
+                    say(f"{run.run_dir}: its end was cut short in phase {run.phase}: no verdict, exit code 3; finish "
+                        f"the audit with `python -m oracle audit {run.run_dir}{store_arguments(run.settings.store)}`")
+            else:  # a SIGTERM (Locust's shutdown, in its own greenlet) after the load: stop here
+                self.interrupt("SIGTERM")
         self.release_signals()
         return self.exit_code(environment)
 
@@ -655,6 +669,7 @@ class EndOfRun:
                 "see the error above" if run.bad or run.journal_error else
                 "no audit: --no-audit" if run.settings.no_audit else
                 "no audit: --store-url" if run.settings.store is None else
+                "the report could not be written: see above" if run.report_failed else
                 "the store was not judged: see above") + ")"
             lines.append(f"{run.run_dir}: {verdict}, exit code {run.final if run.final is not None else self.code}"
                          f" — {where}")
@@ -736,14 +751,16 @@ class EndOfRun:
         except Exception as exc:  # noqa: BLE001
             log.exception("report failed")
             say(f"report FAILED: {type(exc).__name__}: {exc} (re-run `python -m oracle report {run.settings.run_dir}`)")
+            run.report_failed = f"{type(exc).__name__}: {exc}"
             code = EXIT_AUDIT
         if run.interrupted:  # a Ctrl-C while the report rendered (it never waits) said "no verdict": none follows
             raise Stopped()
         self._say_verdict(summary["verdict"], f"gates {summary['verdict']['gates']}")
         run.verdict = summary["verdict"]
         say(headline(summary["verdict"]))
-        if code == EXIT_OK and run.result == "fail":
-            code = verdict_exit_code(summary["verdict"])  # nothing acknowledged, nothing else failed: 2
+        if run.result == "fail":  # nothing acknowledged, nothing else failed: 2; a finding (1) stands even when
+            found = verdict_exit_code(summary["verdict"])  # its report could not be written, as in `oracle audit`
+            code = found if code == EXIT_OK or found == EXIT_GATE else code
         return code
 
     @staticmethod

@@ -259,7 +259,11 @@ def _on_test_stop(environment, **_kw):
     shape = environment.shape_class
     if shape is not None and hasattr(shape, "finish"):
         shape.finish()
-    rt.end.end_run(environment)  # the store telemetry stops with the heal (rt.end.after_heal)
+    if gevent.getcurrent() in environment.runner.greenlet:  # the step shape's greenlet stopped the test: Locust's
+        # quit kills that group (a master's, when its last worker leaves during the audit), and the run with it
+        gevent.spawn(rt.end.end_run, environment).get()
+    else:
+        rt.end.end_run(environment)  # the store telemetry stops with the heal (rt.end.after_heal)
 
 
 @events.quitting.add_listener
