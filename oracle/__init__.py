@@ -12,7 +12,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     reach_store(options)                   reach the store they name now (before a run's load)
     headline, rule_line                    the verdict in words
     load_faults(run_dir, problems)         chaos.jsonl paired into faults, as the audit pairs them
-    ttl_floor(client, template, cursor)    the shortest TTL keys under the template get (the telemetry looks)
+    ttl_floor(client, template, cursor)    a lower bound of the TTL keys under the template get (the telemetry looks)
     NOTHING_ACKNOWLEDGED                   the failed rule of a run the target acknowledged nothing of
     verdict_exit_code(verdict)             0 pass, 1 a gate failed, 2 nothing to judge (README "Exit codes")
     misread_replies(run)                   why a FAIL is NOT TRUSTED: WebSocket replies that came in several frames

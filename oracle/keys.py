@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import redis
 
@@ -233,8 +234,8 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     """
     if client is None:
         return None if all_gone else _http_all_empty(options, sessions, gone_count or 0, probes)
-    found, scanned = find_session_keys(client, gone[:SAMPLE])
     gone_count = len(gone) if gone_count is None else gone_count
+    found, scanned = find_session_keys(client, gone[:SAMPLE])
     info = _info(client)
     refused = info.get(REFUSED)
     restarted_at = _started_at(info)
@@ -354,6 +355,70 @@ def _gone_since_the_run(gone_count: int, restarted_at: float | None, run_json, o
                 f"snapshot, ended {_utc(earlier.get('read_end'))}) found every one of them: the store lost them since "
                 f"(flushed, or restarted without persistence), which says nothing of a loss during the run. {again}")
     return None
+
+
+def lost_since_the_read(client: redis.Redis, run_json, options: StoreOptions) -> str | None:
+    """Why a live read of this store cannot judge the run, or None: the run folder holds an earlier complete read of this store
+    under this key template (its snapshot, store/meta.json: the run's own audit's, or a later re-audit's) and keys
+    that read found are gone now. Any one of them is enough: a store that lost keys since the audit (a TTL that ran
+    out, a FLUSHDB, a restart without persistence, an eviction) measures something other than what the run did,
+    and a re-read of it would replace the run's evidence with less. A bot that keeps histories 8 s after the last
+    message and dropped entries FAILed; its live re-audit once every key had expired said PASS, stored loss judged
+    over 0 turns, and replaced store/ and summary.json (verdict hunt 12). Keys the earlier read did not find (a
+    wrong --key-template then, keys lost before the run's own audit) are not "gone since": judged as before.
+    Asked before anything is read (``store_evidence``): sessions whose keys expired after their conversations have
+    no finding, so ``diagnose_missing_keys`` is not even called for them. One EXISTS per key the earlier read found."""
+    earlier = _earlier_read(run_json)
+    if earlier is None or earlier.get("url") != options.where() or \
+            (earlier.get("key_template") or "message_store:{session}") != options.key_template:
+        return None
+    read_then, sessions = _keys_read(Path(run_json).parent, earlier)
+    if not read_then:
+        return None
+    now_gone, pipe = 0, client.pipeline(transaction=False)
+    for start in range(0, len(read_then), 1000):
+        for key in read_then[start:start + 1000]:
+            pipe.exists(key)
+        now_gone += sum(1 for n in pipe.execute() if not n)
+    if not now_gone:
+        return None
+    if now_gone == len(read_then) == sessions:  # a FLUSHDB after a run whose audit found every session
+        what = ("though this store's complete read for the run (its snapshot, ended "
+                f"{_utc(earlier.get('read_end'))}) found every one of them")
+    else:
+        what = (f"{now_gone:,} of the {len(read_then):,} sessions whose keys this store's complete read for the run "
+                f"found (its snapshot, ended {_utc(earlier.get('read_end'))}) are gone now")
+    return (f"the store no longer holds what the run's audit read: under the key template {options.key_template!r} "
+            f"at {options.where()}, {what}: the store lost them since (their TTL ran out, or it was flushed, "
+            "restarted without persistence or evicted them), which says nothing of a loss during the run, and a "
+            "re-read would judge less than the run's own read did. Audit the run's own reading of the store: "
+            "`python -m oracle audit RUN` without --store-url re-judges its snapshot (kept). Nothing was judged.")
+
+
+def _keys_read(run_dir: Path, meta: dict) -> tuple[list[str], int]:
+    """The keys the snapshot in ``run_dir`` found (its sessions with ``exists``), and how many sessions it read;
+    ([], 0) when it cannot be read."""
+    from oracle.snapshot import SnapshotError, snapshot_lines
+
+    keys, sessions, store = [], 0, RunFolder(run_dir).store
+    try:
+        for name in meta.get("files") or []:
+            for _, raw in snapshot_lines(run_dir, store / str(name)):
+                line = _decode_key_line(raw)
+                sessions += 1
+                if line.exists and line.key:
+                    keys.append(line.key)
+    except (OSError, SnapshotError, msgspec.MsgspecError):
+        return [], 0
+    return keys, sessions
+
+
+class _KeyLine(msgspec.Struct):
+    exists: bool
+    key: str = ""
+
+
+_decode_key_line = msgspec.json.Decoder(_KeyLine).decode
 
 
 def _earlier_read(run_json) -> dict | None:
@@ -873,10 +938,15 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
     """What a Redis store says before anything is judged: whether keys under the key template carry TTLs, now
     or in a telemetry sample of the run (so a gone key most likely expired), when it evicted keys (the run's telemetry samples, if any, then
     now), and its expiry and eviction counters when the run began (the first sample). Empty for other
-    readers."""
+    readers. Raises TemplateMismatch when the run folder's complete snapshot of this store found keys that are
+    gone now (``lost_since_the_read``): a re-read would replace the run's evidence with less."""
     client = getattr(reader, "client", None)
     if client is None:
         return {}
+    template_options = options or getattr(reader, "options", None) or StoreOptions()
+    lost_since = lost_since_the_read(client, folder.run_json, template_options) if folder.store.exists() else None
+    if lost_since:  # before anything is read or replaced: the store no longer holds what the run's audit read
+        raise TemplateMismatch(lost_since)
     info = _info(client)
     samples, at_start, floors = {name: [] for name in COUNTERS}, None, []
     if folder.telemetry.exists():
@@ -892,9 +962,11 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
     for name in COUNTERS:  # INFO refused: the counters now are unknown, not 0 (judge.Evidence: none known)
         if not info.get(REFUSED):
             samples[name].append((time.time(), int(info.get(name) or 0)))
-    template = (options or getattr(reader, "options", None) or StoreOptions()).key_template
+    template = template_options.key_template
     now = ttl_floor(client, template, any_id=issued_ids(folder))[0]
-    floor = min(floors + [now] if now is not None else floors, default=None)
+    # each a lower bound of the one TTL the keys are given (ttl_floor): the largest is the tightest, and a sample
+    # taken while others read the keys (or as the last keys were about to expire) no longer pulls it to 0
+    floor = max(floors + [now] if now is not None else floors, default=None)
     evidence = {"ttl_in_use": floor is not None, "ttl_floor": floor, "ttl_at": time.time(),
                 "evictions": samples["evicted_keys"],
                 "expiries": samples["expired_keys"],
@@ -916,19 +988,30 @@ def issued_ids(folder: RunFolder) -> bool:
 
 def ttl_floor(client: redis.Redis, template: str, cursor: int = 0,
               calls: int = TTL_SCAN_CALLS, any_id: bool = False) -> tuple[float | None, int]:
-    """The shortest TTL, in seconds, any sampled key under the template was given (None: no sampled key has a
-    TTL), and the SCAN cursor to go on from (0: walked to the end). A key's TTL left plus how long it has been idle
+    """A lower bound, in seconds, of the TTL keys under the template are given (None: no sampled key has a TTL),
+    and the SCAN cursor to go on from (0: walked to the end).
+
+    Each sampled key gives a lower bound of the TTL it was given: its TTL left plus how long it has been idle
     (OBJECT IDLETIME: since its last read or write, so no longer than since the write that set the TTL), less a
-    second of the idle clock: a key gone younger than that cannot have expired. Not the database's expiring keys
-    as a whole: a shared staging Redis holds other applications' caches with TTLs, which say nothing of how this
-    bot keeps histories; nor keys under the template whose id is not goldfish's (``SESSION_RE``): another
-    application's chat histories under the same prefix, with a TTL of theirs, made a FLUSHDB of this run's keys read
-    as "expired after the conversation", and PASS (verdict hunt 11). ``any_id``: the run's ids are the bot's
-    (--session-from), any id counts. A huge store is sampled (``calls`` SCAN calls from ``cursor``), not walked: the run's
-    telemetry looks a few calls at a time while the keys still exist (locustfiles/telemetry.py), since by the
-    audit they may all be gone."""
+    second of the idle clock. The bound is tight for a key nobody read since its write, and weak for one read
+    since: any read restarts IDLETIME, so a key read a moment before it expires bounds its TTL by ~0. The bot gives
+    the keys under one template one TTL (LangChain's ``ttl``, an EXPIRE at each write), so the floor is the LARGEST
+    of the keys' bounds: reads by others (another goldfish run's audits on the same Redis, a dashboard, the bot's
+    history page) only lower a key's bound, never raise it, so they can no longer pull the floor to 0 (a correct
+    bot keeping histories 6 s after the last message FAILed "30 sessions whose key expired", floor 0.005, beside
+    another run's rolling audit: verdict hunt 12); and no key's bound exceeds the TTL it was given, so a genuinely
+    short TTL stays short (judge.Evidence.gone_class still calls a key that expired mid-conversation ``expired``).
+    A key gone younger than the floor cannot have expired.
+
+    Not the database's expiring keys as a whole: a shared staging Redis holds other applications' caches with TTLs,
+    which say nothing of how this bot keeps histories; nor keys under the template whose id is not goldfish's
+    (``SESSION_RE``): another application's chat histories under the same prefix, with a TTL of theirs, made a
+    FLUSHDB of this run's keys read as "expired after the conversation", and PASS (verdict hunt 11). ``any_id``: the
+    run's ids are the bot's (--session-from), any id counts. A huge store is sampled (``calls`` SCAN calls from
+    ``cursor``), not walked: the run's telemetry looks a few calls at a time while the keys still exist
+    (locustfiles/telemetry.py), since by the audit they may all be gone."""
     lives, cursor = _template_ttls(client, template, cursor, calls, any_id)
-    return (max(0.0, min(lives) - IDLE_CLOCK_S) if lives else None), cursor
+    return (max(0.0, max(lives) - IDLE_CLOCK_S) if lives else None), cursor
 
 
 def _id_in(key: str, prefix: str, suffix: str) -> str:
