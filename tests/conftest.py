@@ -4,6 +4,7 @@ Area-specific helpers live in tests/support_<area>.py; keep this file to what ev
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import time
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,23 @@ def http_server(handler):
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A request handler that answers JSON (``send_json``) and logs nothing: the tests' fake HTTP APIs."""
+
+    def send_json(self, status: int, document, headers: dict | None = None) -> None:
+        body = json.dumps(document).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
 
 
 def wait_until(condition, timeout: float = 15.0, interval: float = 0.02, what: str = "condition"):

@@ -17,12 +17,11 @@ import dataclasses
 import json
 import random
 import time
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from conftest import http_server
+from conftest import JsonHandler, http_server
 from contracts.tokens import TOKEN_RE
 from oracle.audit import audit_run
 from oracle.http_reader import HttpReader
@@ -33,7 +32,7 @@ QUIET_ERRORS = ("--gate", "strict,errors=off")  # the journal's refused turns wo
 PAGE = 3  # messages per page: every session's history (9-12 stored messages) spans 3-4 pages
 
 
-class _Api(BaseHTTPRequestHandler):
+class _Api(JsonHandler):
     """/<style>/<session>[?page=N]: the session's history in ``store`` (oldest first) in pages of PAGE messages.
 
     older: page 1 the newest PAGE messages, next = the older page (each page oldest first inside);
@@ -60,18 +59,8 @@ class _Api(BaseHTTPRequestHandler):
         host = "localhost" if style == "localhost" else "127.0.0.1"
         more = page < len(chunks)
         nxt = f"http://{host}:{port}/{style}/{session}?page={page + 1}" if more else None
-        return self._send(200, {"messages": chunks[page - 1], "next": nxt})
+        return self.send_json(200, {"messages": chunks[page - 1], "next": nxt})
 
-    def _send(self, status: int, document):
-        body = json.dumps(document).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture

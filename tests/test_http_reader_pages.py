@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import json
 import time
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from conftest import http_server
+from conftest import JsonHandler, http_server
 from oracle.audit import audit_run
 from oracle.keys import TemplateMismatch
 from oracle.store import StoreError, StoreOptions
@@ -31,7 +29,7 @@ QUIET_ERRORS = ("--gate", "strict,errors=off")
 PAGE = 3      # messages per page: every session's history (9-10 stored messages) spans 3-4 pages
 
 
-class _Api(BaseHTTPRequestHandler):
+class _Api(JsonHandler):
     """/<style>/<session>[?page=N|?cursor=N|?limit=N]: the session's history in ``store`` (oldest first) in the
     paging style ``style`` names; 404 when the session has none."""
     store: dict = {}
@@ -45,50 +43,38 @@ class _Api(BaseHTTPRequestHandler):
         if style.startswith("auth"):
             self.seen_auth.append(self.headers.get("Authorization"))
             if self.headers.get("Authorization") != f"Bearer {self.token}":
-                return self._send(401, {"detail": "Not authenticated"}, {"WWW-Authenticate": "Bearer"})
+                return self.send_json(401, {"detail": "Not authenticated"}, {"WWW-Authenticate": "Bearer"})
         if style == "forbidden":
-            return self._send(403, {"detail": "Forbidden"})
+            return self.send_json(403, {"detail": "Forbidden"})
         if session not in self.store:
-            return self._send(404, {"detail": "no such conversation"})
+            return self.send_json(404, {"detail": "no such conversation"})
         messages = self.store[session]
         page = int(query.get("page", 1))
         chunk = messages[(page - 1) * PAGE:page * PAGE]
         more = page * PAGE < len(messages)
         here = f"http://127.0.0.1:{self.server.server_port}/{style}/{session}"
         if style in ("all", "auth"):
-            return self._send(200, {"messages": messages, "has_more": False, "last_id": "msg_x"})
+            return self.send_json(200, {"messages": messages, "has_more": False, "last_id": "msg_x"})
         if style == "dify":  # the newest `limit`, oldest first within the page; has_more says older ones exist
             limit = int(query.get("limit", PAGE))
-            return self._send(200, {"messages": messages[-limit:], "has_more": len(messages) > limit, "limit": limit})
+            return self.send_json(200, {"messages": messages[-limit:], "has_more": len(messages) > limit, "limit": limit})
         if style == "cursor":  # Slack/Notion-style: a token only the API knows where to put
-            return self._send(200, {"messages": chunk, "next_cursor": f"c{page + 1}" if more else ""})
+            return self.send_json(200, {"messages": chunk, "next_cursor": f"c{page + 1}" if more else ""})
         if style == "drf":  # Django REST framework: an absolute next URL, null on the last page
-            return self._send(200, {"count": len(messages), "messages": chunk,
+            return self.send_json(200, {"count": len(messages), "messages": chunk,
                                     "next": f"{here}?page={page + 1}" if more else None})
         if style == "relative":  # a relative next URL, inside a pagination object
-            return self._send(200, {"data": {"messages": chunk},
+            return self.send_json(200, {"data": {"messages": chunk},
                                     "pagination": {"has_more": more, "next": f"?page={page + 1}" if more else None}})
         if style == "link":  # GitHub-style: the next page in a Link header, the body a bare list
             headers = {"Link": f'<{here}?page={page + 1}>; rel="next"'} if more else {}
-            return self._send(200, chunk, headers)
+            return self.send_json(200, chunk, headers)
         if style == "elsewhere":  # the next page on another host
-            return self._send(200, {"messages": chunk, "next": "http://localhost:1/x?page=2" if more else None})
+            return self.send_json(200, {"messages": chunk, "next": "http://localhost:1/x?page=2" if more else None})
         if style == "circle":  # the next page is this one
-            return self._send(200, {"messages": chunk, "next": f"{here}?page=1"})
+            return self.send_json(200, {"messages": chunk, "next": f"{here}?page=1"})
         raise AssertionError(style)
 
-    def _send(self, status: int, document, headers: dict | None = None):
-        body = json.dumps(document).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
