@@ -329,9 +329,12 @@ def _keys(lines: list[bytes]) -> list:
     out = []
     for raw in lines:
         try:
-            key = _key(raw)
+            key = _decode_key(raw)  # the hot path: no Python call between the line and the decoder
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-            key = None
+            try:
+                key = _key(raw) if raw.startswith(BOM) else None
+            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+                key = None
         out.append(key if key is not None and key.session else None)
     return out
 
