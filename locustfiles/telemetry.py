@@ -27,8 +27,7 @@ from contracts import codec
 from contracts.redis_url import chooses_protocol, own_client, resp2_if_no_hello
 from contracts.runfolder import RunFolder
 from locustfiles.journal import JournalFile
-from oracle import ttl_floor
-from oracle.keys import info_refused, info_refused_text
+from oracle import info_refused, info_refused_text, ttl_floor
 
 log = logging.getLogger("goldfish")
 

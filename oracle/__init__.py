@@ -13,6 +13,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     headline, rule_line                    the verdict in words
     load_faults(run_dir, problems)         chaos.jsonl paired into faults, as the audit pairs them
     ttl_floor(client, template, cursor)    a lower bound of the TTL keys under the template get (the telemetry looks)
+    info_refused(exc), info_refused_text   the store refused INFO (an ACL user without +info), and that in words
     NOTHING_ACKNOWLEDGED                   the failed rule of a run the target acknowledged nothing of
     verdict_exit_code(verdict)             0 pass, 1 a gate failed, 2 nothing to judge (README "Exit codes")
     misread_replies(run)                   why a FAIL is NOT TRUSTED: WebSocket replies that came in several frames
@@ -38,6 +39,7 @@ _WHERE = {
     "verdict_exit_code": ("oracle.verdict", "exit_code"), "misread_replies": ("oracle.verdict", "misread_replies"),
     "JournalError": ("oracle.history", "JournalError"), "TimelineError": ("oracle.timeline", "TimelineError"),
     "TemplateMismatch": ("oracle.keys", "TemplateMismatch"), "ttl_floor": ("oracle.keys", "ttl_floor"),
+    "info_refused": ("oracle.keys", "info_refused"), "info_refused_text": ("oracle.keys", "info_refused_text"),
     "StoreOptions": ("oracle.store", "StoreOptions"), "Gates": ("oracle.verdict", "Gates"),
     "StoreError": ("oracle.store", "StoreError"), "SnapshotError": ("oracle.snapshot", "SnapshotError"),
     "FOLLOW_ENV": ("oracle.follow", "ENV"), "load_faults": ("oracle.timeline", "load_faults"),
