@@ -51,6 +51,7 @@ def load_step(raw: bytes | str) -> dict:
     return record
 
 
+INFO_REFUSED = "INFO refused: "  # a sample's store_error when the store answered INFO with a refusal (no +info)
 STORE_NUMBERS = ("used_memory", "used_memory_rss", "maxmemory", "evicted_keys", "expired_keys", "connected_clients",
                  "blocked_clients", "rejected_connections", "instantaneous_ops_per_sec")
 

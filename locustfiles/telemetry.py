@@ -26,13 +26,13 @@ from redis.retry import Retry
 from contracts import codec
 from contracts.redis_url import chooses_protocol, own_client, resp2_if_no_hello
 from contracts.runfolder import RunFolder
+from contracts.timeline import INFO_REFUSED
 from locustfiles.journal import JournalFile
 from oracle import info_refused, info_refused_text, ttl_floor
 
 log = logging.getLogger("goldfish")
 
 TIMEOUT = 2.0  # seconds INFO may take before the store counts as not answering
-INFO_REFUSED = "INFO refused: "  # a sample's store_error when the store answered INFO with a refusal (oracle/telemetry.py)
 STORE_FIELDS = ("used_memory", "used_memory_rss", "maxmemory", "maxmemory_policy", "evicted_keys", "expired_keys",
                 "connected_clients", "blocked_clients", "rejected_connections", "instantaneous_ops_per_sec",
                 "aof_enabled", "aof_last_write_status", "aof_last_bgrewrite_status", "loading")

@@ -14,12 +14,11 @@ import pandas as pd
 
 from contracts.jsonl import line_chunks, printable, problem, report, torn
 from contracts.runfolder import RunFolder
-from contracts.timeline import telemetry_sample
+from contracts.timeline import INFO_REFUSED, telemetry_sample
 
 STORE_COLUMNS = ("used_memory", "maxmemory", "evicted_keys", "expired_keys", "connected_clients",
                  "rejected_connections", "instantaneous_ops_per_sec")
 MB = 1024 * 1024
-INFO_REFUSED = "INFO refused: "  # a sample's store_error when the store refused INFO (locustfiles/telemetry.py)
 
 
 def load(run_dir: str | Path, problems: list[str] | None = None, span=None) -> pd.DataFrame:
