@@ -138,10 +138,16 @@ def _kind(mode: int) -> str | None:
     return next((name for test, name in _KINDS if test(mode)), None)
 
 
+def special_kind(path: str | Path) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a directory ("a FIFO", "a character device"), else
+    None; OSError when it cannot be looked at (FileNotFoundError: not there)."""
+    return _kind(os.stat(path).st_mode)
+
+
 def open_regular(path: str | Path) -> BinaryIO:
     """A run-folder file opened for reading; OSError (with the file name) when it is not a regular file:
     a FIFO never opens without a writer, and a link to /dev/zero never ends. (A directory fails in open.)"""
-    kind = _kind(os.stat(path).st_mode)
+    kind = special_kind(path)
     if kind is not None:
         raise OSError(errno.EINVAL, f"not a regular file but {kind}", str(path))
     return open(path, "rb")

@@ -19,7 +19,7 @@ import yaml
 
 from contracts import redact, yamldoc
 from contracts.redis_url import check_url
-from contracts.runfolder import _kind, open_regular
+from contracts.runfolder import open_regular, special_kind
 from targets import registry
 
 TOP_KEYS = ("targets", "state_dir", "haproxy_socket")
@@ -186,7 +186,7 @@ def _member(name, line, node, path, base, state_dir, has_sock, problems) -> dict
         bad("log", f"{member['log']} is a directory, not a file")
     elif "log" in f and os.path.realpath(member["log"]) != os.devnull:  # /dev/null: appending never blocks
         try:   # a FIFO blocks the start until a reader comes; /dev/zero's "last lines of the log" never end
-            kind = _kind(os.stat(member["log"]).st_mode)
+            kind = special_kind(member["log"])
         except FileNotFoundError:
             kind = None   # created at the start
         except OSError as exc:
