@@ -25,6 +25,7 @@ from contracts import codec
 from contracts.tokens import make_token
 
 OUTCOMES = ("ok", "fail", "info")
+KINDS = ("plant", "probe", "chatter", "burst")  # a turn's kind; a line without one is chatter
 VERDICTS = ("pass", "amnesia")  # or null: not a probe, not answered, or its plant indeterminate
 REQUIRED = ("session", "turn", "outcome", "sent")
 MAX_TURN = 999_999  # a token's turn index has at most six digits (contracts.tokens.TOKEN_RE)
@@ -53,7 +54,7 @@ class Turn(msgspec.Struct, gc=False):
     run: Optional[str] = None
     session: Annotated[str, msgspec.Meta(min_length=1)] = "?"
     turn: TurnIndex = -1
-    kind: str = "chatter"             # plant | probe | chatter | burst
+    kind: Literal[KINDS] = "chatter"  # type: ignore[valid-type] - plant | probe | chatter | burst
     token: str = ""                   # session + "t" + turn (from_dict fills it when absent)
     message: Optional[str] = None
     fact: Optional[str] = None
@@ -191,6 +192,9 @@ def from_dict(record: dict) -> Turn:
     turn = _number(get("turn"), "turn", int)
     if not 0 <= turn <= MAX_TURN:
         raise RecordError(f"turn {turn} is out of range [0, {MAX_TURN}]")
+    kind = get("kind")
+    if kind is not None and kind not in KINDS:  # a probe misread as chatter: its recall uncounted, as for verdict
+        raise RecordError(f"kind {codec.short(kind)} is not one of {'/'.join(KINDS)}")
     verdict = get("verdict")
     if verdict is not None and verdict not in VERDICTS:  # a probe the gate would not count: a recall uncounted
         raise RecordError(f"verdict {codec.short(verdict)} is not one of pass/amnesia/null")
@@ -211,7 +215,7 @@ def from_dict(record: dict) -> Turn:
         raise RecordError(f"received {codec.short(received)} is {got - sent:+,.0f} s from sent {codec.short(get('sent'))}: "
                           "no turn waits so long (a wrong clock or a hand-edited line)")
     return Turn(
-        run=_text(get("run")), session=session, turn=turn, kind=_text(get("kind")) or "chatter",
+        run=_text(get("run")), session=session, turn=turn, kind=kind or "chatter",
         token=_text(get("token")) or make_token(session, turn), message=_text(get("message")),
         fact=_text(get("fact")), nonce=_text(get("nonce")), sent=sent,
         received=got, outcome=outcome,

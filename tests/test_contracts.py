@@ -43,6 +43,10 @@ def test_a_line_with_only_the_required_fields_gets_the_documented_defaults():
     (b'{"session": "s", "turn": 1, "outcome": "ok", "sent": 1, "kind": "probe", "verdict": "Amnesia"}',
      "verdict 'Amnesia' is not one of pass/amnesia/null"),
     (b'{"session": "s", "turn": 1, "outcome": "ok", "sent": 1, "token": "st1", "verdict": 0}', "verdict 0"),
+    # a probe whose kind no longer reads as one (a hand edit, a typo): read as chatter, its recall went uncounted
+    (b'{"session": "s", "turn": 1, "outcome": "ok", "sent": 1, "kind": "plantx", "verdict": "amnesia"}',
+     "kind 'plantx' is not one of plant/probe/chatter/burst"),
+    (b'{"session": "s", "turn": 1, "outcome": "ok", "sent": 1, "kind": 5}', "kind 5 is not one of"),
     (b'[1, 2]', "not a JSON object"),
     (b'[' * 100_000 + b']' * 100_000, "nested too deeply"),
     (b'\x00\x01', "not JSON"),
