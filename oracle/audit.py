@@ -99,9 +99,11 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
     else:
         meta = read_meta(folder.path)
         if not meta.get("complete"):
+            read, error = meta.get("sessions_read"), meta.get("error")
             raise SnapshotError(
                 f"the snapshot in {folder.store} is incomplete: reading {meta.get('url') or 'the store'} stopped "
-                f"after {meta.get('sessions_read')} sessions ({meta.get('error')}). Read the store again: pass "
+                + (f"after {read} sessions" if isinstance(read, int) else "part way")
+                + (f" ({error[:300]})" if isinstance(error, str) and error else "") + ". Read the store again: pass "
                 "--store-url (or --http-url / --reader)")
         if meta.get("partitions") != PARTITIONS:
             raise SnapshotError(f"the snapshot in {folder.store} was written by an older goldfish; read the store "
@@ -255,8 +257,8 @@ def workers_lost_note(folder: RunFolder) -> list[str]:
         lost = codec.load_document(folder.run_json).get("workers_lost")
     except (OSError, codec.DecodeError, AttributeError):
         return []
-    if not isinstance(lost, dict) or lost.get("all") or not lost.get("count"):
-        return []
+    if not isinstance(lost, dict) or lost.get("all") or not verdict.whole_count(lost.get("count")):
+        return []  # a damaged count is the verdict's to say (NOT TRUSTED), not a number of workers
     return [f"locust: {codec.short(lost.get('count'))} Locust worker(s) went missing during the test (run.json "
             "workers_lost): the turns they had in flight and the journal lines they had not yet sent the master are "
             "not judged (the store may hold them); the verdict is of the rest of the run"]

@@ -549,15 +549,23 @@ def _ended(run: dict) -> bool:
 
 def _damaged(run: dict) -> str | None:
     """A field that says whether the run can be trusted, of a type or value no run writes: ``phase`` not a phase,
-    ``workers_lost`` not an object, ``user_exceptions`` not an object. It may have said the run was cut short."""
+    ``workers_lost`` not an object with a count and ``all``, ``user_exceptions`` not an object with a count. It may
+    have said the run was cut short."""
     phase, lost, raised = run.get("phase"), run.get("workers_lost"), run.get("user_exceptions")
     if phase is not None and phase not in RUN_PHASES:
         return f"phase is damaged ({short(phase)}): whether the run stopped before its journal was whole"
-    if lost is not None and not isinstance(lost, dict):
+    if lost is not None and not (isinstance(lost, dict) and whole_count(lost.get("count")) and
+                                 isinstance(lost.get("all"), bool)):
         return f"workers_lost is damaged ({short(lost)}): whether every Locust worker went missing"
-    if raised is not None and not isinstance(raised, dict):
+    if raised is not None and not (isinstance(raised, dict) and whole_count(raised.get("count"))):
         return f"user_exceptions is damaged ({short(raised)}): whether Locust users raised exceptions"
     return None
+
+
+def whole_count(value) -> bool:
+    """A count the run writes in workers_lost and user_exceptions: a whole number above 0 (it writes the field only
+    then). A negative, a fraction or text was printed as "-3 Locust worker(s) went missing" (input hunt 12)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def cut_short(run: dict) -> str | None:

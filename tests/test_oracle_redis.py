@@ -283,8 +283,13 @@ def test_redis_killed_mid_audit_keeps_partial_snapshot_and_rerun_completes(tmp_p
     assert "incomplete" in message
     assert sum(len(f.read_text().splitlines()) for f in (run / "store").glob("sessions.*.jsonl")) == read
     assert not (run / "audit" / "anomalies.jsonl").exists()
-    with pytest.raises(SnapshotError, match="incomplete"):
+    with pytest.raises(SnapshotError, match=rf"incomplete: .* stopped after {read} sessions \(\w*Error: "):
         audit_run(run)
+    meta["error"] = meta["sessions_read"] = None  # a meta.json written by hand, or damaged: no Python None said
+    (run / "store" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(SnapshotError, match=r"stopped part way\. Read the store again") as said:
+        audit_run(run)
+    assert "None" not in str(said.value)
     server.start()
     summary = audit_run(run, StoreOptions(url=server.url, batch=4))
     assert summary["store"]["complete"] and finding_keys(run) == set()

@@ -66,6 +66,13 @@ PASSED = {"result": "pass", "rules": [], "failed": []}
     {"start": 1.7e9, "end": 1.8e9, "phase": "done", "workers_lost": True},
     {"start": 1.7e9, "end": 1.8e9, "phase": "done", "workers_lost": "all"},
     {"start": 1.7e9, "end": 1.8e9, "phase": "done", "workers_lost": [1, 2]},
+    # objects no run writes (input hunt 12): "-3 Locust worker(s) went missing" was printed beside a PASS
+    {"start": 1.7e9, "end": 1.8e9, "phase": "done", "workers_lost": {"all": False, "count": -3}},
+    {"start": 1.7e9, "end": 1.8e9, "phase": "done", "workers_lost": {}},
+    {"start": 1.7e9, "end": 1.8e9, "phase": "done", "workers_lost": {"count": 1}},
+    {"start": 1.7e9, "end": 1.8e9, "phase": "done", "workers_lost": {"count": True, "all": False}},
+    {"start": 1.7e9, "end": 1.8e9, "phase": "done", "user_exceptions": {"count": "2", "first": "KeyError"}},
+    {"start": 1.7e9, "end": 1.8e9, "phase": "done", "user_exceptions": {}},
 ])
 def test_a_damaged_field_that_says_whether_the_run_was_cut_short_is_not_trusted(run):
     code, why = trusted_exit_code(PASSED, run)
