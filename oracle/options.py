@@ -356,7 +356,7 @@ def reach_store(options: StoreOptions | None, timeout: float = 3.0) -> None:
             reader.connect()
         except redis.RedisError as exc:
             raise OptionError(f"--store-url {redact.url(options.url)!r}: "
-                              f"{redact.text(unreached(exc))}") from None
+                              f"{redact.text(unreached(exc, url=options.url))}") from None
         except OSError as exc:
             raise OptionError(f"--store-url {redact.url(options.url)!r}: cannot reach the store: "
                               f"{redact.text(exc) or type(exc).__name__}") from None

@@ -396,20 +396,29 @@ class RedisReader:
         try:
             self.connect()
         except redis.RedisError as exc:
-            raise StoreError(unreached(exc, f" at {self.options.where()}")) from exc
+            raise StoreError(unreached(exc, f" at {self.options.where()}", self.options.url)) from exc
 
     def connect(self) -> None:
         """``check`` without the StoreError: redis-py's error as it is (``ping``'s)."""
         _ping(lambda: self.client, self._client)
 
 
-def unreached(exc: redis.RedisError, at: str = "") -> str:
+def unreached(exc: redis.RedisError, at: str = "", url: str | None = None) -> str:
     """Why ``RedisReader.check`` failed: the store was not reached, or it answered but refused something."""
     if isinstance(exc, redis.ResponseError):  # an error reply: it was reached
         return f"the store{at} answered but {refused(exc)}"
     if isinstance(exc, (MasterNotFoundError, SlaveNotFoundError)):
         return f"cannot reach the store{at}: {no_master(exc)}"
-    return f"cannot reach the store{at}: {exc or type(exc).__name__}"
+    return f"cannot reach the store{at}: {exc or type(exc).__name__}{_tls_hint(exc, url)}"
+
+
+def _tls_hint(exc: redis.RedisError, url: str | None) -> str:
+    """What a rediss:// URL's timeout may mean: a plain-text Redis never answers a TLS handshake, so the connection
+    timed out after ~14 s with no word of TLS (input hunt 12)."""
+    if url and url.lower().startswith("rediss://") and isinstance(exc, (redis.TimeoutError, redis.ConnectionError)):
+        return (" (the URL asks for TLS, rediss://: a server that does not speak TLS on this port never answers the "
+                "handshake; for a plain-text port use redis://)")
+    return ""
 
 
 _SENTINEL_AT = re.compile(r"[(,]host=([^,()]+),port=(\d+),")

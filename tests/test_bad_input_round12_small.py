@@ -49,3 +49,19 @@ def test_two_profiles_are_refused_without_repeating_the_input_as_the_advice():
     assert "gives more than one profile" in str(caught.value) and "give it first" not in str(caught.value)
     with pytest.raises(GateError, match="give it first, 'strict,errors=1%'"):  # a profile after a gate: as before
         parse_gates("errors=1%,strict")
+
+
+def test_a_tls_url_to_a_plain_text_redis_says_tls_may_be_why(redis_server):
+    """`rediss://` to a plain-text Redis port timed out after ~14 s with no word of TLS: the server never answers
+    the handshake. The reader's check (the audit's, and Locust's start check) now says what rediss:// asked for."""
+    from oracle.redis_reader import RedisReader
+    from oracle.store import StoreError, StoreOptions
+
+    url = f"rediss://127.0.0.1:{redis_server.port}/0?socket_timeout=1&socket_connect_timeout=1"
+    with pytest.raises(StoreError, match=r"cannot reach the store .*the URL asks for TLS, rediss://: a server that "
+                                         r"does not speak TLS on this port .* use redis://"):
+        RedisReader(StoreOptions(url=url)).check()
+    plain = "redis://127.0.0.1:1/0?socket_connect_timeout=1"  # nothing listens: no word of TLS
+    with pytest.raises(StoreError) as refused:
+        RedisReader(StoreOptions(url=plain)).check()
+    assert "TLS" not in str(refused.value)
