@@ -279,11 +279,15 @@ def stop_follower(run, timeout: float = FOLLOWER_STOP_S) -> None:
 
 def print_greenlets(_signum=None, _frame=None) -> None:
     """SIGUSR2: print every greenlet's stack to stderr, for a run that seems stuck (a thread dump or py-spy
-    shows only the greenlet that happens to run)."""
+    shows only the greenlet that happens to run). A dump that fails is said, and the run goes on: the handler runs
+    inside whatever the main greenlet was doing, which an exception from it would have ended."""
     from gevent.util import print_run_info
 
     say("SIGUSR2: every greenlet and thread, with its stack:")
-    print_run_info(file=sys.stderr)
+    try:
+        print_run_info(file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - a diagnostic never stops the run
+        say(f"SIGUSR2: the dump stopped part way: {type(exc).__name__}: {exc}")
 
 
 def record(run: Run, end: bool = False, **fields) -> None:

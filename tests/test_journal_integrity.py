@@ -69,9 +69,10 @@ def test_a_locust_run_records_the_size_of_its_whole_journal_in_run_json(tmp_path
     run_dir = tmp_path / "run"
     with chat_bot() as url:
         done = run_locust(url, run_dir, "--script", quick_script(tmp_path), users=2, rate=2, time_s="2s")
-    assert done.returncode == 0, done.output[-3000:]
+    # a 2 s run on a busy machine may see no probe answered ("nothing measured", exit 2): its size is recorded alike
+    assert done.returncode == 0 or "nothing measured of memory" in done.output, done.output[-3000:]
     meta = json.loads((run_dir / "run.json").read_text())
-    assert meta["journal"] == {"bytes": RunFolder(run_dir).journal_bytes()}, meta.get("journal")
+    assert meta.get("exit_code") == done.returncode and meta["journal"] == {"bytes": RunFolder(run_dir).journal_bytes()}, meta.get("journal")
     assert meta["journal"]["bytes"] > 0
 
 

@@ -307,7 +307,11 @@ def test_sigusr2_prints_every_greenlets_stack_and_the_run_goes_on(tmp_path):
             wait_until(lambda: any(p.stat().st_size for p in (run_dir / "journal").glob("*.jsonl")), timeout=60,
                        what="turns in the journal")
             proc.send_signal(signal.SIGUSR2)
-            wait_until(lambda: "Greenlets" in err_path.read_text(), timeout=30, what="the greenlet dump")
+            try:
+                wait_until(lambda: "Greenlets" in err_path.read_text() or proc.poll() is not None, timeout=30,
+                           what="the greenlet dump")
+            except AssertionError as exc:  # what the run said, to tell a slow dump from a lost signal
+                raise AssertionError(f"{exc}; the run's stderr ends: {err_path.read_text()[-2000:]}") from None
             proc.wait(120)
         finally:
             _kill_group(proc)
