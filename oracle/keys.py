@@ -347,57 +347,88 @@ def _gone_since_the_run(gone_count: int, restarted_at: float | None, run_json, o
                 f"{options.key_template!r} at {options.where()}, and its server started at {_utc(restarted_at)}, "
                 f"after this run ended (at {_utc(ended)}, run.json's end): a store restarted since without "
                 f"persistence no longer holds the run, so it says nothing of a loss during it. {again}")
-    earlier = _earlier_read(run_json)
-    if earlier is not None and earlier.get("url") == options.where() and \
+    earlier = _earlier_read(run_json)  # of this store however its URL is spelt (``lost_since_the_read``)
+    if earlier is not None and (earlier.get("reader") or "redis") == "redis" and \
             (earlier.get("evidence") or {}).get("missing_keys") is None:
         return (f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
-                f"{options.key_template!r} at {options.where()}, though this store's complete read for the run (its "
-                f"snapshot, ended {_utc(earlier.get('read_end'))}) found every one of them: the store lost them since "
+                f"{options.key_template!r} at {options.where()}, though this store's complete read for the run "
+                f"({_of_url(earlier, options)}its snapshot, ended {_utc(earlier.get('read_end'))}) found every one of them: the store lost them since "
                 f"(flushed, or restarted without persistence), which says nothing of a loss during the run. {again}")
     return None
 
 
 def lost_since_the_read(client: redis.Redis, run_json, options: StoreOptions) -> str | None:
-    """Why a live read of this store cannot judge the run, or None: the run folder holds an earlier complete read of this store
-    under this key template (its snapshot, store/meta.json: the run's own audit's, or a later re-audit's) and keys
-    that read found are gone now. Any one of them is enough: a store that lost keys since the audit (a TTL that ran
-    out, a FLUSHDB, a restart without persistence, an eviction) measures something other than what the run did,
-    and a re-read of it would replace the run's evidence with less. A bot that keeps histories 8 s after the last
-    message and dropped entries FAILed; its live re-audit once every key had expired said PASS, stored loss judged
-    over 0 turns, and replaced store/ and summary.json (verdict hunt 12). Keys the earlier read did not find (a
-    wrong --key-template then, keys lost before the run's own audit) are not "gone since": judged as before.
+    """Why a live read of this store cannot judge the run, or None: the run folder holds an earlier complete read of
+    a Redis under this key template (its snapshot, store/meta.json: the run's own audit's, or a later re-audit's) and
+    keys that read found are gone now, or lists that hold fewer entries than it read. Any one is enough: a store
+    that lost data since the audit (a TTL that ran out, a FLUSHDB, a restart without persistence, an eviction,
+    another tenant's retention LTRIM) measures something other than what the run did, and a re-read of it would
+    replace the run's evidence with less. A bot that keeps histories 8 s after the last message and dropped entries
+    FAILed; its live re-audit once every key had expired said PASS, stored loss judged over 0 turns, and replaced
+    store/ and summary.json (verdict hunt 12); a trimmed history turned a PASS into FAIL (verdict hunt 13). The
+    earlier read's URL is not compared: `redis://localhost:6379` and `redis://127.0.0.1:6379/0` are one store, and
+    keys it found missing from another store say the same. Keys the earlier read did not find (a wrong
+    --key-template then, keys lost before the run's own audit) are not "gone since": judged as before.
     Asked before anything is read (``store_evidence``): sessions whose keys expired after their conversations have
-    no finding, so ``diagnose_missing_keys`` is not even called for them. One EXISTS per key the earlier read found."""
+    no finding, so ``diagnose_missing_keys`` is not even called for them. One EXISTS per 1,000 keys, one LLEN per
+    list, pipelined."""
     earlier = _earlier_read(run_json)
-    if earlier is None or earlier.get("url") != options.where() or \
+    if earlier is None or (earlier.get("reader") or "redis") != "redis" or \
             (earlier.get("key_template") or "message_store:{session}") != options.key_template:
         return None
     read_then, sessions = _keys_read(Path(run_json).parent, earlier)
     if not read_then:
         return None
-    now_gone = 0
-    for start in range(0, len(read_then), 1000):  # EXISTS of many keys counts those that exist: one call a batch
-        batch = read_then[start:start + 1000]
-        now_gone += len(batch) - client.exists(*batch)
-    if not now_gone:
+    gone, shorter = _lost_since(client, read_then)
+    if not gone and not shorter:
         return None
-    if now_gone == len(read_then) == sessions:  # a FLUSHDB after a run whose audit found every session
-        what = ("though this store's complete read for the run (its snapshot, ended "
-                f"{_utc(earlier.get('read_end'))}) found every one of them")
+    read = f"this store's complete read for the run ({_of_url(earlier, options)}its snapshot, ended " \
+           f"{_utc(earlier.get('read_end'))})"
+    if gone == len(read_then) == sessions:  # a FLUSHDB after a run whose audit found every session
+        what = f"though {read} found every one of them"
     else:
-        what = (f"{now_gone:,} of the {len(read_then):,} sessions whose keys this store's complete read for the run "
-                f"found (its snapshot, ended {_utc(earlier.get('read_end'))}) are gone now")
+        fewer = "hold fewer entries than it read (or are no longer lists)"
+        what = f"{gone or shorter:,} of the {len(read_then):,} sessions whose keys {read} found " + \
+            ("are gone now" + (f" and {shorter:,} {fewer}" if shorter else "") if gone else fewer)
     return (f"the store no longer holds what the run's audit read: under the key template {options.key_template!r} "
             f"at {options.where()}, {what}: the store lost them since (their TTL ran out, or it was flushed, "
-            "restarted without persistence or evicted them), which says nothing of a loss during the run, and a "
-            "re-read would judge less than the run's own read did. Audit the run's own reading of the store: "
+            "trimmed, restarted without persistence or evicted them), which says nothing of a loss during the run, "
+            "and a re-read would judge less than the run's own read did. Audit the run's own reading of the store: "
             "`python -m oracle audit RUN` without --store-url re-judges its snapshot (kept). Nothing was judged.")
 
 
-def _keys_read(run_dir: Path, meta: dict) -> tuple[list[str], int]:
-    """The keys the snapshot in ``run_dir`` found (its sessions with ``exists``), and how many sessions it read;
-    ([], 0) when it cannot be read. Each line is decoded once, for its key alone: a snapshot of 2 M messages read
-    through ``snapshot_lines`` (which checks every line for the judge) took a second before a re-audit began."""
+def _lost_since(client: redis.Redis, read_then: list[tuple[str, int | None]]) -> tuple[int, int]:
+    """(keys gone, lists now shorter or of another type) of the (key, entries read; None: not a list) read."""
+    gone = shorter = 0
+    lists = [(key, count) for key, count in read_then if count is not None]
+    others = [key for key, count in read_then if count is None]
+    for start in range(0, len(others), 1000):  # EXISTS of many keys counts those that exist: one call a batch
+        batch = others[start:start + 1000]
+        gone += len(batch) - client.exists(*batch)
+    pipe = client.pipeline(transaction=False)
+    for start in range(0, len(lists), 1000):
+        batch = lists[start:start + 1000]
+        for key, _ in batch:
+            pipe.llen(key)
+        for (_, count), now in zip(batch, pipe.execute(raise_on_error=False)):
+            if now == 0:  # LLEN of a key that does not exist
+                gone += 1
+            elif not isinstance(now, int) or now < count:  # WRONGTYPE: the key holds something else now
+                shorter += 1
+    return gone, shorter
+
+
+def _of_url(earlier: dict, options: StoreOptions) -> str:
+    """The earlier read's address, when it was spelt otherwise (or was another store): "of URL; "."""
+    url = earlier.get("url")
+    return f"of {url}; " if isinstance(url, str) and url != options.where() else ""
+
+
+def _keys_read(run_dir: Path, meta: dict) -> tuple[list[tuple[str, int | None]], int]:
+    """(key, entries read: None for a key that is not a list) of each session the snapshot in ``run_dir`` found (its
+    sessions with ``exists``), and how many sessions it read; ([], 0) when it cannot be read. Each line is decoded
+    once, for its key alone: a snapshot of 2 M messages read through ``snapshot_lines`` (which checks every line for
+    the judge) took a second before a re-audit began."""
     keys, sessions, store = [], 0, RunFolder(run_dir).store
     try:
         for name in meta.get("files") or []:
@@ -410,7 +441,7 @@ def _keys_read(run_dir: Path, meta: dict) -> tuple[list[str], int]:
                         line = _decode_key_line(raw)
                         sessions += 1
                         if line.exists and line.key:
-                            keys.append(line.key)
+                            keys.append((line.key, len(line.entries or ()) if line.type == "list" else None))
     except (OSError, msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
         return [], 0
     return keys, sessions
@@ -419,6 +450,8 @@ def _keys_read(run_dir: Path, meta: dict) -> tuple[list[str], int]:
 class _KeyLine(msgspec.Struct):
     exists: bool
     key: str = ""
+    type: str = "list"  # a line of an older goldfish has none: a list, as snapshot_session reads it
+    entries: list[msgspec.Raw] | None = None
 
 
 _decode_key_line = msgspec.json.Decoder(_KeyLine).decode

@@ -1,0 +1,80 @@
+"""Verdict hunt 13: a live re-audit of a store that lost data since the run's audit, however it is reached.
+
+- V1 reaudit_after_retention_trim_flips_pass: another tenant's retention job trimmed the run's histories
+  (`LTRIM key 0 1`) after a PASS; `oracle audit RUN --store-url` said FAIL ("acknowledged turns the store lost") and
+  replaced store/ and summary.json. Only keys gone since were refused; a list shorter than the run's read is too.
+- V2 reaudit_url_spelling_bypasses_lost_since_guard: the guard compared the URL as written, so
+  `redis://127.0.0.1:PORT` was another store than `redis://127.0.0.1:PORT/0`: a FAIL whose keys expired re-audited
+  PASS over 0 turns. The earlier read's URL is no longer compared.
+Real redis-server (tests/conftest.py), real audits of journaled runs (support_oracle).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from oracle import audit_cli
+from oracle.audit import audit_run
+from oracle.keys import TemplateMismatch
+from oracle.store import StoreOptions
+from oracle.verdict import exit_code
+from support_oracle import TurnSpec, build_world, fill_redis, write_journal
+
+TEMPLATE = "message_store:{session}"
+
+
+def passed_run(tmp_path, client, url: str) -> None:
+    """A run of 8 conversations the store holds whole, audited live: PASS."""
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("chatter", "ok"), TurnSpec("probe", "ok")]
+                         for _ in range(8)], start=time.time() + 2, seed=41)
+    write_journal(tmp_path, world.records)
+    (tmp_path / "run.json").write_text(json.dumps({"run": world.records[0]["run"], "start": time.time()}))
+    fill_redis(client, world)
+    assert exit_code(audit_run(tmp_path, StoreOptions(url=url), jobs=1)["verdict"]) == 0
+    return world
+
+
+def kept(tmp_path) -> tuple[str, str]:
+    return (tmp_path / "store" / "meta.json").read_text(), (tmp_path / "audit" / "summary.json").read_text()
+
+
+def test_a_history_trimmed_since_the_runs_audit_refuses_a_live_reaudit(tmp_path, redis_server):
+    client = redis_server.client()
+    world = passed_run(tmp_path, client, redis_server.url)
+    before = kept(tmp_path)
+    for session in world.order[:3]:  # a retention job keeps the newest two entries
+        client.ltrim(TEMPLATE.format(session=session), 0, 1)
+    with pytest.raises(TemplateMismatch, match=r"3 of the 8 sessions whose keys .* found hold fewer entries than "
+                                               r"it read .*trimmed.*without --store-url"):
+        audit_run(tmp_path, StoreOptions(url=redis_server.url), jobs=1)
+    assert audit_cli.main([str(tmp_path), "--store-url", redis_server.url, "--jobs", "1"]) == 2
+    assert kept(tmp_path) == before
+    assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 0  # the run's own reading: still its PASS
+
+    client.delete(TEMPLATE.format(session=world.order[5]))  # and one gone: both said
+    with pytest.raises(TemplateMismatch, match=r"1 of the 8 sessions .* are gone now and 3 hold fewer entries"):
+        audit_run(tmp_path, StoreOptions(url=redis_server.url), jobs=1)
+
+
+def test_a_history_that_grew_since_is_not_a_loss(tmp_path, redis_server):
+    """Only less than the run's read is refused: an entry appended since (another writer) is judged as before."""
+    client = redis_server.client()
+    world = passed_run(tmp_path, client, redis_server.url)
+    client.rpush(TEMPLATE.format(session=world.order[0]), json.dumps({"type": "human", "data": {"content": "hi"}}))
+    audit_run(tmp_path, StoreOptions(url=redis_server.url), jobs=1)  # not refused
+
+
+def test_the_same_store_under_another_spelling_of_its_url_is_the_same_store(tmp_path, redis_server):
+    client = redis_server.client()
+    world = passed_run(tmp_path, client, redis_server.url)
+    assert redis_server.url.endswith("/0")
+    other = redis_server.url[:-2]  # redis://127.0.0.1:PORT: db 0 all the same
+    before = kept(tmp_path)
+    client.delete(*[TEMPLATE.format(session=s) for s in world.order])  # a FLUSHDB since
+    with pytest.raises(TemplateMismatch, match=rf"at {other}, though this store's complete read for the run \(of "
+                                               rf"{redis_server.url}; its snapshot, ended .*\) found every one of them"):
+        audit_run(tmp_path, StoreOptions(url=other), jobs=1)
+    assert audit_cli.main([str(tmp_path), "--store-url", other, "--jobs", "1"]) == 2
+    assert kept(tmp_path) == before
