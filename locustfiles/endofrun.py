@@ -326,6 +326,7 @@ class Run:
         self.unrecorded = False  # run.json could not be updated (said once)
         self.untrusted: str | None = None  # why its FAIL is NOT TRUSTED (``distrust``)
         self.report_failed: str | None = None  # why report.html could not be written (the store was judged)
+        self.audited: dict | None = None  # the audit's verdict, once it finished (the report is drawn after it)
 
     @property
     def run_dir(self) -> str:
@@ -448,12 +449,27 @@ class EndOfRun:
         if run is not None and run.phase != DONE:
             run.interrupted = name
             s, phase = run.settings, phase or run.phase
+            if phase == REPORT and run.audited is not None:
+                return self._interrupted_report(run, name)
             resume = f"python -m oracle audit {s.run_dir}" + store_arguments(s.store)
             record(run, end=True, exit_code=self.code, phase=phase, interrupted={
                 "signal": name, "phase": phase, "time": time.time(),
                 "finish_with": f"{resume} (it reads the store again: run it while the store still holds this run)"})
             say(f"{name} during {phase}: stopped with exit code {self.code}, no verdict. The journal is intact; "
                 f"finish the audit with `{resume}`")
+        return self.code
+
+    def _interrupted_report(self, run: Run, name: str) -> int:
+        """A signal while the report was drawn: the audit had finished, so its verdict stands and run.json records
+        it beside the signal. It said "no verdict" while summary.json and the badge said PASS, and `oracle trend`
+        pooled the night as a pass (verdict hunt 13): one answer now, the audit's."""
+        from oracle import headline
+
+        draw = f"python -m oracle report {run.run_dir}"
+        record(run, end=True, exit_code=self.code, phase=REPORT, verdict=run.audited["result"], interrupted={
+            "signal": name, "phase": REPORT, "time": time.time(), "finish_with": f"{draw} (the audit had finished)"})
+        say(f"{name} during report: stopped with exit code {self.code}; the audit had finished: "
+            f"{headline(run.audited)} (audit/summary.json); draw its report with `{draw}`")
         return self.code
 
     # ---- a test starts ----------------------------------------------------------------------
@@ -667,7 +683,9 @@ class EndOfRun:
             return []
         self.told, lines = True, []
         for run in self.runs:
+            audited = (run.audited or {}).get("result") if run.interrupted else None  # stopped in its report
             verdict = "NOT TRUSTED" if run.untrusted else \
+                f"{audited.upper()} (the audit's; {run.interrupted} during the report)" if audited else \
                 (run.result or ("interrupted" if run.interrupted else "no verdict")).upper()
             where = f"report {run.report}" if run.report else "no report.html (" + (
                 "see the error above" if run.bad or run.journal_error else
@@ -748,6 +766,7 @@ class EndOfRun:
         """The report, then the verdict said; the run's code."""
         from oracle import headline, render_report, verdict_exit_code
 
+        run.audited = summary["verdict"]
         self._enter(run, REPORT)
         try:
             run.report = render_report(run.settings.run_dir)

@@ -414,9 +414,11 @@ def test_a_signal_during_the_report_leaves_run_json_interrupted_not_done(tmp_pat
     assert meta["exit_code"] == 130 and meta["phase"] == "report" and meta["interrupted"]["signal"] == "SIGINT"
 
 
-def test_a_ctrl_c_during_the_report_is_followed_by_no_verdict_line(tmp_path, monkeypatch, capsys):
+def test_a_ctrl_c_during_the_report_says_the_audits_verdict_once_and_records_it(tmp_path, monkeypatch, capsys):
     """A Ctrl-C while the report rendered said "SIGINT during report: ... no verdict", and the report went on (it
-    never waits) and then printed "verdict PASS" and "PASS - 13 gate(s) held" below it (verdict hunt 9)."""
+    never waits) and then printed "verdict PASS" and "PASS - 13 gate(s) held" below it (verdict hunt 9). Then it
+    said only "no verdict", while summary.json and the badge said PASS and `oracle trend` pooled the run as a pass
+    (verdict hunt 13). The audit had finished: its verdict is said once, with the signal, and run.json records it."""
     import json
 
     import gevent
@@ -436,9 +438,14 @@ def test_a_ctrl_c_during_the_report_is_followed_by_no_verdict_line(tmp_path, mon
     with pytest.raises(Stopped):
         end._report(run, 0, {"verdict": held})
     said = capsys.readouterr()
-    assert "SIGINT during report: stopped with exit code 130, no verdict" in said.out + said.err
-    assert "PASS" not in (said.out + said.err).split("no verdict", 1)[1]
-    assert run.verdict is None and end.code == 130
+    text = said.out + said.err
+    assert "SIGINT during report: stopped with exit code 130; the audit had finished: PASS" in text
+    assert "no verdict" not in text and "PASS" not in text.split("draw its report with", 1)[1]
+    assert end.code == 130
+    meta = json.loads((tmp_path / "run.json").read_text())
+    assert meta["verdict"] == "pass" and meta["exit_code"] == 130 and meta["phase"] == "report"
+    assert meta["interrupted"]["signal"] == "SIGINT" and "oracle report" in meta["interrupted"]["finish_with"]
+    assert end.summary_lines()[0].startswith(f"{run.run_dir}: PASS (the audit's; SIGINT during the report)")
     with pytest.raises(SystemExit):  # the stop thrown at main's next wait, as in the process
         gevent.sleep(0)
 
