@@ -110,6 +110,12 @@ class ChatContract:
         return any(SESSION in value for value in dict(self.headers).values())
 
     @cached_property
+    def closes_connections(self) -> bool:
+        """``--header 'Connection: close'``: each turn on a connection of its own (RFC 9112 9.6: a client that sent
+        close does not send another request on that connection, whatever the response said)."""
+        return any(name.strip().lower() == "connection" and "close" in value.lower() for name, value in self.headers)
+
+    @cached_property
     def _simple(self) -> bool:
         return not (self.session_header or self.headers or self.body or not self.session_field or self.session_from
                     or "." in self.message_field + self.session_field or self.reply_format == "sse")

@@ -26,6 +26,7 @@ import logging
 import os
 import random
 import zlib
+from collections.abc import Callable
 from http.cookiejar import DefaultCookiePolicy
 from time import perf_counter, time
 from urllib.parse import quote, urlencode
@@ -184,10 +185,12 @@ def warn_once(what: str, message: str, *args) -> None:
         log.warning(message, *args)
 
 
-def reuse_only_fresh(client) -> None:
+def reuse_only_fresh(client, never: Callable[[], bool] = lambda: False) -> None:
     """Make ``client`` (a geventhttpclient HTTPClient: one per host, holding the user's connections) open a
-    new connection instead of reusing one idle for MAX_IDLE_S or more. Its pool has no idle limit of its
-    own, so its two calls are wrapped: giving a socket back stamps the time, taking one checks it."""
+    new connection instead of reusing one idle for MAX_IDLE_S or more, or any while ``never()`` (the turns send
+    `Connection: close`: a server that closed after its response without saying so failed 3% of a correct bot's
+    turns, each sent on the closed connection, bot hunt 13). Its pool has no idle limit of its own, so its two
+    calls are wrapped: giving a socket back stamps the time, taking one checks it."""
     pool = client._connection_pool  # noqa: SLF001 - geventhttpclient is pinned (pyproject.toml)
     alive, give_back, returned = pool._is_socket_alive, pool.return_socket, {}  # noqa: SLF001
 
@@ -197,7 +200,7 @@ def reuse_only_fresh(client) -> None:
 
     def is_socket_alive(sock) -> bool:
         at = returned.pop(sock, None)
-        return at is not None and perf_counter() - at < MAX_IDLE_S and alive(sock)
+        return at is not None and perf_counter() - at < MAX_IDLE_S and not never() and alive(sock)
 
     pool.return_socket, pool._is_socket_alive = return_socket, is_socket_alive  # noqa: SLF001
 
@@ -217,7 +220,8 @@ class ChatUser(FastHttpUser):
         self.bot_session: str | None = None  # the id the bot issued for the conversation in progress (--session-from)
         self.socket = None  # the conversation's WebSocket (--websocket): locustfiles/socket_turns.py
         self.failed_starts = 0  # conversations in a row the bot did not start (--start-path)
-        reuse_only_fresh(self.client.client.clientpool.get_client(URL(self.host)))
+        reuse_only_fresh(self.client.client.clientpool.get_client(URL(self.host)),
+                         lambda: self.rt.contract.closes_connections)
 
     def wait_time(self):
         return self.think()

@@ -310,6 +310,23 @@ def test_a_connection_idle_too_long_is_not_reused(raw_server, monkeypatch):
         assert server.connections == before + 2
 
 
+def test_a_connection_close_header_opens_a_connection_per_turn(raw_server):
+    """`--header 'Connection: close'` (docs/locust.md: a connection per turn) was sent, yet the connection was
+    reused when the response did not say close: a server that closed after each response failed 3% of a correct
+    bot's turns, each sent on the connection it had just closed (bot hunt 13). RFC 9112 9.6: never reused."""
+    server = raw_server(lambda path, head, body: response())  # keeps the connection open: reuse would be seen
+    user = make_user(server.url, "--header", "Connection: close")
+    for lean in (True, False):
+        before = server.connections
+        assert send(user, lean)[1] == "ok" and send(user, lean)[1] == "ok"
+        assert server.connections == before + 2
+    assert all(b"Connection: close" in head for head, _ in server.requests)
+    plain = make_user(server.url)
+    before = server.connections
+    assert send(plain, True)[1] == "ok" and send(plain, True)[1] == "ok"
+    assert server.connections == before + 1  # without the header: one connection, reused
+
+
 @pytest.mark.parametrize("reply_format, content_type, body", [
     ("text", "text/plain; charset=ISO-8859-1", "¿Señor, qué tal?".encode("latin-1")),
     ("json", "application/json; charset=windows-1252", '{"reply": "¿Señor, qué tal?"}'.encode("cp1252")),
