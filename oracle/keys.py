@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import redis
+from redis.connection import parse_url
 
 from contracts.jsonl import LINE_BYTES, line_chunks, read_jsonl
 from contracts.runfolder import RunFolder
@@ -347,8 +348,8 @@ def _gone_since_the_run(gone_count: int, restarted_at: float | None, run_json, o
                 f"{options.key_template!r} at {options.where()}, and its server started at {_utc(restarted_at)}, "
                 f"after this run ended (at {_utc(ended)}, run.json's end): a store restarted since without "
                 f"persistence no longer holds the run, so it says nothing of a loss during it. {again}")
-    earlier = _earlier_read(run_json)  # of this store however its URL is spelt (``lost_since_the_read``)
-    if earlier is not None and (earlier.get("reader") or "redis") == "redis" and \
+    earlier = _earlier_read(run_json)
+    if earlier is not None and same_store(earlier.get("url"), options.where()) and \
             (earlier.get("evidence") or {}).get("missing_keys") is None:
         return (f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
                 f"{options.key_template!r} at {options.where()}, though this store's complete read for the run "
@@ -366,14 +367,15 @@ def lost_since_the_read(client: redis.Redis, run_json, options: StoreOptions) ->
     replace the run's evidence with less. A bot that keeps histories 8 s after the last message and dropped entries
     FAILed; its live re-audit once every key had expired said PASS, stored loss judged over 0 turns, and replaced
     store/ and summary.json (verdict hunt 12); a trimmed history turned a PASS into FAIL (verdict hunt 13). The
-    earlier read's URL is not compared: `redis://localhost:6379` and `redis://127.0.0.1:6379/0` are one store, and
-    keys it found missing from another store say the same. Keys the earlier read did not find (a wrong
+    earlier read is of this store however its URL is spelt (``same_store``: `redis://localhost:6379` and
+    `redis://127.0.0.1:6379/0` were two stores, and a FAIL whose keys had expired re-audited PASS through the
+    other spelling, verdict hunt 13). Keys the earlier read did not find (a wrong
     --key-template then, keys lost before the run's own audit) are not "gone since": judged as before.
     Asked before anything is read (``store_evidence``): sessions whose keys expired after their conversations have
     no finding, so ``diagnose_missing_keys`` is not even called for them. One EXISTS per 1,000 keys, one LLEN per
     list, pipelined."""
     earlier = _earlier_read(run_json)
-    if earlier is None or (earlier.get("reader") or "redis") != "redis" or \
+    if earlier is None or not same_store(earlier.get("url"), options.where()) or \
             (earlier.get("key_template") or "message_store:{session}") != options.key_template:
         return None
     read_then, sessions = _keys_read(Path(run_json).parent, earlier)
@@ -413,9 +415,32 @@ def _lost_since(client: redis.Redis, read_then: list[tuple[str, int | None]]) ->
         for (_, count), now in zip(batch, pipe.execute(raise_on_error=False)):
             if now == 0:  # LLEN of a key that does not exist
                 gone += 1
-            elif not isinstance(now, int) or now < count:  # WRONGTYPE: the key holds something else now
+            elif isinstance(now, int) and now < count:  # not an int: WRONGTYPE, another layout now: judged as such
                 shorter += 1
     return gone, shorter
+
+
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+def same_store(earlier: str | None, now: str) -> bool:
+    """Whether two Redis URLs (as ``StoreOptions.where`` gives them) reach one database: the same socket, or the same
+    host (the loopback's names alike) and port (6379 when none) and db (0 when none). A URL redis-py cannot parse
+    (Sentinel's, a snapshot's own marker) is the same only as itself."""
+    if not isinstance(earlier, str):
+        return False
+    try:
+        a, b = parse_url(earlier), parse_url(now)
+    except ValueError:
+        return earlier == now
+    return _place(a) == _place(b)
+
+
+def _place(parsed: dict) -> tuple:
+    """(socket path, host, port, db) of a parsed Redis URL, the loopback's names one host."""
+    host = str(parsed.get("host") or "").lower()
+    return (parsed.get("path"), "loopback" if host in LOOPBACK else host, parsed.get("port") or 6379,
+            parsed.get("db") or 0)
 
 
 def _of_url(earlier: dict, options: StoreOptions) -> str:

@@ -104,8 +104,8 @@ def badge(run: Path) -> str:
 
 @pytest.fixture
 def passed_then_lost(tmp_path, redis_server):
-    """A run audited live (PASS) with its report.html drawn; the store then lost a session, so a live re-audit
-    FAILs. Returns (run folder, store URL)."""
+    """A run audited live (PASS) with its report.html drawn; an entry of the store was then damaged, so a live
+    re-audit FAILs. Returns (run folder, store URL)."""
     run = tmp_path / "run"
     world = journaled(run, sessions=6)
     client = redis_server.client()
@@ -116,7 +116,9 @@ def passed_then_lost(tmp_path, redis_server):
     assert done.returncode == 0, done.stdout + done.stderr
     assert cli("oracle", "report", run).returncode == 0
     assert (verdict(run), badge(run)) == ("pass", "PASS")
-    client.rpop(f"message_store:{world.order[0]}")  # a turn lost since: the key stays (a key gone since the run's own read refuses a live re-audit)
+    # an entry damaged in place: as many entries as the run's own read found (a key gone or a list shorter since
+    # then refuses a live re-audit: oracle.keys.lost_since_the_read)
+    client.lset(f"message_store:{world.order[0]}", 0, b"\xff not an entry")
     client.close()
     return run, redis_server.url
 

@@ -5,7 +5,7 @@
   replaced store/ and summary.json. Only keys gone since were refused; a list shorter than the run's read is too.
 - V2 reaudit_url_spelling_bypasses_lost_since_guard: the guard compared the URL as written, so
   `redis://127.0.0.1:PORT` was another store than `redis://127.0.0.1:PORT/0`: a FAIL whose keys expired re-audited
-  PASS over 0 turns. The earlier read's URL is no longer compared.
+  PASS over 0 turns. URLs are compared by the database they reach (oracle.keys.same_store).
 Real redis-server (tests/conftest.py), real audits of journaled runs (support_oracle).
 """
 from __future__ import annotations
@@ -64,6 +64,27 @@ def test_a_history_that_grew_since_is_not_a_loss(tmp_path, redis_server):
     world = passed_run(tmp_path, client, redis_server.url)
     client.rpush(TEMPLATE.format(session=world.order[0]), json.dumps({"type": "human", "data": {"content": "hi"}}))
     audit_run(tmp_path, StoreOptions(url=redis_server.url), jobs=1)  # not refused
+
+
+def test_a_key_that_holds_another_layout_now_is_judged_not_refused(tmp_path, redis_server):
+    """Only fewer entries refuse: a list that is now a hash (another layout) is read and judged as such."""
+    client = redis_server.client()
+    world = passed_run(tmp_path, client, redis_server.url)
+    key = TEMPLATE.format(session=world.order[0])
+    client.delete(key)
+    client.hset(key, mapping={"title": "t"})
+    summary = audit_run(tmp_path, StoreOptions(url=redis_server.url), jobs=1)
+    assert exit_code(summary["verdict"]) == 1
+
+
+@pytest.mark.parametrize("spelt", ["redis://localhost:{port}", "redis://127.0.0.1:{port}", "redis://[::1]:{port}/0"])
+def test_one_store_by_any_spelling(spelt):
+    from oracle.keys import same_store
+
+    assert same_store("redis://127.0.0.1:6390/0", spelt.format(port=6390))
+    assert not same_store("redis://127.0.0.1:6390/0", spelt.format(port=6391))
+    assert not same_store("redis://127.0.0.1:6390/1", spelt.format(port=6390))
+    assert not same_store("redis://snapshot-only", spelt.format(port=6390)) and same_store("x", "x")
 
 
 def test_the_same_store_under_another_spelling_of_its_url_is_the_same_store(tmp_path, redis_server):
