@@ -22,7 +22,6 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import redis
-from redis.connection import parse_url
 
 from contracts.jsonl import LINE_BYTES, line_chunks, read_jsonl
 from contracts.runfolder import RunFolder
@@ -420,27 +419,14 @@ def _lost_since(client: redis.Redis, read_then: list[tuple[str, int | None]]) ->
     return gone, shorter
 
 
-LOOPBACK = ("localhost", "127.0.0.1", "::1")
-
-
 def same_store(earlier: str | None, now: str) -> bool:
-    """Whether two Redis URLs (as ``StoreOptions.where`` gives them) reach one database: the same socket, or the same
-    host (the loopback's names alike) and port (6379 when none) and db (0 when none). A URL redis-py cannot parse
-    (Sentinel's, a snapshot's own marker) is the same only as itself."""
+    """Whether two Redis URLs (as ``StoreOptions.where`` gives them) reach one database (``_store_place``: the
+    same socket, or host, port and db, the loopback's names alike). A URL that does not parse (Sentinel's, a
+    snapshot's own marker) is the same only as itself."""
     if not isinstance(earlier, str):
         return False
-    try:
-        a, b = parse_url(earlier), parse_url(now)
-    except ValueError:
-        return earlier == now
-    return _place(a) == _place(b)
-
-
-def _place(parsed: dict) -> tuple:
-    """(socket path, host, port, db) of a parsed Redis URL, the loopback's names one host."""
-    host = str(parsed.get("host") or "").lower()
-    return (parsed.get("path"), "loopback" if host in LOOPBACK else host, parsed.get("port") or 6379,
-            parsed.get("db") or 0)
+    here, there = _store_place(earlier), _store_place(now)
+    return here == there if here is not None and there is not None else earlier == now
 
 
 def _of_url(earlier: dict, options: StoreOptions) -> str:
@@ -670,19 +656,24 @@ def _holds_messages(conn: redis.Redis, key: str, kind: str, options: StoreOption
 
 
 def _key_templates(client: redis.Redis, db: int, session: str) -> dict[str, str]:
-    """Every key of ``session`` in database ``db`` as a template (its id replaced by {session}) -> its type."""
+    """Every key of ``session`` in database ``db`` as a template (its id replaced by {session}) -> its type. The id
+    is a whole word of the key's name, as ``find_session_keys`` takes a bot's own id: session "3" is not in
+    ``chat:13``, which made integer ids advised as split over keys (bot hunt 13)."""
     conn = client if db == _own_db(client) else _on_db(client, db)
+    whole = re.compile(re.escape(session) if SESSION_ID.fullmatch(session) else  # goldfish's own ids: anywhere
+                       r"(?<![A-Za-z0-9])" + re.escape(session) + r"(?![A-Za-z0-9])")
     try:
         keys = []
         for key in conn.scan_iter(match=f"*{glob_escape(session)}*", count=1000):
-            keys.append(as_text(key))
+            if whole.search(as_text(key)):
+                keys.append(as_text(key))
             if len(keys) >= MESSAGE_KEYS:
                 break
         pipe = conn.pipeline(transaction=False)
         for key in keys:
             pipe.type(key)
         types = [as_text(t) for t in pipe.execute(raise_on_error=False)]
-        return {key.replace(session, "{session}"): kind for key, kind in zip(keys, types)}
+        return {whole.sub("{session}", key): kind for key, kind in zip(keys, types)}
     except redis.RedisError:
         return {}
     finally:

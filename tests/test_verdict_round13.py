@@ -99,3 +99,17 @@ def test_the_same_store_under_another_spelling_of_its_url_is_the_same_store(tmp_
         audit_run(tmp_path, StoreOptions(url=other), jobs=1)
     assert audit_cli.main([str(tmp_path), "--store-url", other, "--jobs", "1"]) == 2
     assert kept(tmp_path) == before
+
+
+def test_an_integer_id_is_found_as_a_whole_word_of_a_key_name(redis_server):
+    """Bot hunt 13 Y1: a bot issuing ids 1, 2, 3... (--session-from) keeps `chat:<n>`; session "3" also matched
+    `chat:13`, and the advice said the messages were in 2 keys (chat:1{session}, chat:{session}): use --reader.
+    The right advice, `chat:{session}`, PASSes. A goldfish id is still found anywhere in a name."""
+    from oracle.keys import _key_templates
+
+    client = redis_server.client()
+    for n in range(1, 40):
+        client.rpush(f"chat:{n}", "x")
+    client.rpush("chatgf0123456789abcdef", "x")
+    assert _key_templates(client, 0, "3") == {"chat:{session}": "list"}
+    assert _key_templates(client, 0, "gf0123456789abcdef") == {"chat{session}": "list"}
