@@ -81,7 +81,9 @@ def stream_message(fields: dict):
     return {as_text(k): as_text(v) for k, v in fields.items()}
 
 
-MAX_POSITION_DIGITS = 18  # a message number longer than this is no position (a 5,000-digit one was a traceback)
+# a message number longer than this is no position (a 5,000-digit one was a traceback); nanosecond times (19 digits),
+# snowflake ids (19-20) are positions: at 18 a correct bot's history was "text that is not JSON" (bot hunt 13)
+MAX_POSITION_DIGITS = 40
 _NUMBER_LIKE = re.compile(r"\s*[+-]?[0-9]+\s*", re.ASCII)
 
 

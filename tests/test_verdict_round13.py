@@ -113,3 +113,16 @@ def test_an_integer_id_is_found_as_a_whole_word_of_a_key_name(redis_server):
     client.rpush("chatgf0123456789abcdef", "x")
     assert _key_templates(client, 0, "3") == {"chat:{session}": "list"}
     assert _key_templates(client, 0, "gf0123456789abcdef") == {"chat{session}": "list"}
+
+
+def test_a_hash_numbered_by_nanosecond_times_is_read_in_order():
+    """Bot hunt 13 Y2: fields named by `time.time_ns()` (19 digits) were no positions (at most 18), every entry a
+    corrupt one, and the audit stopped: "text that is not JSON ... store each message as a JSON object" — they were."""
+    from oracle.redis_reader import hash_history
+    from oracle.store import RawSession
+
+    raw = RawSession("s", "k", True, None)
+    hash_history(raw, {b"1732730000000000002": b"b", b"1732730000000000001": b"a", b"title": b"t",
+                       b"9" * 41: b"x"}, "messages")
+    assert raw.entries[:2] == [b"a", b"b"] and len(raw.entries) == 3
+    assert raw.entries[2].startswith(b"<hash field '999999999999... (41 characters)' is no message number")
