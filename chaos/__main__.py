@@ -103,13 +103,9 @@ def cmd_validate(args) -> int:
     if not args.plan:
         return 0
     plan = load_plan(args.plan)
-    print(f"{printable(args.plan)}: ok — {len(plan.faults)} fault(s), {len(plan.schedule())} occurrence(s), "
-          f"ends at {plan.horizon:g}s" if plan.horizon is not None else f"{printable(args.plan)}: ok (runs until stopped)")
-    for warning in plan.warnings:
-        print(f"warning: {warning}")
     if args.backend or args.toxiproxy:   # a Toxiproxy named on the command line is checked, with or without a backend
         _check_toxiproxy(plan, args.toxiproxy)
-    if args.backend:
+    if args.backend:   # checked before any "ok" is printed: no ok line for a plan then refused
         new = _new_dirs(args.run_dir or "/tmp")
         try:
             controller = Controller(plan, make_backend(args.backend, **options),
@@ -118,6 +114,11 @@ def cmd_validate(args) -> int:
             down = controller.not_running()
         finally:
             _remove_empty(new)  # validating writes nothing there
+    print(f"{printable(args.plan)}: ok — {len(plan.faults)} fault(s), {len(plan.schedule())} occurrence(s), "
+          f"ends at {plan.horizon:g}s" if plan.horizon is not None else f"{printable(args.plan)}: ok (runs until stopped)")
+    for warning in plan.warnings:
+        print(f"warning: {warning}")
+    if args.backend:
         print(f"{printable(args.plan)}: ok against backend {args.backend}"
               + (f"; {len(skips)} occurrence(s) will be skipped:" if skips else ""))
         for skip in shown(skips) + down:

@@ -85,6 +85,11 @@ class Outstanding:
                 self.unwritten = f"{self.path}: {exc.strerror or exc}"
 
 
+# An entry's undo as the backends write it and their recover reads it (a process id, the HAProxy server, ...)
+UNDO_FIELDS = {"pid": int, "pid_start": int, "serving_before": int, "server": str, "container": str, "uid": str,
+               "selector": str, "proxy": str, "toxic": str}
+
+
 class OutstandingError(ValueError):
     """An outstanding.json that cannot say what to heal; the message names the file and the field."""
 
@@ -121,6 +126,11 @@ def _checked(data: dict, path: Path) -> tuple[str, dict, list[dict]]:
                 bad(f"faults[{i}].fault.{name}", "missing or not text")
         if not isinstance(entry.get("undo") or {}, dict) or not isinstance(fault.get("params") or {}, dict):
             bad(f"faults[{i}]", "undo and fault.params must be objects")
+        for name, value in (entry.get("undo") or {}).items():   # what the backends' recover reads, typed
+            want = UNDO_FIELDS.get(name)
+            if value is not None and want and (isinstance(value, bool) or not isinstance(value, want)):
+                bad(f"faults[{i}].undo.{name}", f"must be {'a whole number' if want is int else 'text'}, not "
+                    f"{type(value).__name__} {value!r:.40} (fault {fault['id']} on {entry['instance']})")
         duration = fault.get("duration")
         if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))):
             bad(f"faults[{i}].fault.duration", "must be a number of seconds or null")

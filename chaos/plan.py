@@ -363,6 +363,11 @@ def _parse_fault(node, index: int, path: str, problems: list[str]) -> PlanFault 
             bad("count", f"a {kind} goes through every instance of the target; remove 'count'")
 
     params = {}
+    if spec is None:   # which fields the kind allows is not known; a key no kind has is named all the same (`Kind:`)
+        known = COMMON_KEYS.union(*(k.params for k in KINDS.values()))
+        for key in [k for k in fields if k not in known]:
+            hint = f" (did you mean {key.lower()!r}?)" if key.lower() in known else ""
+            bad(key, f"unknown field{hint or ' for any kind'}")
     if spec is not None:
         for key, value in fields.items():
             if key in COMMON_KEYS:

@@ -13,18 +13,42 @@ Address = str | Path | tuple[str, int] | list
 
 def command(sock: Address, line: str, timeout: float = 5.0) -> str:
     """Send one runtime-API command (e.g. ``show stat``) and return HAProxy's answer."""
-    if isinstance(sock, (tuple, list)):
-        conn = socket.create_connection(tuple(sock), timeout=timeout)
-    else:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.settimeout(timeout)
-        conn.connect(str(sock))
+    try:
+        if isinstance(sock, (tuple, list)):
+            conn = socket.create_connection(tuple(sock), timeout=timeout)
+        else:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.settimeout(timeout)
+            try:
+                conn.connect(str(sock))
+            except OSError:
+                conn.close()
+                raise
+    except OSError as exc:  # name the socket: a bare "[Errno 2] No such file or directory" says not which
+        raise type(exc)(f"HAProxy's runtime API socket {_where(sock)}: {exc.strerror or exc}") from exc
     with conn:
         conn.sendall(line.encode() + b"\n")
         chunks = []
         while chunk := conn.recv(65536):
             chunks.append(chunk)
     return b"".join(chunks).decode(errors="replace")
+
+
+def _where(sock: Address) -> str:
+    return f"{sock[0]}:{sock[1]}" if isinstance(sock, (tuple, list)) else str(sock)
+
+
+def unreachable(sock: Address, timeout: float = 5.0) -> str | None:
+    """Why HAProxy's runtime API at ``sock`` does not answer (a ``show info``), else None: checked before a run
+    with lb faults, which otherwise failed only after the whole load."""
+    if not isinstance(sock, (tuple, list)) and not Path(sock).exists():
+        return f"the stack state's haproxy_socket {sock} does not exist (HAProxy is not running there)"
+    try:
+        if "Name:" in command(sock, "show info", timeout):
+            return None
+        return f"the stack state's haproxy_socket {_where(sock)} does not answer as HAProxy's runtime API"
+    except OSError as exc:  # it names the socket
+        return f"the stack state's haproxy_socket does not answer: {exc}"
 
 
 def runtime_command(address: Address, line: str, timeout: float = 10) -> str:

@@ -23,7 +23,7 @@ from chaos.backends import NotApplied, local_failover
 from chaos.faults import Fault
 from contracts.redis_url import CLIENT_NAME
 from targets import file as targets_file, registry as state, sentinel
-from targets.haproxy import runtime_command, server_sessions
+from targets.haproxy import runtime_command, server_sessions, unreachable
 
 STARTS_AGAIN = {F.KILL, F.RESTART, F.REDIS_RESTART, F.ROLLING_RESTART, F.REDIS_FAILOVER}
 REDIS_KINDS = {F.REDIS_RESTART, F.REDIS_CLIENT_KILL, F.REDIS_STALL, F.REDIS_FAILOVER, F.REDIS_BGSAVE}
@@ -74,6 +74,8 @@ class LocalBackend(Backend):
         if fault.kind in LB_KINDS:
             if not st.get("haproxy_socket"):
                 raise UnsupportedFault(f"{fault.kind} needs HAProxy: the state file has no haproxy_socket")
+            if problem := unreachable(st["haproxy_socket"]):
+                raise UnsupportedFault(f"{fault.kind} needs HAProxy: {problem}")
             if any(not st["members"][n].get("lb_server") for n in names):
                 raise UnsupportedFault(f"{fault.kind} targets members behind the load balancer (e.g. bot); "
                                        f"{fault.target!r} has no lb_server")
