@@ -78,15 +78,18 @@ class RunFolder:
         return self.audit / "rolling" / f"{name}.{partition:02d}.jsonl"
 
     def shards(self) -> list[Path]:
-        """The journal's shards, in name order."""
-        return sorted(self.journal.glob("*.jsonl"))
+        """The journal's shards, in name order; OSError when journal/ cannot be listed (``jsonl_files``)."""
+        return jsonl_files(self.journal)
+
+    def worker_copies(self) -> list[Path]:
+        """The workers' own copies of their shards (``workers/*.jsonl``), in name order; as ``shards``."""
+        return jsonl_files(self.workers)
 
     def journal_bytes(self) -> int:
         """The size of every journal file (the shards and the workers' copies), as the audit records it in its
         summary: a summary of a journal that changed since (audited while the run went on, a journal replaced)
         is not the run's verdict. Sizes, not times: a copied or downloaded folder keeps sizes, not times."""
-        files = self.shards() + (sorted(self.workers.glob("*.jsonl")) if self.workers.is_dir() else [])
-        return sum(p.stat().st_size for p in files if p.is_file())
+        return sum(p.stat().st_size for p in self.shards() + self.worker_copies() if p.is_file())
 
     def journal_shard(self, name: str) -> Path:
         return self.journal / f"{name}.jsonl"
@@ -127,6 +130,26 @@ class RunFolder:
             if RunFolder(parent).is_run():
                 return parent
         return None
+
+
+class CannotList(OSError):
+    """A folder of the run that is there but cannot be listed (no read permission): said as such, where Path.glob
+    returned nothing and a journal/ without read permission was "no journal" or "a journal that has shrunk"."""
+
+    def __str__(self) -> str:
+        return f"cannot list {self.filename}: {self.strerror}"
+
+
+def jsonl_files(directory: Path) -> list[Path]:
+    """The ``*.jsonl`` files in ``directory`` (not hidden ones, as glob), in name order; none when it is not there
+    or not a directory; CannotList (an OSError naming it) when it cannot be listed."""
+    try:
+        with os.scandir(directory) as entries:
+            return sorted(directory / e.name for e in entries if e.name.endswith(".jsonl") and e.name[0] != ".")
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise CannotList(exc.errno, exc.strerror or str(exc), str(directory)) from None
 
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),

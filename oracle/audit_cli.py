@@ -8,6 +8,8 @@ run's Locust users raised exceptions (run.json), so conversations were cut short
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import shlex
 import signal
 import sys
@@ -16,7 +18,7 @@ from pathlib import Path
 from oracle.explain import NOT_SCANNED, journal_copy_line
 from contracts import codec, redact
 from contracts.console import Terminated, deferred_interrupts, interrupt, interrupted_exit_code
-from contracts.runfolder import AuditBusy, RunFolder, detach_output
+from contracts.runfolder import LOCAL_WRITE_ERRNOS, AuditBusy, CannotList, RunFolder, detach_output
 from contracts.durations import DurationError, parse_duration
 from oracle.history import JournalError
 from oracle.keys import TemplateMismatch
@@ -239,7 +241,7 @@ def _audit(args) -> int:
     except OSError as exc:
         if exc.filename is None:
             raise
-        print(f"oracle audit: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        print(f"oracle audit: {_cannot(exc)}", file=sys.stderr)
         return 2
     # the tables are replaced: printing the verdict and drawing report.html again are not cut by a first Ctrl-C
     # or SIGTERM (a PASS page beside a FAIL summary.json, hunt 11 D1); it is said after, with its exit code
@@ -253,6 +255,24 @@ def _audit(args) -> int:
               f"(above) are written{page}; exit {interrupted_exit_code(stop)}, not the verdict's {code}", file=sys.stderr)
         return interrupted_exit_code(stop)
     return code
+
+
+def _cannot(exc: OSError) -> str:
+    """What the audit could not do to the file ``exc`` names: list it (CannotList), write it or read it. A write
+    refused for permission says so no more than a read does ("cannot read RUN/audit/parts" was a folder it could
+    not make): a path that is not there, or that can be opened for reading now, was being written."""
+    if isinstance(exc, CannotList):
+        return str(exc)
+    writing = exc.errno in LOCAL_WRITE_ERRNOS - {errno.EIO}  # only a write fails so (EIO: a read may too)
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        try:  # non-blocking: a FIFO opened to read waits for a writer otherwise
+            os.close(os.open(exc.filename, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+            writing = True
+        except FileNotFoundError:
+            writing = True
+        except OSError:
+            pass
+    return f"cannot {'write' if writing else 'read'} {exc.filename}: {exc.strerror or exc}"
 
 
 def _verdict(run: Path, summary: dict, verdict_exit_code, headline) -> tuple[int, bool]:

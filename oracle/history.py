@@ -204,7 +204,7 @@ def journal_files(folder: RunFolder) -> tuple[list[Path], list[dict], list[str]]
     came, or the copy was brought from the worker's machine. Returns (files, copies read, problems)."""
     files = {p.name: p for p in folder.shards()}
     copies, problems = [], []
-    for copy in sorted(folder.workers.glob("*.jsonl")) if folder.workers.is_dir() else []:
+    for copy in folder.worker_copies():
         master = files.get(copy.name)
         extra = _lines_beyond(master, copy)
         if extra is None:

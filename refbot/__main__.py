@@ -1,7 +1,7 @@
 """`python -m refbot up|down|status|serve|demo` — see docs/refbot.md.
 
-Exit codes: 0 done; 1 could not (already up, port in use, a program missing, a member
-failed to start, `status` with a member down); 2 bad arguments (unknown mode, ...);
+Exit codes: 0 done; 1 could not (already up, a program missing, a member failed to
+start, `status` with a member down); 2 bad arguments (unknown mode, a --port in use, ...);
 3 `status` with nothing up. `down` with nothing up says so and exits 0, so it is safe in
 cleanup scripts.
 """
@@ -13,7 +13,7 @@ import signal
 import sys
 
 from contracts.console import not_empty
-from refbot.config import ConfigError, MODES
+from refbot.config import ConfigError, MODES, log_level
 
 MODE_HELP = "memory mode: " + ", ".join(f"{m}:N" if p else m for m, p in MODES.items())
 
@@ -86,6 +86,7 @@ def options(args):
     if args.save is not None and not save_points(args.save):  # else redis-server's config error, exit 1
         raise ConfigError(f"--save {args.save!r} is not Redis save points: pairs of SECONDS CHANGES (whole numbers, "
                           "seconds at least 1), e.g. '3600 1 300 100', or '' for none")
+    log_level(os.environ)  # the replicas inherit it: refused here, not as "bot-1 exited while starting"
     return StackOptions(replicas=args.replicas, mode=args.mode,
                         releases=[r.strip() for r in args.releases.split(",")], persistence=args.persistence,
                         think_ms=args.think_ms, jitter_ms=args.jitter_ms, flush_ms=args.flush_ms,
@@ -103,7 +104,7 @@ def serve(args) -> int:
     config = Config.from_env()  # fail fast with a clear message before uvicorn starts
     import uvicorn
     uvicorn.run("refbot.app:create_app", factory=True, host=config.host, port=config.port, workers=1,
-                log_level=os.environ.get("REFBOT_LOG_LEVEL", "warning"), access_log=False)
+                log_level=config.log_level, access_log=False)
     return 0
 
 

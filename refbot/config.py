@@ -25,6 +25,7 @@ MODES: dict[str, bool] = {
 DEFAULT_WINDOW = 3
 DEFAULT_TTL = 60
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's (any case)
 
 
 class ConfigError(ValueError):
@@ -81,6 +82,15 @@ def check_redis_url(url: str) -> str:
     return url
 
 
+def log_level(env) -> str:
+    """REFBOT_LOG_LEVEL, uvicorn's log level (default warning), or ConfigError: uvicorn raised KeyError on a
+    level it does not know, a traceback once the replica started (`refbot up`: "bot-1 exited while starting")."""
+    raw = env.get("REFBOT_LOG_LEVEL") or "warning"
+    if raw.lower() not in LOG_LEVELS:
+        raise ConfigError(f"REFBOT_LOG_LEVEL={raw!r} is not a log level ({', '.join(LOG_LEVELS)})")
+    return raw.lower()
+
+
 @dataclass
 class Config:
     """One replica's settings; see docs/refbot.md for what each does."""
@@ -99,6 +109,7 @@ class Config:
     port: int = 8000
     wait_replicas: int = 0      # WAIT for this many replicas after each write; 0: no WAIT
     wait_ms: float = 100.0      # WAIT's timeout
+    log_level: str = "warning"  # uvicorn's
 
     @property
     def mode_name(self) -> str:
@@ -135,4 +146,5 @@ class Config:
             port=port,
             wait_replicas=int(_number(env, "REFBOT_WAIT_REPLICAS", 0)),
             wait_ms=_number(env, "REFBOT_WAIT_MS", 100.0),
+            log_level=log_level(env),
         )

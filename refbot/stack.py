@@ -154,7 +154,7 @@ def validate(opts: StackOptions) -> None:
         raise BadOption("--maxmemory-policy needs --maxmemory (without a limit nothing is ever evicted)")
     for flag, port in (("--port", opts.port), ("--redis-port", opts.redis_port)):
         if port is not None and not port_free(port):
-            raise StackError(f"{flag} {port}: 127.0.0.1:{port} is already in use; pick another port or omit {flag}")
+            raise BadOption(f"{flag} {port}: 127.0.0.1:{port} is already in use; pick another port or omit {flag}")
 
 
 def state_directory(given, create: bool) -> Path:
