@@ -43,6 +43,7 @@ from oracle.snapshot import SnapshotError, SnapshotWriter, options_from_meta, re
 from oracle.store import StoreError, StoreOptions, make_reader
 from oracle.tables import SESSION_COLUMNS, add_confirmed_crosstalk, summary as build_summary
 from oracle.tally import Tally
+from oracle.telemetry import unanswered_outside_faults
 from oracle.timeline import check_faults, idle_plan, load_faults, load_steps, unapplied
 
 STORE_ERRORS = (StoreError, redis.RedisError, OSError, requests.RequestException)
@@ -184,7 +185,8 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                              f"{kept[1:]}; {again}") from exc
         raise
     check_faults(folder.path, faults, tally.first_sent, tally.last_done, problems)
-    problems += filter(None, [idle_plan(folder.path, faults, tally.last_done)])
+    problems += filter(None, [idle_plan(folder.path, faults, tally.last_done),
+                              unanswered_outside_faults(folder.path, faults, recovery_s)])
     read_s = time.perf_counter() - clock
     with _tables_or_nothing(folder):
         raw = _concatenate(folder, "anomalies.raw", folder.audit / "anomalies.raw.tmp")

@@ -55,6 +55,32 @@ def load(run_dir: str | Path, problems: list[str] | None = None, span=None) -> p
     return frame.sort_values("time", ignore_index=True) if rows else frame
 
 
+def unanswered_outside_faults(run_dir: str | Path, faults: list, recovery_s: float = 0.0) -> str | None:
+    """A warning when the store did not answer this run's telemetry while no fault of this run was in force (nor
+    within ``recovery_s`` of one's end): requests that failed then are judged by the errors gate as the bot's own,
+    though another run's chaos on a shared store, or an outage, may have caused them (verdict hunt 13, D1)."""
+    t = load(run_dir)
+    if t.empty or "store_error" not in t:
+        return None
+    error = t["store_error"].fillna("").astype(str)
+    down = t[(error != "") & ~error.str.startswith(INFO_REFUSED)]
+    spans = [(f.start, (f.end if f.end is not None else np.inf) + recovery_s) for f in faults]
+    times = [at for at in down["time"] if not any(start <= at <= end for start, end in spans)]
+    if not times:
+        return None
+    first = down.loc[down["time"] == times[0], "store_error"].iloc[0]
+    return (f"{printable(RunFolder(run_dir).telemetry)}: the store did not answer {len(times):,} of this run's "
+            f"telemetry sample(s) between {_utc(times[0])} and {_utc(times[-1])} while no fault of this run was in "
+            f"force (first: {str(first)[:120]}): requests that failed then count against the bot in the errors "
+            "gate, though another run's chaos on a shared store, or an outage of the store, may have caused them; "
+            "the report's store panel marks them")
+
+
+def _utc(at: float) -> str:
+    import time
+    return time.strftime("%H:%M:%S UTC", time.gmtime(at))
+
+
 def _samples(path: Path, problems: list[str]):
     """(line number, sample) of telemetry.jsonl, as contracts.jsonl.read_jsonl reads it (a bad line is one
     file:line problem, a torn last line skipped), with each sample's line number for ``load``'s warning."""

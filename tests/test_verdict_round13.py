@@ -126,3 +126,21 @@ def test_a_hash_numbered_by_nanosecond_times_is_read_in_order():
                        b"9" * 41: b"x"}, "messages")
     assert raw.entries[:2] == [b"a", b"b"] and len(raw.entries) == 3
     assert raw.entries[2].startswith(b"<hash field '999999999999... (41 characters)' is no message number")
+
+
+def test_a_store_that_did_not_answer_the_runs_telemetry_outside_its_faults_is_said(tmp_path, redis_server):
+    """Verdict hunt 13 D1: another run's chaos restarted the shared Redis; this run's 500s then FAILed its errors
+    gate as the bot's own, though its telemetry had sampled the store unreachable. The audit says so."""
+    from contracts.timeline import INFO_REFUSED
+
+    client = redis_server.client()
+    passed_run(tmp_path, client, redis_server.url)
+    now = time.time()
+    samples = [{"time": now + 1, "users": 4, "rss": {}, "store": {"used_memory": 1}, "store_error": None},
+               {"time": now + 2, "users": 4, "rss": {}, "store": None, "store_error": "ConnectionError: refused"},
+               {"time": now + 3, "users": 4, "rss": {}, "store": None,
+                "store_error": INFO_REFUSED + "NOPERM this user has no permissions to run the info command"}]
+    (tmp_path / "telemetry.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    summary = audit_run(tmp_path, jobs=1)
+    said = [p for p in summary["problems"] if "did not answer 1 of this run's telemetry sample(s)" in p]
+    assert said and "ConnectionError: refused" in said[0] and "another run's chaos" in said[0], summary["problems"]
