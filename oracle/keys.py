@@ -344,15 +344,15 @@ def _gone_since_the_run(gone_count: int, restarted_at: float | None, run_json, o
     ended = _recorded_end(run_json)
     if restarted_at is not None and ended is not None and restarted_at > ended:
         return (f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
-                f"{options.key_template!r} at {options.where()}, and its server started at {_utc(restarted_at)}, "
-                f"after this run ended (at {_utc(ended)}, run.json's end): a store restarted since without "
+                f"{options.key_template!r} at {options.where()}, and its server started at {utc(restarted_at)}, "
+                f"after this run ended (at {utc(ended)}, run.json's end): a store restarted since without "
                 f"persistence no longer holds the run, so it says nothing of a loss during it. {again}")
     earlier = _earlier_read(run_json)
     if earlier is not None and same_store(earlier.get("url"), options.where()) and \
             (earlier.get("evidence") or {}).get("missing_keys") is None:
         return (f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
                 f"{options.key_template!r} at {options.where()}, though this store's complete read for the run "
-                f"({_of_url(earlier, options)}its snapshot, ended {_utc(earlier.get('read_end'))}) found every one of them: the store lost them since "
+                f"({_of_url(earlier, options)}its snapshot, ended {utc(earlier.get('read_end'))}) found every one of them: the store lost them since "
                 f"(flushed, or restarted without persistence), which says nothing of a loss during the run. {again}")
     return None
 
@@ -384,7 +384,7 @@ def lost_since_the_read(client: redis.Redis, run_json, options: StoreOptions) ->
     if not gone and not shorter:
         return None
     read = f"this store's complete read for the run ({_of_url(earlier, options)}its snapshot, ended " \
-           f"{_utc(earlier.get('read_end'))})"
+           f"{utc(earlier.get('read_end'))})"
     if gone == len(read_then) == sessions:  # a FLUSHDB after a run whose audit found every session
         what = f"though {read} found every one of them"
     else:
@@ -500,7 +500,8 @@ def _http_all_empty(options: StoreOptions, sessions: int, not_found: int, probes
         "that holds these sessions. Nothing was judged.")
 
 
-def _utc(when: float) -> str:
+def utc(when: float) -> str:
+    """A wall time for a message: 2026-11-27 21:36:52 UTC."""
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
 
 

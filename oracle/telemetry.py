@@ -59,6 +59,8 @@ def unanswered_outside_faults(run_dir: str | Path, faults: list, recovery_s: flo
     """A warning when the store did not answer this run's telemetry while no fault of this run was in force (nor
     within ``recovery_s`` of one's end): requests that failed then are judged by the errors gate as the bot's own,
     though another run's chaos on a shared store, or an outage, may have caused them (verdict hunt 13, D1)."""
+    from oracle.keys import utc
+
     t = load(run_dir)
     if t.empty or "store_error" not in t:
         return None
@@ -70,15 +72,10 @@ def unanswered_outside_faults(run_dir: str | Path, faults: list, recovery_s: flo
         return None
     first = down.loc[down["time"] == times[0], "store_error"].iloc[0]
     return (f"{printable(RunFolder(run_dir).telemetry)}: the store did not answer {len(times):,} of this run's "
-            f"telemetry sample(s) between {_utc(times[0])} and {_utc(times[-1])} while no fault of this run was in "
+            f"telemetry sample(s) between {utc(times[0])} and {utc(times[-1])} while no fault of this run was in "
             f"force (first: {str(first)[:120]}): requests that failed then count against the bot in the errors "
             "gate, though another run's chaos on a shared store, or an outage of the store, may have caused them; "
             "the report's store panel marks them")
-
-
-def _utc(at: float) -> str:
-    import time
-    return time.strftime("%H:%M:%S UTC", time.gmtime(at))
 
 
 def _samples(path: Path, problems: list[str]):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -144,16 +143,3 @@ def test_log_levels_uvicorn_knows_are_taken_in_any_case():
     assert Config.from_env({"REFBOT_LOG_LEVEL": ""}).log_level == Config.from_env({}).log_level == "warning"
     with pytest.raises(ConfigError, match="REFBOT_LOG_LEVEL='loud' is not a log level"):
         Config.from_env({"REFBOT_LOG_LEVEL": "loud"})
-
-
-# ---- m14: a --port already in use -------------------------------------------------------------------------------
-def test_a_port_in_use_is_a_refused_option_exit_2(tmp_path):
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        for flag in ("--port", "--redis-port"):
-            done = refbot_cli("up", "--state-dir", tmp_path / "s", flag, port)
-            assert done.returncode == 2, done.stderr
-            assert f"{flag} {port}: 127.0.0.1:{port} is already in use" in done.stderr, done.stderr
-    assert not (tmp_path / "s" / "state.json").exists()
