@@ -129,7 +129,7 @@ def like_for_like(runs: list[RunData]) -> list[str]:
     for field, what in (("script", "scripts"), ("script_sha", "script versions (script_sha)")):
         values = {r.run.get(field) for r in runs}
         if len(values) > 1:
-            listed = ", ".join(f"{r.label}: {str(r.run.get(field))[:12]}" for r in runs)
+            listed = ", ".join(f"{r.label}: {_known(r.run.get(field))[:12]}" for r in runs)
             warnings.append(f"not like for like: the runs used different {what} ({listed})")
     loads = [_load_text(r.run) for r in runs]
     if None not in loads and len(set(loads)) > 1:
@@ -138,9 +138,16 @@ def like_for_like(runs: list[RunData]) -> list[str]:
                         "races that need concurrent users depend on it")
     plans = {(r.run.get("plan_text") or "").strip() or r.run.get("plan") for r in runs}
     if len(plans) > 1:
-        listed = ", ".join(f"{r.label}: {r.run.get('plan') or 'no plan'}" for r in runs)
+        listed = ", ".join(f"{r.label}: {(r.run.get('plan') or 'no plan') if 'plan' in r.run else 'unknown'}"
+                           for r in runs)  # the Locust run writes plan null for none: absent is not said
         warnings.append(f"not like for like: the runs used different chaos plans ({listed})")
     return warnings
+
+
+def _known(value) -> str:
+    """A run.json field in a warning: "unknown" when run.json does not say (unreadable, missing, older): None
+    read as the script "None"."""
+    return "unknown" if value is None else str(value)
 
 
 def _load_text(run: dict) -> str | None:

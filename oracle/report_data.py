@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 
 from contracts import codec, redact
-from contracts.journal import MAX_EPOCH, Epoch
-from contracts.jsonl import read_jsonl, record
+from contracts.journal import MAX_EPOCH, Epoch, RecordError, decode_line
+from contracts.jsonl import line_chunks, read_jsonl, record
 from contracts.timeline import load_step
-from contracts.runfolder import RunFolder
+from contracts.runfolder import RunFolder, open_regular, special_kind
+from oracle.history import Journal, JournalError
 from oracle.metrics import wilson
 from oracle.timeline import Fault, at as _at, load_faults
 from oracle.verdict import UNREADABLE, GATES, cut_short
@@ -289,7 +290,10 @@ def _of_another_journal(summary: dict, folder: RunFolder, warnings: list[str] | 
     journal that shrank was accepted: report and compare kept a stale PASS."""
     journal = summary.get("journal")
     recorded = journal.get("bytes") if isinstance(journal, dict) else None
-    now = folder.journal_bytes()
+    try:
+        now = folder.journal_bytes()
+    except OSError as exc:  # journal/ that cannot be listed (contracts.runfolder.CannotList): no run to judge by
+        raise NotAudited(f"{folder.path}: {exc}") from None
     if recorded is None:
         if warnings is not None:
             warnings.append("audit/summary.json does not record the size of the journal it judged (an audit by an "
@@ -310,6 +314,60 @@ def _of_another_journal(summary: dict, folder: RunFolder, warnings: list[str] | 
     return None
 
 
+def _journal_run(folder: RunFolder) -> str | None:
+    """The run id of the journal's first turn, read up to that turn; None when it names none (a journal written
+    by hand) or the journal cannot be read (the size check, and the audit, say why)."""
+    try:
+        for shard in Journal.open(folder.path).shards:
+            for _, lines, _ in line_chunks(shard):
+                for raw in lines:
+                    try:
+                        return decode_line(raw).run
+                    except RecordError:  # a blank, torn or damaged line: the next one
+                        continue
+    except (JournalError, OSError):
+        pass
+    return None
+
+
+def _of_another_run(summary: dict, run: dict, folder: RunFolder) -> str | None:
+    """Why a summary is not the audit of the run in its folder: the run it judged (its ``run``, the journal's run
+    id) is not the journal's, or not run.json's. Another run's audit/ (a copy, a restore from the wrong backup)
+    gave its PASS to a run whose own audit FAILs, and another run's run.json its trust fields (a cut-short run's
+    NOT TRUSTED a PASS) and label; the journal's size is no guard (two runs of one script, or an older summary that
+    does not record it). A summary or run.json with no run id (an older goldfish, a folder built by hand) is
+    no check."""
+    audited, journal, recorded = summary.get("run"), _journal_run(folder), run.get("run")
+    if not isinstance(audited, str):
+        return None
+    again = f"audit the folder again (`python -m oracle audit {folder.path}`)"
+    if isinstance(journal, str) and journal != audited:
+        return (f"this audit is of run {audited!r}, but the journal in {folder.journal} is run {journal!r}: another "
+                f"run's audit/ is in this folder (copied, or restored from another run's backup); {again}")
+    if isinstance(recorded, str) and recorded != audited:
+        if journal:  # the audit refuses this run.json too (oracle.history.Journal.require_own_run)
+            return (f"this audit and the journal in {folder.journal} are of run {audited!r}, but {folder.run_json} "
+                    f"is run {recorded!r}: another run's run.json is in this folder, whose end, phase and label would "
+                    "be taken for this run's (a run cut short shown as a PASS); put this run's own run.json back "
+                    "(`python -m oracle audit` refuses this one too)")
+        return (f"this audit is of run {audited!r}, but {folder.run_json} is run {recorded!r}: one of them is another "
+                f"run's; put this run's own run.json back, or {again}")
+    return None
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What ``path`` is when it is there but is not a regular file ("a directory", "a character device", "a
+    symbolic link to nothing"); None when it is a regular file or is not there."""
+    if path.is_file() or not (path.exists() or path.is_symlink()):
+        return None
+    if path.is_dir():
+        return "a directory"
+    try:
+        return special_kind(path) or "not a regular file"
+    except FileNotFoundError:
+        return "a symbolic link to nothing"
+
+
 def load_run(path: str | Path) -> RunData:
     path = Path(path)
     if not path.is_dir():
@@ -318,12 +376,19 @@ def load_run(path: str | Path) -> RunData:
         raise NotARun(f"{path}: not a run folder (it has neither run.json nor journal/)")
     folder = RunFolder(path)
     summary_file = folder.summary
+    other_kind = _not_a_file(summary_file)
+    if other_kind:  # a link to /dev/zero, a FIFO, a folder: named, not "not audited yet"
+        raise NotAudited(f"{summary_file}: not a regular file but {other_kind} - remove it and re-run "
+                         f"`python -m oracle audit {path}`")
     if not summary_file.is_file():
         raise NotAudited(f"{path}: not audited yet (no audit/summary.json) - run "
                          f"`python -m oracle audit {path}` first, or pass --audit")
     warnings: list[str] = []
-    run = _read_json(folder.run_json, warnings, default=None) if folder.run_json.is_file() else {}
-    if run is None:  # it may have said the users raised exceptions: the verdict cannot be trusted (verdict.cut_short)
+    there = folder.run_json.exists() or folder.run_json.is_symlink()  # a folder, a device, a FIFO: unreadable
+    run = _read_json(folder.run_json, warnings, default=None) if there else {}
+    if not isinstance(run, dict):  # it may have said the users raised exceptions: the verdict cannot be trusted
+        if run is not None:  # (verdict.cut_short), as `oracle audit` refuses it
+            warnings.append(f"{folder.run_json}: unreadable (not a JSON object but a {type(run).__name__})")
         run = {UNREADABLE: warnings[-1]}
     run, found = mend_surrogates(run)
     if found:  # a damaged field of run.json is warned about and the report goes on, as for the others below
@@ -368,6 +433,9 @@ def load_run(path: str | Path) -> RunData:
     disagree = _verdict_disagrees(summary.get("verdict"))
     if disagree:  # an edited summary: its badge would say what its own rules do not
         raise NotAudited(f"{summary_file}: {disagree} - re-run `python -m oracle audit {path}`")
+    other = _of_another_run(summary, run, folder)
+    if other:  # before the journal's size: a size that differs says "audit again" of another run's audit
+        raise NotAudited(f"{summary_file}: {other}")
     other = _of_another_journal(summary, folder, warnings)
     if other and other.startswith("the journal has shrunk"):  # auditing again is refused: say what helps
         raise NotAudited(f"{summary_file}: {other}")
@@ -490,8 +558,9 @@ def mend_surrogates(value, where: str = "$") -> tuple[object, list[str]]:
 
 
 def _read_json(file: Path, warnings: list[str], default):
-    try:
-        return codec.loads(file.read_bytes())  # DecodeError (a ValueError) whatever the bytes
+    try:  # open_regular: a link to /dev/zero never ends, a FIFO never opens; named instead
+        with open_regular(file) as fh:
+            return codec.loads(fh.read())  # DecodeError (a ValueError) whatever the bytes
     except (OSError, ValueError) as exc:
         warnings.append(f"{file}: unreadable ({exc})")
         return default

@@ -199,23 +199,39 @@ def per_release(runs: list[RunData]) -> list[dict]:
     return [{**e, **{m: rate({"count": e[m][0], "total": e[m][1]}) for m in POOLED}} for e in pooled.values()]
 
 
+LABEL_WIDTH = (14, 40)  # the label column: at least, at most (a longer label is cut in its middle)
+
+
+def shown_label(label: str, width: int = LABEL_WIDTH[1]) -> str:
+    """A label as the text tables show it: quoted when it has blanks at its ends (``'v1 '`` and ``v1`` are two
+    releases), and cut in its middle when longer than ``width``, keeping its start and its end, where releases
+    differ (``release-2026-11-a`` and ``-b`` were both shown ``release-2026-1``)."""
+    if label != label.strip():
+        label = repr(label)
+    if len(label) <= width:
+        return label
+    head = (width - 1) // 3
+    return f"{label[:head]}…{label[len(label) - (width - 1 - head):]}"
+
+
 def format_text(rows: list[dict], releases: list[dict]) -> str:
     def cell(m: dict) -> str:
         return f"{pct(m['rate'])} ({m['count']}/{m['total']})"
 
+    width = max([LABEL_WIDTH[0]] + [len(shown_label(r["label"])) + 1 for r in [*rows, *releases]])
     lines = [f"per run, in start order ({len(rows)} runs)",
-             f"  {'started (UTC)':<17} {'label':<14}{'probe amnesia':>22}{'stored loss':>24}{'session amn.':>13}"
-             f"{'turns/s':>9}{'p95':>9}  {'verdict':<8}vs previous"]
+             f"  {'started (UTC)':<17} {'label':<{width}}{'probe amnesia':>22}{'stored loss':>24}"
+             f"{'session amn.':>13}{'turns/s':>9}{'p95':>9}  {'verdict':<8}vs previous"]
     for r in rows:
         c = ("-",) * 5 if r["result"] == NO_VERDICT else (cell(r["probe_amnesia"]), cell(r["stored_loss"]),
                                                           pct(r["session_amnesia"]["rate"]), number(r["throughput"], 1),
                                                           ms(r["p95"]))
-        lines.append(f"  {r['night']:<17} {r['label'][:14]:<14}{c[0]:>22}{c[1]:>24}{c[2]:>13}{c[3]:>9}{c[4]:>9}  "
-                     f"{r['result']:<7} {r['vs_previous']}")
+        lines.append(f"  {r['night']:<17} {shown_label(r['label']):<{width}}{c[0]:>22}{c[1]:>24}{c[2]:>13}{c[3]:>9}"
+                     f"{c[4]:>9}  {r['result']:<7} {r['vs_previous']}")
     lines += ["", "per release, pooled over its runs",
-              f"  {'label':<14}{'runs':>5}{'probe amnesia':>22}  {'95% interval':<18}{'stored loss':>24}  95% interval"]
+              f"  {'label':<{width}}{'runs':>5}{'probe amnesia':>22}  {'95% interval':<18}{'stored loss':>24}  95% interval"]
     for e in releases:
-        lines.append(f"  {e['label'][:14]:<14}{e['runs']:>5}{cell(e['probe_amnesia']):>22}  "
+        lines.append(f"  {shown_label(e['label']):<{width}}{e['runs']:>5}{cell(e['probe_amnesia']):>22}  "
                      f"{interval(e['probe_amnesia']):<18}{cell(e['stored_loss']):>24}  {interval(e['stored_loss'])}")
     failed = [r for r in rows if r["result"] == NO_VERDICT]
     if failed:  # last, so the two tables above keep their shape

@@ -68,8 +68,14 @@ def runs(pristine, tmp_path):
     ``runs(name, other=True)``: the same data filed as another run (its own run id)."""
     def copy(name: str, other: bool = False, label: str | None = None) -> Path:
         run = Path(shutil.copytree(pristine, tmp_path / name, symlinks=True))
-        if other:
-            _edit(run / "run.json", {"run": f"another-{name}"})
+        if other:  # filed whole as another run: run.json, the journal's turns and the audit all say its id (only
+            new = f"another-{name}"  # run.json's made another run's run.json over this run's audit: refused now)
+            _edit(run / "run.json", {"run": new})
+            for shard in (run / "journal").glob("*.jsonl"):
+                shard.write_text("".join(json.dumps({**json.loads(line), "run": new}) + "\n"
+                                         for line in shard.read_text().splitlines() if line.strip()))
+            from contracts.runfolder import RunFolder
+            _edit(run / "audit" / "summary.json", {"run": new, "journal": {"bytes": RunFolder(run).journal_bytes()}})
         if label is not None:
             _edit(run / "run.json", {"label": label})
             _edit(run / "audit" / "summary.json", {"label": label})

@@ -117,7 +117,7 @@ def test_the_report_shows_the_breakdown_and_rewrites_it_when_the_run_is_audited_
 
     from support_report import synthetic
 
-    run = synthetic(tmp_path / "run")
+    run = synthetic(tmp_path / "r")  # run id "r", as window_journal's: the audit of the run in the folder
     window_journal(run, k=3)
     os.utime(run / "audit" / "summary.json")  # audited after the journal was written
     html = report.render(run).read_text()

@@ -313,7 +313,7 @@ def test_tables_fit_their_cards_at_1280_px(tmp_path):
     in a 1,280 px wide window: no card scrolls sideways."""
     import json
 
-    run = synthetic(tmp_path / "run", lost=60, probes_failed=25, crosstalk=3)
+    run = synthetic(tmp_path / "r", lost=60, probes_failed=25, crosstalk=3)  # run id "r", as window_journal's
     summary = json.loads((run / "audit" / "summary.json").read_text())
     for row in summary["by_fault"] + [summary["baseline"]]:
         row["lost_after"], row["charged"] = {"count": 12, "total": 1234}, 12
