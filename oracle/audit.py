@@ -224,6 +224,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
             result["information"]["missing_keys"] = missing_keys
         result["jobs"] = jobs
         result["journal"] = {"bytes": journal_bytes}
+        result["run_record"] = verdict.trust_record(_run_json(folder))  # run.json removed since: still told
         reused = sum(r.reused for r in results)
         if reused:  # the rolling audit's judgements that stood: key and journal unchanged since (oracle/rolling.py)
             result["rolling"] = {"reused": reused}
@@ -248,6 +249,14 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                              ("windows.csv", folder.windows_csv), ("summary.json", folder.summary)):
             (folder.audit / f"{name}.tmp").replace(target)  # the tables as a set: never new ones beside an old verdict
     return result
+
+
+def _run_json(folder: RunFolder) -> dict:
+    """run.json as it is ({} when it is not there or cannot be read: the verdict says why, oracle.verdict)."""
+    try:
+        return codec.load_document(folder.run_json)
+    except (OSError, codec.DecodeError):
+        return {}
 
 
 def workers_lost_note(folder: RunFolder) -> list[str]:

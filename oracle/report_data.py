@@ -24,7 +24,7 @@ from contracts.runfolder import RunFolder, open_regular, special_kind
 from oracle.history import Journal, JournalError
 from oracle.metrics import wilson
 from oracle.timeline import Fault, at as _at, load_faults
-from oracle.verdict import UNREADABLE, GATES, cut_short
+from oracle.verdict import UNREADABLE, GATES, cut_short, trust_record
 
 RATE_METRICS = ("probe_amnesia", "stored_loss", "session_amnesia", "crosstalk")
 RATE_TITLES = {
@@ -417,6 +417,14 @@ def load_run(path: str | Path) -> RunData:
     if not isinstance(summary, dict):
         raise NotAudited(f"{summary_file}: not a JSON object but a {type(summary).__name__} - re-run "
                          f"`python -m oracle audit {path}`")
+    recorded = trust_record(summary.get("run_record"))
+    if not there and recorded:  # run.json gone since the audit (a partial copy): a cut-short run's PASS was a PASS
+        run.update(recorded)
+        warnings.append(f"{folder.run_json}: missing; whether the run can be trusted is read from the copy the "
+                        "audit kept (audit/summary.json run_record)")
+        untrusted = cut_short(run)
+        if untrusted:
+            warnings.insert(0, f"{untrusted}; the run exits 3")
     wrong = [key for key in SUMMARY_PARTS if not isinstance(summary.get(key), dict)] + \
         [key for key in ("observed", "verdict") if key in summary and not isinstance(summary[key], dict)]
     if wrong:  # a hand-edited or truncated summary: no report that looks like a verdict

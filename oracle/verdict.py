@@ -507,6 +507,16 @@ def headline(v: dict) -> str:
 UNREADABLE = "run.json unreadable"  # the key a reader puts in place of a run.json it could not read: why
 
 
+# the run.json fields whether a verdict can be trusted is read from (``cut_short``, ``misread_replies``): the audit
+# keeps a copy in its summary (``run_record``), for the readers of a folder whose run.json is gone since
+TRUST_FIELDS = ("run", "phase", "start", "end", "workers_lost", "user_exceptions", "streamed_replies")
+
+
+def trust_record(run: dict) -> dict:
+    """The fields of run.json ``run`` that say whether its verdict can be trusted, as the summary keeps them."""
+    return {name: run[name] for name in TRUST_FIELDS if name in run} if isinstance(run, dict) else {}
+
+
 def trusted_exit_code(v: dict, run: dict) -> tuple[int, str | None]:
     """The exit code of verdict ``v`` of a run whose run.json is ``run``, and why it is not trusted (None when it
     is): a PASS, or nothing measured, of a run cut short (``cut_short``) is NOT TRUSTED, 3; a FAIL that found

@@ -190,3 +190,27 @@ def test_a_summary_linked_to_dev_zero_is_named_not_called_not_audited(tmp_path, 
     assert "not audited yet" not in err, err
     code, out, err = oracle_main(capsys, "trend", other, run)
     assert code == 2 and "a character device" in out.split("no verdict (")[1], out + err
+
+
+def test_a_run_json_removed_after_a_not_trusted_audit_stays_not_trusted(tmp_path, redis_server):
+    """Input hunt 13 D1's last case: a run cut short (phase load, no end) audits NOT TRUSTED, exit 3; with its
+    run.json removed since (a partial copy), report and compare said PASS, exit 0. The audit keeps run.json's
+    trust fields in summary.json (run_record), and the readers judge by them when run.json is gone."""
+    from oracle.audit import audit_run
+    from oracle.report_data import load_run
+    from oracle.store import StoreOptions
+    from oracle.verdict import cut_short
+    from support_oracle import build_world, fill_redis, simple_specs, write_journal
+
+    world = build_world(simple_specs(3), seed=7)
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    (run / "run.json").write_text(json.dumps({"run": world.records[0]["run"], "start": 1.7e9, "end": None,
+                                              "phase": "load"}))
+    fill_redis(redis_server.client(), world)
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+    assert summary["run_record"] == {"run": world.records[0]["run"], "start": 1.7e9, "end": None, "phase": "load"}
+    assert cut_short(load_run(run).run)
+    (run / "run.json").unlink()
+    data = load_run(run)
+    assert cut_short(data.run) and any("run_record" in w for w in data.warnings), data.warnings
