@@ -352,8 +352,9 @@ def _gone_since_the_run(gone_count: int, restarted_at: float | None, run_json, o
             (earlier.get("evidence") or {}).get("missing_keys") is None:
         return (f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
                 f"{options.key_template!r} at {options.where()}, though this store's complete read for the run "
-                f"({_of_url(earlier, options)}its snapshot, ended {utc(earlier.get('read_end'))}) found every one of them: the store lost them since "
-                f"(flushed, or restarted without persistence), which says nothing of a loss during the run. {again}")
+                f"({_of_url(earlier, options)}its snapshot, ended {utc(earlier.get('read_end'))}) found every one of "
+                "them: the store lost them since (flushed, or restarted without persistence), which says nothing of a "
+                f"loss during the run. {again}")
     return None
 
 
@@ -388,7 +389,7 @@ def lost_since_the_read(client: redis.Redis, run_json, options: StoreOptions) ->
     if gone == len(read_then) == sessions:  # a FLUSHDB after a run whose audit found every session
         what = f"though {read} found every one of them"
     else:
-        fewer = "hold fewer entries than it read (or are no longer lists)"
+        fewer = "hold fewer entries than it read"
         what = f"{gone or shorter:,} of the {len(read_then):,} sessions whose keys {read} found " + \
             ("are gone now" + (f" and {shorter:,} {fewer}" if shorter else "") if gone else fewer)
     return (f"the store no longer holds what the run's audit read: under the key template {options.key_template!r} "
@@ -399,7 +400,7 @@ def lost_since_the_read(client: redis.Redis, run_json, options: StoreOptions) ->
 
 
 def _lost_since(client: redis.Redis, read_then: list[tuple[str, int | None]]) -> tuple[int, int]:
-    """(keys gone, lists now shorter or of another type) of the (key, entries read; None: not a list) read."""
+    """(keys gone, lists now shorter) of the (key, entries read; None: not a list) the earlier read found."""
     gone = shorter = 0
     lists = [(key, count) for key, count in read_then if count is not None]
     others = [key for key, count in read_then if count is None]

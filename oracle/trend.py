@@ -229,7 +229,8 @@ def format_text(rows: list[dict], releases: list[dict]) -> str:
         lines.append(f"  {r['night']:<17} {shown_label(r['label']):<{width}}{c[0]:>22}{c[1]:>24}{c[2]:>13}{c[3]:>9}"
                      f"{c[4]:>9}  {r['result']:<7} {r['vs_previous']}")
     lines += ["", "per release, pooled over its runs",
-              f"  {'label':<{width}}{'runs':>5}{'probe amnesia':>22}  {'95% interval':<18}{'stored loss':>24}  95% interval"]
+              f"  {'label':<{width}}{'runs':>5}{'probe amnesia':>22}  {'95% interval':<18}{'stored loss':>24}"
+              "  95% interval"]
     for e in releases:
         lines.append(f"  {shown_label(e['label']):<{width}}{e['runs']:>5}{cell(e['probe_amnesia']):>22}  "
                      f"{interval(e['probe_amnesia']):<18}{cell(e['stored_loss']):>24}  {interval(e['stored_loss'])}")

@@ -47,7 +47,7 @@ def test_a_history_trimmed_since_the_runs_audit_refuses_a_live_reaudit(tmp_path,
     for session in world.order[:3]:  # a retention job keeps the newest two entries
         client.ltrim(TEMPLATE.format(session=session), 0, 1)
     with pytest.raises(TemplateMismatch, match=r"3 of the 8 sessions whose keys .* found hold fewer entries than "
-                                               r"it read .*trimmed.*without --store-url"):
+                                               r"it read: .*trimmed.*without --store-url"):
         audit_run(tmp_path, StoreOptions(url=redis_server.url), jobs=1)
     assert audit_cli.main([str(tmp_path), "--store-url", redis_server.url, "--jobs", "1"]) == 2
     assert kept(tmp_path) == before
