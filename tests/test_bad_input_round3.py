@@ -246,6 +246,11 @@ def test_trend_warns_of_a_run_whose_start_is_unknown_and_still_lists_it(tmp_path
     audited(bad, seed=4)
     if damage == "missing":
         (bad / "run.json").unlink()
+        kept = cli("oracle", "trend", good, bad)  # the audit's copy of run.json's trust fields says its start
+        assert kept.returncode == 0 and "its start is unknown" not in kept.stderr, kept.stderr
+        summary = json.loads((bad / "audit" / "summary.json").read_text())
+        del summary["run_record"]  # an audit by an older goldfish: nothing says the start
+        (bad / "audit" / "summary.json").write_text(json.dumps(summary))
     else:
         (bad / "run.json").write_text("{garbage")
     done = cli("oracle", "trend", good, bad)
