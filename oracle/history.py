@@ -118,7 +118,7 @@ class Journal:
         was judged with this one's, silently). Each file is read up to its first turn."""
         runs, first = {}, None
         for shard in self.shards:
-            turn, bad = _first_turn(shard)
+            turn, bad = first_turn(shard)
             first = first or bad
             if turn is not None:
                 runs.setdefault(turn.run, shard)
@@ -138,7 +138,7 @@ class Journal:
         Each file is read up to its first turn (``require_records`` has made sure they name one run)."""
         recorded = self._recorded_run()
         for shard in self.shards if recorded is not None else ():
-            turn, _ = _first_turn(shard)
+            turn, _ = first_turn(shard)
             if turn is not None and turn.run is not None and turn.run != recorded:
                 raise JournalError(f"{shard} is run {turn.run!r}, but {self.folder.run_json} is run {recorded!r}: "
                                    "another run's journal in this folder would be judged against this run's store "
@@ -184,7 +184,7 @@ class Journal:
         return sent, planted
 
 
-def _first_turn(shard: Path) -> tuple[Turn | None, str | None]:
+def first_turn(shard: Path) -> tuple[Turn | None, str | None]:
     """The first turn of a journal file, and the first line before it that is not one (``file:line: why``)."""
     first = None
     for before, lines, last in line_chunks(shard):

@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 
 from contracts import codec, redact
-from contracts.journal import MAX_EPOCH, Epoch, RecordError, decode_line
-from contracts.jsonl import line_chunks, read_jsonl, record
+from contracts.journal import MAX_EPOCH, Epoch
+from contracts.jsonl import read_jsonl, record
 from contracts.timeline import load_step
 from contracts.runfolder import RunFolder, open_regular, special_kind
-from oracle.history import Journal, JournalError
+from oracle.history import Journal, JournalError, first_turn
 from oracle.metrics import wilson
 from oracle.timeline import Fault, at as _at, load_faults
 from oracle.verdict import UNREADABLE, GATES, cut_short, trust_record
@@ -315,16 +315,13 @@ def _of_another_journal(summary: dict, folder: RunFolder, warnings: list[str] | 
 
 
 def _journal_run(folder: RunFolder) -> str | None:
-    """The run id of the journal's first turn, read up to that turn; None when it names none (a journal written
-    by hand) or the journal cannot be read (the size check, and the audit, say why)."""
+    """The run id of the journal's first turn (``oracle.history.first_turn``); None when it names none (a journal
+    written by hand) or the journal cannot be read (the size check, and the audit, say why)."""
     try:
         for shard in Journal.open(folder.path).shards:
-            for _, lines, _ in line_chunks(shard):
-                for raw in lines:
-                    try:
-                        return decode_line(raw).run
-                    except RecordError:  # a blank, torn or damaged line: the next one
-                        continue
+            turn, _ = first_turn(shard)
+            if turn is not None:
+                return turn.run
     except (JournalError, OSError):
         pass
     return None
