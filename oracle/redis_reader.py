@@ -411,7 +411,7 @@ def unreached(exc: redis.RedisError, at: str = "", url: str | None = None) -> st
         return f"the store{at} answered but {refused(exc)}"
     if isinstance(exc, (MasterNotFoundError, SlaveNotFoundError)):
         return f"cannot reach the store{at}: {no_master(exc)}"
-    return f"cannot reach the store{at}: {exc or type(exc).__name__}{_tls_hint(exc, url)}"
+    return f"cannot reach the store{at}: {exc or type(exc).__name__}{_tls_hint(exc, url)}{_protocol_hint(exc)}"
 
 
 def _tls_hint(exc: redis.RedisError, url: str | None) -> str:
@@ -420,6 +420,16 @@ def _tls_hint(exc: redis.RedisError, url: str | None) -> str:
     if url and url.lower().startswith("rediss://") and isinstance(exc, (redis.TimeoutError, redis.ConnectionError)):
         return (" (the URL asks for TLS, rediss://: a server that does not speak TLS on this port never answers the "
                 "handshake; for a plain-text port use redis://)")
+    return ""
+
+
+def _protocol_hint(exc: redis.RedisError) -> str:
+    """What redis-py's "Protocol error, got '<' as reply type byte" means: the port answered, but not in Redis's
+    protocol (a bot's HTTP port given as --store-url said only "Protocol error", input hunt 13)."""
+    if isinstance(exc, redis.InvalidResponse):
+        return (" (the server on this port does not speak Redis's protocol: is it the bot's HTTP port, a proxy or "
+                "another service? --store-url names the Redis the bot stores into; a history served over HTTP is "
+                "read with --http-url)")
     return ""
 
 

@@ -65,3 +65,24 @@ def test_a_tls_url_to_a_plain_text_redis_says_tls_may_be_why(redis_server):
     with pytest.raises(StoreError) as refused:
         RedisReader(StoreOptions(url=plain)).check()
     assert "TLS" not in str(refused.value)
+
+
+def test_a_store_url_at_an_http_server_says_it_does_not_speak_redis(tmp_path):
+    """`--store-url` at the bot's HTTP port said only `Protocol error, got "<" as reply type byte` (input hunt 13,
+    m12): the message now says the port does not speak Redis's protocol and names --http-url."""
+    import http.server
+    import threading
+
+    from oracle.redis_reader import RedisReader
+    from oracle.store import StoreError, StoreOptions
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"redis://127.0.0.1:{server.server_address[1]}/0?socket_timeout=5"
+        with pytest.raises(StoreError, match=r"cannot reach the store .*Protocol error.*does not speak Redis's "
+                                             r"protocol: is it the bot's HTTP port.*--http-url"):
+            RedisReader(StoreOptions(url=url)).check()
+    finally:
+        server.shutdown()
+        server.server_close()
