@@ -17,6 +17,7 @@ file, not Python.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import quote, unquote, urlsplit
@@ -36,7 +37,8 @@ RUNNING = ("queued", "in_queue", "pending", "waiting", "scheduled", "submitted",
            "processing", "in_progress", "in progress", "generating", "streaming", "thinking", "working")
 SESSION_SOURCES = ("reply", "header", "cookie")  # --session-from reply:FIELD | header:NAME | cookie:NAME
 MAX_BOT_SESSION = 4096  # characters of an id the bot issues (it goes into headers, bodies and store keys; a JWT)
-POLL_FIELD = re.compile(r"\{reply\.([^{}]+)\}")  # --poll-path's {reply.FIELD}: a value of the turn's answer
+POLL_FIELD = re.compile(r"\{(reply|header)\.([^{}]*)\}")  # --poll-path's {reply.FIELD}: a value of the turn's
+# JSON answer; {header.NAME}: a header of its response (a 202's Location, RFC 9110 15.3.3)
 URL_HEADERS = ("location", "content-location")  # a 201 Created names the new conversation by its URL
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # server-sent events' line ends (not str.splitlines': no \x0b, \u2028...)
 
@@ -184,28 +186,36 @@ class ChatContract:
             return [_at(piece, name.split(".")) for piece in pieces]
         return []
 
-    def poll_target(self, content: bytes, session: str) -> str | None:
-        """The path a turn's job is polled at (``--poll-path``): ``{session}`` and each ``{reply.FIELD}`` (a
-        dotted path in the JSON the turn was answered with: the job's id) filled in, percent-encoded; or, when the
-        option is one ``{reply.FIELD}`` alone, that value as it is: a path or an http(s) URL the answer links the
-        job to (``{"links": {"self": "/v1/jobs/7"}}``). None when the answer names no such value."""
+    def poll_target(self, content: bytes, session: str, header: Callable[[str], str | None] = lambda name: None
+                    ) -> str | None:
+        """The path a turn's job is polled at (``--poll-path``): ``{session}``, each ``{reply.FIELD}`` (a dotted
+        path in the JSON the turn was answered with: the job's id) and each ``{header.NAME}`` (a header of that
+        response, ``header``) filled in, percent-encoded; or, when the option is one placeholder alone, that value
+        as it is: a path or an http(s) URL the answer links the job to (``{"links": {"self": "/v1/jobs/7"}}``, a
+        202's ``Location``). None when the answer names no such value."""
         try:
-            answer = json_reply(content)
+            answer = json_reply(content) if "{reply." in self.poll_path else None
         except codec.DecodeError:
             return None
+
+        def value(source: str, field: str):
+            return header(field) if source == "header" else _at(answer, field.split("."))
+
         whole = POLL_FIELD.fullmatch(self.poll_path)
         if whole:  # the job's own path or URL, as the answer gives it: used as it is
-            link = _at(answer, whole[1].split("."))
+            link = value(*whole.groups())
+            if isinstance(link, str):
+                link = link.strip()
             return link if isinstance(link, str) and (link.startswith("/") and not link.startswith("//") or
                                                       link.startswith(("http://", "https://"))) \
                 and link.isprintable() and not any(c.isspace() for c in link) else None
         values = {}
-        for field in POLL_FIELD.findall(self.poll_path):
-            value = usable_session(_at(answer, field.split(".")))
-            if value is None:
+        for source, field in POLL_FIELD.findall(self.poll_path):
+            found = usable_session(value(source, field))
+            if found is None:
                 return None
-            values[field] = quote(value, safe="")
-        return POLL_FIELD.sub(lambda m: values[m[1]], self.poll_path.replace(SESSION, quote(session, safe="")))
+            values[source, field] = quote(found, safe="")
+        return POLL_FIELD.sub(lambda m: values[m[1], m[2]], self.poll_path.replace(SESSION, quote(session, safe="")))
 
     def start_request(self, conversation: str = "") -> dict:
         """The body of the request that starts a conversation (``--start-path``): a fresh copy each time, its

@@ -421,7 +421,7 @@ class ChatUser(FastHttpUser):
         Each GET is a Locust request named ``poll``. Returns the last answer as ``send`` does, and why the job
         gave no reply (None when it did): such a turn is ``info``, as the bot may still store it."""
         contract, timeout = self.rt.contract, self.rt.settings.timeout
-        path = contract.poll_target(answer, session)
+        path = contract.poll_target(answer, session, answered.headers.get)
         if path is None:
             return answered, 200, answer, None, f"no job to poll: the turn's answer holds no value for --poll-path " \
                                                 f"{contract.poll_path}"

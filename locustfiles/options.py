@@ -160,7 +160,8 @@ def add_arguments(parser) -> None:
     add("contract", "--poll-path", default="",
         help="a job API: each turn is answered with a job (202 and its id), and its reply is polled for here (GET, "
              "every 0.2 s, until --reply-field is in the answer or --timeout passes): /jobs/{reply.job_id}, "
-             "{reply.FIELD} a value of the turn's JSON answer, {session} the session id")
+             "{reply.FIELD} a value of the turn's JSON answer, {header.NAME} a header of its response, {session} "
+             "the session id; {header.Location} alone: the job's path or URL as a 202's Location gives it")
     add("contract", "--websocket", action="store_true", default=False,
         help="turns go over a WebSocket (ws:// or wss:// to --host's --chat-path), one per conversation: each turn "
              "a text frame of the JSON body, its reply the first frame holding --reply-field (json, or a whole "
@@ -462,20 +463,24 @@ def check_websocket(get, reply_format: str) -> None:
 
 def check_poll_path(path: str) -> None:
     """``--poll-path``: a path a job can be polled at, whose placeholders a turn can fill in; or one placeholder
-    alone, ``{reply.links.self}``: the job's path (or URL) as the answer gives it."""
+    alone, ``{reply.links.self}`` or ``{header.Location}``: the job's path (or URL) as the answer gives it."""
     if not path:
         return
     if POLL_FIELD.fullmatch(path):  # the whole path (or URL) a value of the answer: a job's own link
         path = "/" + path
     if not path.startswith("/") or path.startswith("//") or any(c.isspace() or not c.isprintable() for c in path):
         raise OptionError(f"--poll-path: {path!r} must start with one '/', without spaces or control characters")
-    fields = POLL_FIELD.findall(path)
-    if any(not part for field in fields for part in field.split(".")):
-        raise OptionError(f"--poll-path: {path!r}: a {{reply.FIELD}} path has an empty part")
+    for source, name in POLL_FIELD.findall(path):
+        if source == "reply" and any(not part for part in name.split(".")):
+            raise OptionError(f"--poll-path: {path!r}: a {{reply.FIELD}} path has an empty part")
+        if source == "header" and not _TOKEN.match(name):
+            raise OptionError(f"--poll-path: {path!r}: {{header.{name}}} does not name a header (letters, digits "
+                              "and -)")
     rest = POLL_FIELD.sub("", path).replace(SESSION, "")
     if "{" in rest or "}" in rest:
-        raise OptionError(f"--poll-path: {path!r}: the placeholders are {SESSION} and {{reply.FIELD}} (a value of the "
-                          "turn's JSON answer, the job's id); percent-encode other braces")
+        raise OptionError(f"--poll-path: {path!r}: the placeholders are {SESSION}, {{reply.FIELD}} (a value of the "
+                          "turn's JSON answer, the job's id) and {header.NAME} (a header of its response: a 202's "
+                          "Location); percent-encode other braces")
 
 
 def parse_header(text: str, option: str = "--header") -> tuple[str, str]:

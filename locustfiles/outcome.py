@@ -76,4 +76,6 @@ def judge_response(status: int, content: bytes | None, error: BaseException | No
     try:
         return "ok", contract.reply(content or b""), None
     except NoReply as exc:
-        return "info", None, str(exc)
+        job = f" (HTTP {status}: a job API? --poll-path polls for its reply)" if status in (201, 202) and not \
+            contract.poll_path and not (content or b"").strip() else ""
+        return "info", None, f"{exc}{job}"

@@ -44,6 +44,8 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
                {"status": "done", "output": {"text": <the answer>}}; 404 for an unknown job
     jobs-stuck the job API, whose probes' jobs never finish
     jobs-partial the job API, whose running jobs answer the text so far: {"status": "running", "output": {"text": ...}}
+    jobs-located the job API, whose turns answer 202 with an empty body and the job's path in ``Location``
+               (RFC 9110's asynchronous answer)
     limited    the default API, rate-limited after the fact: every third turn is stored, then refused 429 with
                Retry-After (a limiter behind the memory write; the client will send it again)
     located    the threads API, whose start answers 201 with an empty body and the thread's whole URL in
@@ -237,6 +239,8 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
         if mode.startswith("jobs"):
             job = f"j {next(counter)}"
             jobs[job] = [None if mode == "jobs-stuck" and PROBE_RE.search(message) else text, 0]
+            if mode == "jobs-located":
+                return respond(start, "202 Accepted", b"", extra=[*extra, ("Location", f"/jobs/{quote(job)}")])
             return respond(start, "202 Accepted", json.dumps({"job": {"id": job, "links": {"self": f"/jobs/{quote(job)}"}}}
                                                              ).encode(), extra=extra)
         if mode in ("openai", "forgetful-stream", "langserve"):

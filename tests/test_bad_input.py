@@ -528,6 +528,8 @@ REPLIES = [
     (200, b'{"reply": "nul \\u0000 inside"}', "ok", None),
     (200, '{"reply": "ünïcödé ✓"}'.encode(), "ok", None),
     (200, b'{"reply": "' + b"x" * 5_000_000 + b'"}', "ok", None),
+    (202, b"", "info", "reply is not JSON (HTTP 202: a job API? --poll-path polls for its reply)"),  # bot hunt 13
+    (202, b'{"id": "j1"}', "info", "no reply field 'reply' (the response's fields: 'id')"),
 ]
 
 

@@ -128,8 +128,11 @@ LOCUST_OPTIONS = [
     (["--poll-path", "jobs/{reply.id}"], "--poll-path: 'jobs/{reply.id}' must start with one '/'"),
     (["--poll-path", "//jobs"], "--poll-path: '//jobs' must start with one '/'"),
     (["--poll-path", "/jobs/{reply.job..id}"], "a {reply.FIELD} path has an empty part"),
-    (["--poll-path", "/jobs/{job_id}"], "the placeholders are {session} and {reply.FIELD}"),
-    (["--poll-path", "/jobs/{reply.id"], "the placeholders are {session} and {reply.FIELD}"),
+    (["--poll-path", "/jobs/{job_id}"], "the placeholders are {session}, {reply.FIELD} (a value of the turn's JSON "
+                                         "answer, the job's id) and {header.NAME}"),
+    (["--poll-path", "/jobs/{reply.id"], "the placeholders are {session}, {reply.FIELD}"),
+    (["--poll-path", "{header.Loc@ation}"], "{header.Loc@ation} does not name a header"),
+    (["--poll-path", "/jobs/{header.}"], "{header.} does not name a header"),
     (["--reply-where", "=x"], "--reply-where: '=x' is not PATH=VALUE"),
     (["--reply-where", "!=x", "--reply-format", "sse"], "--reply-where: '!=x' is not PATH=VALUE"),
     (["--reply-where", "items.*.role=bot", "--reply-format", "sse"], "--reply-where: 'items.*.role=bot' is not"),

@@ -292,14 +292,17 @@ JOBS = ["--poll-path", "/jobs/{reply.job.id}", "--reply-field", "output.text", "
         "--role-field", "role", "--content-field", "content", "--settle", "0"]
 
 
-@pytest.mark.parametrize("poll", ["/jobs/{reply.job.id}", "{reply.job.links.self}"], ids=["id", "link"])
+@pytest.mark.parametrize("poll", ["/jobs/{reply.job.id}", "{reply.job.links.self}", "{header.Location}"],
+                         ids=["id", "link", "location"])
 def test_a_job_api_is_polled_for_each_reply(tmp_path, poll):
     """A job API answers each turn 202 with a job, whose reply comes at its third GET: every turn is polled
     (with the turn's headers, the job id percent-encoded) until its reply is there, and judged on it: PASS.
     Each GET is a Locust request named ``poll``; the turns' own requests still equal the journal's. A job the
     answer gives only as a link (``{"links": {"self": "/jobs/j%207"}}``) is polled at that link as it is: a
-    --poll-path of one {reply.FIELD} alone (it had to start with '/', and the link went percent-encoded)."""
-    with chat_bot("jobs") as url:
+    --poll-path of one {reply.FIELD} alone (it had to start with '/', and the link went percent-encoded). A job
+    answered 202 with an empty body and its path in ``Location`` (RFC 9110) is polled there: ``{header.Location}``
+    (the turns failed "reply is not JSON")."""
+    with chat_bot("jobs-located" if poll == "{header.Location}" else "jobs") as url:
         run = run_locust(url, tmp_path / "run", "--script", quick_script(tmp_path),
                          *[poll if a == "/jobs/{reply.job.id}" else a for a in JOBS],
                          "--http-url", f"{url}/history/{{session}}", time_s="3s")

@@ -285,6 +285,13 @@ def test_a_jobs_poll_path_is_filled_from_the_turns_answer():
     assert jobs.poll_target(b'{"job": {"id": "j 1/2"}, "n": 7}', "gf1") == "/v1/gf1/jobs/j%201%2F2?from=7"
     for answer in (b'{"job": {}}', b'{"job": {"id": ""}, "n": 7}', b'{"job": {"id": {}}, "n": 7}', b"not json"):
         assert jobs.poll_target(answer, "gf1") is None, answer  # nothing to poll: the turn is indeterminate
+    headers = {"location": " /jobs/j%207 ", "x-job": "j 8"}.get
+    assert ChatContract(poll_path="{header.location}").poll_target(b"", "gf1", headers) == "/jobs/j%207"
+    assert ChatContract(poll_path="/v1/{session}/jobs/{header.x-job}").poll_target(b"", "gf1", headers) == \
+        "/v1/gf1/jobs/j%208"
+    for path in ("{header.location}", "/jobs/{header.x-job}"):  # the response has no such header: nothing to poll
+        assert ChatContract(poll_path=path).poll_target(b"{}", "gf1") is None
+    assert ChatContract(poll_path="{header.location}").poll_target(b"", "gf1", {"location": "//evil/x"}.get) is None
     assert ChatContract(reply_field="output.text").has_reply(b'{"output": {"text": ""}}')
     assert not ChatContract(reply_field="output.text").has_reply(b'{"status": "running", "output": null}')
 
