@@ -96,9 +96,11 @@ STORE = [
     (("--role-field",), dict(default=_D.role_field, help="dotted path of a message's role (default type)")),
     (("--content-field",), dict(default=_D.content_field, help="dotted path of a message's text (default data.content)")),
     (("--user-role",), dict(action="append", default=None, include_in_web_ui=False,
-                            help="role name of user entries, repeatable (default human, user)")),
+                            help="role name of user entries, repeatable (default human, user, HumanMessage, "
+                                 "HumanMessageChunk)")),
     (("--assistant-role",), dict(action="append", default=None, include_in_web_ui=False,
-                                 help="role name of assistant entries, repeatable (default ai, assistant)")),
+                                 help="role name of assistant entries, repeatable (default ai, assistant, AIMessage, "
+                                      "AIMessageChunk)")),
     (("--messages-field", "--http-messages-field"), dict(
         default=_D.messages_field, help="dotted path of the message list inside a JSON document: a blob key or the "
                                         "HTTP reply (Rasa's tracker: events); a document that is a list is the list")),

@@ -35,8 +35,9 @@ class StoreOptions:
     direction: str = "lpush"                  # lpush: newest first (LangChain); rpush: oldest first
     role_field: str = "type"                  # dotted path to the role inside an element
     content_field: str = "data.content"       # dotted path to the text inside an element
-    user_roles: tuple = ("human", "user", "HumanMessageChunk")      # LangChain stores a streamed message as
-    assistant_roles: tuple = ("ai", "assistant", "AIMessageChunk")  # its chunk type (RunnableWithMessageHistory)
+    user_roles: tuple = ("human", "user", "HumanMessage", "HumanMessageChunk")  # LangChain stores a streamed
+    assistant_roles: tuple = ("ai", "assistant", "AIMessage", "AIMessageChunk")  # message as its chunk type
+    # (RunnableWithMessageHistory); a hand-written history may store the message's class name
     http_url: str | None = None               # e.g. http://host/sessions/{session}/history
     http_headers: tuple = ()                  # (name, value) pairs every --http-url GET sends (secret: the chat's token)
     messages_field: str = "messages"          # dotted path to the message list in a JSON document (a blob, an

@@ -630,6 +630,19 @@ def test_langchain_chat_messages_are_read_by_their_role(tmp_path, redis_server):
     assert summary["anomalies"] == {} and summary["verdict"]["result"] == "pass", summary["verdict"]["failed"]
 
 
+def test_messages_stored_under_their_langchain_class_names_are_read_by_default(tmp_path, redis_server):
+    """A hand-written history that stores ``type(message).__name__`` ("HumanMessage", "AIMessage") as the role:
+    LangChain's own names for its messages, read as the user's and the assistant's without --user-role (the audit
+    stopped, naming the roles, or judged every turn lost)."""
+    run, world = world_run(tmp_path, redis_server, ago=-2)
+    client = redis_server.client()
+    client.flushall()
+    classes = {"human": "HumanMessage", "ai": "AIMessage"}
+    _store(client, world, lambda s: f"message_store:{s}", lambda m: json.dumps({**m, "type": classes[m["type"]]}))
+    summary = audit_run(run, StoreOptions(url=redis_server.url, direction="rpush"), gates=REFUSALS_ALLOWED)
+    assert summary["anomalies"] == {} and summary["verdict"]["result"] == "pass", summary["verdict"]["failed"]
+
+
 def test_user_messages_stored_under_a_role_the_options_do_not_name_are_no_verdict(tmp_path, redis_server):
     """A bot storing its users' messages with role "customer": no user entry anywhere, every turn "lost" (a correct
     bot FAILed). Every session's tokens sit in entries of a role that is neither user nor assistant: exit 2 naming
