@@ -443,7 +443,7 @@ class HttpReader:
                 self._late(slot, url, exc)
                 if _stale(exc):
                     raise _Retry() from exc
-                raise StoreError(f"GET {url} failed: {exc}") from exc
+                raise StoreError(f"GET {url} failed: {exc}{_tls_hint(exc)}") from exc
             try:
                 content = self._body(response, slot)
             except _TooLarge:
@@ -493,6 +493,15 @@ class HttpReader:
 
     def check(self) -> None:
         pass
+
+
+def _tls_hint(exc: requests.RequestException) -> str:
+    """What a certificate refused means here: Locust's client does not check certificates, so a staging bot with a
+    self-signed one took the whole load and only the audit's GETs refused it (input hunt 13, m11)."""
+    if isinstance(exc, requests.exceptions.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        return (" (the server's certificate is not one this machine trusts, a self-signed staging certificate? "
+                "Locust's turns do not check it, the audit's reads do: name its CA file in REQUESTS_CA_BUNDLE)")
+    return ""
 
 
 class _Retry(Exception):

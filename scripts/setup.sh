@@ -18,7 +18,8 @@ esac
 
 # redis-server and haproxy: the embedded stack (not for core). The rest only for the whole test suite
 # (GOLDFISH_SETUP=full, what `make test` asks for): podman + runc + podman-compose + debootstrap
-# + socat and podman's DNS plugin for the container path, chromium for the report's browser test.
+# + socat and podman's DNS plugin for the container path, chromium for the report's browser test, openssl for
+# the tests' self-signed certificates.
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 updated=""
 apt_install() {
@@ -31,7 +32,7 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v haproxy >/dev/null || need+=(haproxy)
 [ "$LEVEL" != core ] || need=()  # testing your own bot needs no system package
 if [ "$LEVEL" = full ]; then
-    for tool in podman runc podman-compose debootstrap socat chromium; do
+    for tool in podman runc podman-compose debootstrap socat chromium openssl; do
         command -v "$tool" >/dev/null || need+=("$tool")
     done
 fi

@@ -86,3 +86,52 @@ def test_a_store_url_at_an_http_server_says_it_does_not_speak_redis(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_history_server_with_a_self_signed_certificate_names_requests_ca_bundle(tmp_path, monkeypatch):
+    """Locust's client does not check certificates, so a staging bot with a self-signed one took the whole load, and
+    only the audit's --http-url GETs refused it, with OpenSSL's words alone (input hunt 13, m11). The message now
+    says why and names REQUESTS_CA_BUNDLE, which makes the same read work."""
+    import http.server
+    import json
+    import ssl
+    import threading
+
+    from oracle.http_reader import HttpReader
+    from oracle.store import StoreError, StoreOptions
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+
+    class History(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = json.dumps({"messages": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), History)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{server.server_address[1]}/history/{{session}}"
+    try:
+        monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+        monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+        with pytest.raises(StoreError, match=r"CERTIFICATE_VERIFY_FAILED.*self-signed staging certificate\? Locust's "
+                                             r"turns do not check it, the audit's reads do: .*REQUESTS_CA_BUNDLE"):
+            [list(batch) for batch in HttpReader(StoreOptions(http_url=url, timeout_s=5)).read(["s1"])]
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
+        [[raw]] = [list(batch) for batch in HttpReader(StoreOptions(http_url=url, timeout_s=5)).read(["s1"])]
+        assert raw.exists and raw.entries == []
+    finally:
+        server.shutdown()
+        server.server_close()
