@@ -93,11 +93,11 @@ def test_a_history_server_with_a_self_signed_certificate_names_requests_ca_bundl
     only the audit's --http-url GETs refused it, with OpenSSL's words alone (input hunt 13, m11). The message now
     says why and names REQUESTS_CA_BUNDLE, which makes the same read work."""
     import http.server
-    import json
     import ssl
     import threading
 
     from oracle.http_reader import HttpReader
+    from test_oracle_units import _Histories
     from oracle.store import StoreError, StoreOptions
 
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
@@ -105,24 +105,13 @@ def test_a_history_server_with_a_self_signed_certificate_names_requests_ca_bundl
                     str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
                    check=True, capture_output=True, timeout=60)
 
-    class History(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            body = json.dumps({"messages": []}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), History)
+    _Histories.store = {"s1": []}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Histories)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
     server.socket = tls.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"https://127.0.0.1:{server.server_address[1]}/history/{{session}}"
+    url = f"https://127.0.0.1:{server.server_address[1]}/sessions/{{session}}/history"
     try:
         monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
         monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
