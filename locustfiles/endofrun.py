@@ -144,12 +144,16 @@ def streamed_replies(environment) -> dict | None:
     return counts.streamed_replies() if counts is not None else None
 
 
-def distrust(run, streamed: dict | None, code: int) -> int:
-    """The run's code once its FAIL is weighed against its replies: a FAIL of a bot whose replies came in several
-    frames is NOT TRUSTED, 3 (oracle.verdict.misread_replies), said beside the verdict; any other code as it is."""
-    from oracle import misread_replies
+def distrust(run, record: dict, code: int) -> int:
+    """The run's code once weighed against how the test went (``record``: run.json's fields that say so,
+    oracle.verdict.untrusted): a FAIL of a bot whose replies came in several frames, or a PASS (or nothing measured)
+    of a test whose Locust users raised or whose workers went missing, is NOT TRUSTED, 3, said beside the verdict
+    and recorded in run.json (``untrusted``); any other code as it is. The terminal said "verdict PASS" and "exit
+    code 3: Locust's own", and run.json "pass" beside exit code 3, of a test that lost its workers (verdict hunt 14)."""
+    from oracle import untrusted
 
-    why = misread_replies({"streamed_replies": streamed}) if code == EXIT_GATE else None
+    why = untrusted(code, {k: v for k, v in record.items() if v is not None}) \
+        if code in (EXIT_OK, EXIT_GATE, EXIT_BAD) else None
     if why is None:
         return code
     run.untrusted = why
@@ -327,6 +331,7 @@ class Run:
         self.untrusted: str | None = None  # why its FAIL is NOT TRUSTED (``distrust``)
         self.report_failed: str | None = None  # why report.html could not be written (the store was judged)
         self.audited: dict | None = None  # the audit's verdict, once it finished (the report is drawn after it)
+        self.verdict_kept = False  # a signal came once the audit had finished: run.json records its verdict
 
     @property
     def run_dir(self) -> str:
@@ -449,8 +454,8 @@ class EndOfRun:
         if run is not None and run.phase != DONE:
             run.interrupted = name
             s, phase = run.settings, phase or run.phase
-            if phase == REPORT and run.audited is not None:
-                return self._interrupted_report(run, name)
+            if phase in (AUDIT, REPORT) and run.audited is not None:
+                return self._interrupted_report(run, name, phase)
             resume = f"python -m oracle audit {s.run_dir}" + store_arguments(s.store)
             record(run, end=True, exit_code=self.code, phase=phase, interrupted={
                 "signal": name, "phase": phase, "time": time.time(),
@@ -459,16 +464,17 @@ class EndOfRun:
                 f"finish the audit with `{resume}`")
         return self.code
 
-    def _interrupted_report(self, run: Run, name: str) -> int:
-        """A signal while the report was drawn: the audit had finished, so its verdict stands and run.json records
-        it beside the signal. It said "no verdict" while summary.json and the badge said PASS, and `oracle trend`
-        pooled the night as a pass (verdict hunt 13): one answer now, the audit's."""
+    def _interrupted_report(self, run: Run, name: str, phase: str = REPORT) -> int:
+        """A signal once the audit had finished (while it said its figures, or the report was drawn): its verdict
+        stands and run.json records it beside the signal. It said "no verdict" while summary.json and the badge said
+        PASS, and `oracle trend` pooled the night as a pass (verdict hunts 13 and 14): one answer now, the audit's."""
         from oracle import headline
 
         draw = f"python -m oracle report {run.run_dir}"
-        record(run, end=True, exit_code=self.code, phase=REPORT, verdict=run.audited["result"], interrupted={
-            "signal": name, "phase": REPORT, "time": time.time(), "finish_with": f"{draw} (the audit had finished)"})
-        say(f"{name} during report: stopped with exit code {self.code}; the audit had finished: "
+        run.verdict_kept = True
+        record(run, end=True, exit_code=self.code, phase=phase, verdict=run.audited["result"], interrupted={
+            "signal": name, "phase": phase, "time": time.time(), "finish_with": f"{draw} (the audit had finished)"})
+        say(f"{name} during {phase}: stopped with exit code {self.code}; the audit had finished: "
             f"{headline(run.audited)} (audit/summary.json); draw its report with `{draw}`")
         return self.code
 
@@ -572,19 +578,19 @@ class EndOfRun:
                 say(f"{lost['count']} Locust worker(s) went missing during the test"
                     + (": all of them, so the test stopped early" if lost["all"] else ""))
             try:
-                run.code = distrust(run, streamed, self._finish(run))
+                run.code = distrust(run, {"streamed_replies": streamed, "workers_lost": lost,
+                                          "user_exceptions": raised}, self._finish(run))
             except Stopped:
                 return self.code
             if run.interrupted:  # a signal during the last phase, whose throw lands at the next wait: stop here
                 return self.code
             locust_code, why = locust_exit_code(environment, seen)
-            if lost and lost["all"] and not locust_code:  # the load generators died: conversations cut short
-                locust_code, why = EXIT_AUDIT, "every Locust worker went missing, so the test stopped early"
             run.final = combine(run.code, locust_code)
             if run.final != run.code:
                 say(f"exit code {run.final}: Locust's own ({why})")
             run.phase, run.ended = DONE, time.time()
-            record(run, end=True, exit_code=run.final, phase=DONE, verdict=run.result)
+            record(run, end=True, exit_code=run.final, phase=DONE, verdict=run.result,
+                   **({"untrusted": run.untrusted} if run.untrusted else {}))
             return run.final
         finally:
             stop_follower(run)
@@ -683,9 +689,9 @@ class EndOfRun:
             return []
         self.told, lines = True, []
         for run in self.runs:
-            audited = (run.audited or {}).get("result") if run.interrupted else None  # stopped in its report
+            audited = (run.audited or {}).get("result") if run.verdict_kept else None  # stopped once it was audited
             verdict = "NOT TRUSTED" if run.untrusted else \
-                f"{audited.upper()} (the audit's; {run.interrupted} during the report)" if audited else \
+                f"{audited.upper()} (the audit's; {run.interrupted} during the {run.phase})" if audited else \
                 (run.result or ("interrupted" if run.interrupted else "no verdict")).upper()
             where = f"report {run.report}" if run.report else "no report.html (" + (
                 "see the error above" if run.bad or run.journal_error else
@@ -753,7 +759,11 @@ class EndOfRun:
         gevent.sleep(max(0.0, wait))
         stop_follower(run)
         self._enter(run, AUDIT)
-        code, summary = self.audit(s)
+        code, summary = self.audit(run)
+        if summary is not None and run.interrupted and not run.verdict_kept:  # the signal came while the audit
+            # ran, which finished all the same (no wait for its throw to land in): summary.json holds its verdict
+            self._interrupted_report(run, run.interrupted, AUDIT)
+            raise Stopped()
         if summary is None:  # the store unjudged (options it cannot be read with, or it failed: a Redis that died
             if online["verdict"]["result"] == "fail":  # in the settle); the clients saw a bug all the same: FAIL
                 self._say_verdict(online["verdict"], "online, from the journal: the store could not be judged (above)")
@@ -787,12 +797,16 @@ class EndOfRun:
         return code
 
     @staticmethod
-    def audit(s) -> tuple[int, dict | None]:
+    def audit(run: Run) -> tuple[int, dict | None]:
+        """Audit the run's store; (its code, the summary or None). ``run.audited`` is set as soon as summary.json
+        is written: a signal from then on finds the audit's verdict, not "no verdict" (EndOfRun.interrupt)."""
         from oracle import TemplateMismatch, audit_run
 
+        s = run.settings
         try:
             # one process: this one is gevent-patched; `python -m oracle audit RUN --jobs N` re-audits in parallel
             summary = audit_run(s.run_dir, store=s.store, gates=s.gates, jobs=1)
+            run.audited = summary["verdict"]
         except TemplateMismatch as exc:
             say(f"error: {exc}")
             return EXIT_BAD, None

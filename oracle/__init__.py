@@ -17,6 +17,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     NOTHING_ACKNOWLEDGED                   the failed rule of a run the target acknowledged nothing of
     verdict_exit_code(verdict)             0 pass, 1 a gate failed, 2 nothing to judge (README "Exit codes")
     misread_replies(run)                   why a FAIL is NOT TRUSTED: WebSocket replies that came in several frames
+    untrusted(code, run)                   why a verdict's exit code is NOT TRUSTED (misread replies, a run cut short)
     audit_option_names()                   the audit's options' attribute names
     AuditOptionError, JournalError, TimelineError, TemplateMismatch, StoreOptions, Gates, StoreError, SnapshotError
     FOLLOW_ENV                             how `python -m oracle follow` (the rolling audit) gets its store
@@ -37,6 +38,7 @@ _WHERE = {
     "headline": ("oracle.verdict", "headline"), "rule_line": ("oracle.verdict", "rule_line"),
     "NOTHING_ACKNOWLEDGED": ("oracle.verdict", "NOTHING_ACKNOWLEDGED"),
     "verdict_exit_code": ("oracle.verdict", "exit_code"), "misread_replies": ("oracle.verdict", "misread_replies"),
+    "untrusted": ("oracle.verdict", "untrusted"),
     "JournalError": ("oracle.history", "JournalError"), "TimelineError": ("oracle.timeline", "TimelineError"),
     "TemplateMismatch": ("oracle.keys", "TemplateMismatch"), "ttl_floor": ("oracle.keys", "ttl_floor"),
     "info_refused": ("oracle.keys", "info_refused"), "info_refused_text": ("oracle.keys", "info_refused_text"),

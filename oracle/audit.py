@@ -210,7 +210,6 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         found.extend(short_ttl(evidence, linked.classes.get("expired", 0) + tally.totals["expired_after_end"]))
         found.extend(after_end_note(tally.totals, evidence, (folder.audit / "rolling").is_dir()))
         recorded = _run_json(folder)  # read once: the trust record below and the workers' note
-        found.extend(workers_lost_note(recorded))
         found.extend(tally.far_turns(folder.audit / "sessions.csv.tmp"))  # turns days off the rest: a wrong clock
         found.extend(sibling_keys(linked.classes, foreign, owned, options.key_template))
         result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
@@ -258,19 +257,6 @@ def _run_json(folder: RunFolder) -> dict:
         return codec.load_document(folder.run_json)
     except (OSError, codec.DecodeError):
         return {}
-
-
-def workers_lost_note(run: dict) -> list[str]:
-    """A warning when some of the run's Locust workers went missing (run.json's ``workers_lost``; every one of them
-    makes the verdict NOT TRUSTED, oracle.verdict.cut_short): the turns they had in flight and the journal lines
-    they had not yet sent the master are not judged, while the store may hold them. It was said only on the
-    terminal, and a PASS of the rest looked like a PASS of the whole run (verdict hunt 11)."""
-    lost = run.get("workers_lost") if isinstance(run, dict) else None  # run.json as the audit read it
-    if not isinstance(lost, dict) or lost.get("all") or not verdict.whole_count(lost.get("count")):
-        return []  # a damaged count is the verdict's to say (NOT TRUSTED), not a number of workers
-    return [f"locust: {codec.short(lost.get('count'))} Locust worker(s) went missing during the test (run.json "
-            "workers_lost): the turns they had in flight and the journal lines they had not yet sent the master are "
-            "not judged (the store may hold them); the verdict is of the rest of the run"]
 
 
 def scripted_probes(folder: RunFolder) -> int | None:

@@ -523,8 +523,14 @@ def trusted_exit_code(v: dict, run: dict) -> tuple[int, str | None]:
     something stays a FAIL, 1, unless its replies were misread (``misread_replies``): NOT TRUSTED, 3. The one
     rule of ``oracle audit``, the report's badge and the run's own end."""
     code = exit_code(v)
-    why = misread_replies(run) if code == 1 else cut_short(run)
+    why = untrusted(code, run)
     return (3, why) if why else (code, None)
+
+
+def untrusted(code: int, run: dict) -> str | None:
+    """Why exit code ``code`` (0, 1 or 2: a verdict's) of a run whose run.json is ``run`` cannot be trusted: a FAIL
+    whose replies were misread, a PASS or nothing measured of a run cut short. None when it can."""
+    return misread_replies(run) if code == 1 else cut_short(run)
 
 
 def misread_replies(run: dict) -> str | None:
@@ -580,8 +586,9 @@ def whole_count(value) -> bool:
 
 def cut_short(run: dict) -> str | None:
     """Why even a held verdict cannot be trusted: Locust's users raised exceptions (run.json's
-    ``user_exceptions``, written at the end of the Locust run), or every Locust worker went missing
-    (``workers_lost``), so conversations were cut short, unjudged; or the run never ended, and stopped before its
+    ``user_exceptions``, written at the end of the Locust run), or Locust workers went missing
+    (``workers_lost``: every one, which stopped the test early, or some, whose turns in flight and journal lines
+    not yet sent are lost), so conversations were cut short, unjudged; or the run never ended, and stopped before its
     journal was whole (``phase`` load or heal, no ``end``: killed, or a full disk, after which the run itself said
     NO VERDICT and a later audit PASSed the part of the journal written). None when none happened. The run
     exits 3 for it; so do ``oracle audit`` and ``oracle compare`` of it, and its report's badge says
@@ -604,6 +611,11 @@ def cut_short(run: dict) -> str | None:
     if isinstance(lost, dict) and lost.get("all"):
         return (f"every Locust worker went missing ({short(lost.get('count'))}): the test stopped early, its "
                 "conversations cut short, so the verdict cannot be trusted")
+    if isinstance(lost, dict):  # a worker of several: a PASS of the rest said PASS, exit 0 (verdict hunt 14), while
+        # the same loss of journal lines in a local run killed mid-load is NOT TRUSTED
+        return (f"{short(lost.get('count'))} Locust worker(s) went missing during the test: the turns they had in "
+                "flight and the journal lines they had not yet sent the master are not judged (the store may hold "
+                "them), so the verdict cannot be trusted; run the test again")
     raised = run.get("user_exceptions")
     if raised is None:
         return None

@@ -175,8 +175,8 @@ from types import SimpleNamespace
 from oracle.store import StoreOptions
 from locustfiles.endofrun import EndOfRun
 run, url = sys.argv[1], sys.argv[2]
-code, summary = EndOfRun.audit(SimpleNamespace(run_dir=run if run != "-" else 12345, gates=None,
-                                               store=StoreOptions(url=url, timeout_s=1.0)))
+code, summary = EndOfRun.audit(SimpleNamespace(audited=None, settings=SimpleNamespace(
+    run_dir=run if run != "-" else 12345, gates=None, store=StoreOptions(url=url, timeout_s=1.0))))
 print("code", code)
 '''
 

@@ -143,10 +143,14 @@ def test_sigkilled_worker_loses_only_its_in_flight_turns(tmp_path):
     assert len(lost) <= (users // 2) * 2, sorted(lost)
 
 
-def test_a_run_whose_every_worker_went_missing_is_not_trusted(tmp_path):
+@pytest.mark.parametrize("killed", [2, 1], ids=["every", "one"])
+def test_a_run_whose_workers_went_missing_is_not_trusted(tmp_path, killed):
     """Both workers SIGKILLed mid-run: Locust stops the test when the last one goes missing, and the turns that
     happened pass their gates. The load generators died and cut every conversation short: exit 3, NOT TRUSTED,
-    run.json's workers_lost says so (it passed, exit 0, with nothing recorded)."""
+    run.json's workers_lost says so (it passed, exit 0, with nothing recorded). The terminal said "verdict PASS" and
+    "exit code 3: Locust's own", and run.json "pass" beside exit code 3: NOT TRUSTED is said, and recorded
+    (``untrusted``). One worker of two killed: the rest PASSed, exit 0, its lost turns and journal lines unjudged
+    (verdict hunt 14): NOT TRUSTED too, as a local run killed mid-load is."""
     port = free_port()
     run_dir = tmp_path / "run"
     with chat_bot("memory") as url:
@@ -156,7 +160,7 @@ def test_a_run_whose_every_worker_went_missing_is_not_trusted(tmp_path):
         try:
             wait_until(lambda: len([p for p in (run_dir / "workers").glob("*.jsonl") if p.stat().st_size > 4000]) == 2,
                        timeout=60, what="both workers journaling")
-            for w in workers:
+            for w in workers[:killed]:
                 os.killpg(w.pid, signal.SIGKILL)
                 w.wait(10)
             done = finish(master)
@@ -165,9 +169,12 @@ def test_a_run_whose_every_worker_went_missing_is_not_trusted(tmp_path):
                 _kill_group(w)
     output = done.stdout + done.stderr
     assert done.returncode == 3, output[-3000:]
-    assert "every Locust worker went missing" in output
+    said = "every Locust worker went missing" if killed == 2 else "1 Locust worker(s) went missing during the test: "
+    assert f"NOT TRUSTED — {said}" in output and "Locust's own" not in output
+    assert "run: NOT TRUSTED, exit code 3" in output.replace(str(run_dir), "run")
     meta = json.loads((run_dir / "run.json").read_text())
-    assert meta["workers_lost"] == {"count": 2, "all": True} and meta["exit_code"] == 3
+    assert meta["workers_lost"] == {"count": killed, "all": killed == 2} and meta["exit_code"] == 3
+    assert meta["untrusted"].startswith(said)
     assert '<div class="badge warn">NOT TRUSTED</div>' in (run_dir / "report.html").read_text()
 
 

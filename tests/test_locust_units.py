@@ -457,6 +457,56 @@ def test_a_ctrl_c_during_the_report_says_the_audits_verdict_once_and_records_it(
         gevent.sleep(0)
 
 
+@pytest.mark.parametrize("when", ["audit", "figures"])
+def test_a_signal_while_the_audit_finishes_says_and_records_the_audits_verdict(tmp_path, monkeypatch, capsys, when):
+    """A Ctrl-C as the audit finished (while it wrote its tables, or said its figures) said "SIGINT during audit:
+    ... no verdict" and exit 130, while summary.json held the whole verdict, and `oracle trend`, `compare` and
+    `report` read the night as a PASS (verdict hunt 14). The audit had finished: its verdict is said with the signal
+    and recorded in run.json, as for a signal during the report."""
+    import json
+    from types import SimpleNamespace
+
+    import gevent
+
+    import oracle
+    from locustfiles import endofrun
+    from locustfiles.endofrun import Stopped
+
+    end, run = _finishing_run(tmp_path, "settle")
+    run.settings = SimpleNamespace(run_dir=str(tmp_path), store=oracle.StoreOptions(url="redis://127.0.0.1:1/0"),
+                                   gates=None, settle=0.0, no_audit=False)
+    (tmp_path / "run.json").write_text(json.dumps({"run": "r", "end": None}))
+    held = {"result": "pass", "failed": [], "rules": [], "gates": "strict"}
+    turns = dict.fromkeys(("total", "ok", "fail", "info", "probes_answered", "probes_failed", "crosstalk_replies"), 1)
+    monkeypatch.setattr(oracle, "journal_verdict", lambda *_: {"turns": turns, "verdict": held, "problems": []})
+
+    def audit_run(*_args, **_kwargs):
+        if when == "audit":  # a signal that lands while the audit runs, which goes on to write summary.json
+            end.on_signal("SIGINT")
+        return {"verdict": held, "sessions": 1}
+
+    said = endofrun.say
+
+    def say(text):
+        said(text)
+        if when == "figures" and text.startswith("audit: "):
+            end.on_signal("SIGINT")
+
+    monkeypatch.setattr(oracle, "audit_run", audit_run)
+    monkeypatch.setattr(endofrun, "say", say)
+    with pytest.raises(Stopped):
+        end._finish(run)
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "SIGINT during audit: stopped with exit code 130; the audit had finished: PASS" in text
+    meta = json.loads((tmp_path / "run.json").read_text())
+    assert meta["verdict"] == "pass" and meta["exit_code"] == 130 and meta["phase"] == "audit"
+    assert meta["interrupted"]["signal"] == "SIGINT" and "oracle report" in meta["interrupted"]["finish_with"]
+    assert end.summary_lines()[0].startswith(f"{run.run_dir}: PASS (the audit's; SIGINT during the audit)")
+    with pytest.raises(SystemExit):  # the stop thrown at main's next wait, as in the process
+        gevent.sleep(0)
+
+
 def test_a_stream_is_cumulative_only_when_every_piece_extends_the_one_before():
     sse = ChatContract(reply_format="sse", reply_field="t")
     events = lambda *texts: "".join(f'data: {{"t": "{t}"}}\n\n' for t in texts).encode()  # noqa: E731

@@ -83,10 +83,19 @@ def test_a_damaged_field_that_says_whether_the_run_was_cut_short_is_not_trusted(
     {"start": 1.7e9, "end": 1.8e9, "phase": "done"},  # a run that ended
     {"start": 1.7e9, "end": 1.8e9},                   # a run.json written by hand: no phase, an end
     {"run": "r1"},
-    {"start": 1.7e9, "end": 1.8e9, "phase": "done", "workers_lost": {"count": 1, "all": False}},
 ])
 def test_a_run_that_ended_whole_is_trusted(run):
     assert trusted_exit_code(PASSED, run) == (0, None)
+
+
+def test_a_run_that_lost_one_worker_of_several_is_not_trusted():
+    """kill -9 of one of two workers: a PASS of the rest was PASS, exit 0 (verdict hunt 14), while the same loss of
+    journal lines in a local run killed mid-load is NOT TRUSTED. A FAIL stays a FAIL."""
+    run = {"start": 1.7e9, "end": 1.8e9, "phase": "done", "workers_lost": {"count": 1, "all": False}}
+    code, why = trusted_exit_code(PASSED, run)
+    assert code == 3 and why.startswith("1 Locust worker(s) went missing during the test: the turns they had in "
+                                        "flight and the journal lines they had not yet sent the master are not judged")
+    assert trusted_exit_code({"result": "fail", "rules": [], "failed": ["x"]}, run) == (1, None)
 
 
 # ---- verdict hunt 11: a shared staging Redis -----------------------------------------------------------
@@ -145,12 +154,14 @@ def test_a_run_whose_store_was_flushed_after_its_own_audit_is_not_judged_from_th
 
 def test_a_worker_lost_mid_run_is_said_in_the_audit_not_only_on_the_terminal(tmp_path):
     """kill -9 of one of two workers: the run PASSed on the rest, and summary.json and report.html said nothing of
-    the lost worker's unjudged turns (only run.json and one terminal line did)."""
+    the lost worker's unjudged turns (only run.json and one terminal line did). The audit's verdict of such a run is
+    NOT TRUSTED, and its summary keeps run.json's workers_lost (run_record) for the readers."""
     world = build_world([[TurnSpec("plant", "ok"), TurnSpec("probe", "ok")] for _ in range(4)], seed=19)
     write_journal(tmp_path, world.records)
     write_snapshot(tmp_path, world)
     meta = {"run": world.records[0]["run"], "start": 1.0, "end": 2e9, "workers_lost": {"count": 1, "all": False}}
     (tmp_path / "run.json").write_text(json.dumps(meta))
     summary = audit_run(tmp_path, jobs=1)
-    assert exit_code(summary["verdict"]) == 0
-    assert any(p.startswith("locust: 1 Locust worker(s) went missing") for p in summary["problems"])
+    assert exit_code(summary["verdict"]) == 0 and summary["run_record"]["workers_lost"] == meta["workers_lost"]
+    code, why = trusted_exit_code(summary["verdict"], summary["run_record"])
+    assert code == 3 and "1 Locust worker(s) went missing" in why
