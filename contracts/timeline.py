@@ -79,6 +79,10 @@ def telemetry_sample(raw: bytes | str) -> dict:
         value = store.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value)):
             raise RecordError(f"store.{name} {codec.short(value)} is not a finite number")
+    ttls = store.get("template_ttls")
+    if ttls is not None and not (isinstance(ttls, dict) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v) and v >= 0 for v in ttls.values())):
+        raise RecordError(f"store.template_ttls {codec.short(ttls)} is not {{session: seconds}} (numbers >= 0)")
     keyspace = store.get("keyspace")
     if keyspace is not None and not (isinstance(keyspace, dict) and all(
             isinstance(db, dict) and all(_whole(db.get(k, 0)) for k in ("keys", "expires")) for db in keyspace.values())):

@@ -13,6 +13,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     headline, rule_line                    the verdict in words
     load_faults(run_dir, problems)         chaos.jsonl paired into faults, as the audit pairs them
     ttl_floor(client, template, cursor)    a lower bound of the TTL keys under the template get (the telemetry looks)
+    template_ttls(...), floor_of(bounds)   those bounds by the id in each key's name, and their floor
     info_refused(exc), info_refused_text   the store refused INFO (an ACL user without +info), and that in words
     NOTHING_ACKNOWLEDGED                   the failed rule of a run the target acknowledged nothing of
     verdict_exit_code(verdict)             0 pass, 1 a gate failed, 2 nothing to judge (README "Exit codes")
@@ -41,6 +42,7 @@ _WHERE = {
     "untrusted": ("oracle.verdict", "untrusted"),
     "JournalError": ("oracle.history", "JournalError"), "TimelineError": ("oracle.timeline", "TimelineError"),
     "TemplateMismatch": ("oracle.keys", "TemplateMismatch"), "ttl_floor": ("oracle.keys", "ttl_floor"),
+    "template_ttls": ("oracle.keys", "template_ttls"), "floor_of": ("oracle.keys", "floor_of"),
     "info_refused": ("oracle.keys", "info_refused"), "info_refused_text": ("oracle.keys", "info_refused_text"),
     "StoreOptions": ("oracle.store", "StoreOptions"), "Gates": ("oracle.verdict", "Gates"),
     "StoreError": ("oracle.store", "StoreError"), "SnapshotError": ("oracle.snapshot", "SnapshotError"),

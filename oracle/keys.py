@@ -1002,11 +1002,13 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
     if lost_since:  # before anything is read or replaced: the store no longer holds what the run's audit read
         raise TemplateMismatch(lost_since)
     info = _info(client)
-    samples, at_start, floors = {name: [] for name in COUNTERS}, None, []
+    samples, at_start, floors, bounds = {name: [] for name in COUNTERS}, None, [], {}
     if folder.telemetry.exists():
         for record in read_jsonl(folder.telemetry, telemetry_sample, problems=[]):  # checked: time, store's numbers
             store = record.get("store") or {}
-            if isinstance(store.get("template_ttl_floor"), (int, float)):  # keys under the template had TTLs then
+            if isinstance(store.get("template_ttls"), dict):  # keys under the template had TTLs then, by id
+                _keep_largest(bounds, store["template_ttls"])
+            elif isinstance(store.get("template_ttl_floor"), (int, float)):  # an older run's: whose keys, unknown
                 floors.append(float(store["template_ttl_floor"]))
             if at_start is None and all(isinstance(store.get(name), int) for name in COUNTERS):
                 at_start = {name: store[name] for name in COUNTERS}
@@ -1016,10 +1018,12 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
     for name in COUNTERS:  # INFO refused: the counters now are unknown, not 0 (judge.Evidence: none known)
         if not info.get(REFUSED):
             samples[name].append((time.time(), int(info.get(name) or 0)))
-    template = template_options.key_template
-    now = ttl_floor(client, template, any_id=issued_ids(folder))[0]
+    any_id = issued_ids(folder)
+    _keep_largest(bounds, template_ttls(client, template_options.key_template, any_id=any_id)[0])
+    own = bounds if any_id else {i: bounds[i] for i in journaled_sessions(folder, set(bounds))}
     # each a lower bound of the one TTL the keys are given (ttl_floor): the largest is the tightest, and a sample
     # taken while others read the keys (or as the last keys were about to expire) no longer pulls it to 0
+    now = floor_of(own.values())
     floor = max(floors + [now] if now is not None else floors, default=None)
     evidence = {"ttl_in_use": floor is not None, "ttl_floor": floor, "ttl_at": time.time(),
                 "evictions": samples["evicted_keys"],
@@ -1028,6 +1032,24 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
     if info.get(REFUSED):
         evidence["info_refused"] = info[REFUSED]
     return evidence
+
+
+def _keep_largest(bounds: dict[str, float], more: dict) -> None:
+    for session, bound in more.items():
+        bounds[session] = max(bound, bounds.get(session, bound))
+
+
+def journaled_sessions(folder: RunFolder, sessions: set[str]) -> set[str]:
+    """Those of ``sessions`` the run's journal holds (one pass over it, only when there are any to look for)."""
+    from oracle.history import Journal, JournalError
+
+    if not sessions:
+        return set()
+    try:
+        sent, _ = Journal.open(folder.path).look_up(sessions, set())
+    except (JournalError, OSError):
+        return set()
+    return {session for session, _ in sent}
 
 
 def issued_ids(folder: RunFolder) -> bool:
@@ -1061,11 +1083,19 @@ def ttl_floor(client: redis.Redis, template: str, cursor: int = 0,
     which say nothing of how this bot keeps histories; nor keys under the template whose id is not goldfish's
     (``SESSION_RE``): another application's chat histories under the same prefix, with a TTL of theirs, made a
     FLUSHDB of this run's keys read as "expired after the conversation", and PASS (verdict hunt 11). ``any_id``: the
-    run's ids are the bot's (--session-from), any id counts. A huge store is sampled (``calls`` SCAN calls from
-    ``cursor``), not walked: the run's telemetry looks a few calls at a time while the keys still exist
-    (locustfiles/telemetry.py), since by the audit they may all be gone."""
-    lives, cursor = _template_ttls(client, template, cursor, calls, any_id)
-    return (max(0.0, max(lives) - IDLE_CLOCK_S) if lives else None), cursor
+    run's ids are the bot's (--session-from), any id counts. Nor another goldfish run's keys: their ids are
+    goldfish's too, and a run on the same Redis whose bot keeps histories 3 s made a FLUSHDB (or a cleanup job) of
+    this run's keys read as "expired after the conversation", PASS (verdict hunt 14): ``store_evidence`` keeps the
+    bounds of this run's journaled ids only. A huge store is sampled (``calls`` SCAN calls from ``cursor``), not
+    walked: the run's telemetry looks a few calls at a time while the keys still exist (locustfiles/telemetry.py),
+    since by the audit they may all be gone."""
+    lives, cursor = template_ttls(client, template, cursor, calls, any_id)
+    return floor_of(lives.values()), cursor
+
+
+def floor_of(bounds) -> float | None:
+    """The TTL floor of keys' bounds (``ttl_floor``): the largest, less the idle clock's second; None for none."""
+    return max(0.0, max(bounds) - IDLE_CLOCK_S) if bounds else None
 
 
 def _id_in(key: str, prefix: str, suffix: str) -> str:
@@ -1073,15 +1103,16 @@ def _id_in(key: str, prefix: str, suffix: str) -> str:
     return key[len(prefix):len(key) - len(suffix)]
 
 
-def _template_ttls(client: redis.Redis, template: str, cursor: int = 0,
-                   calls: int = TTL_SCAN_CALLS, any_id: bool = False) -> tuple[list[float], int]:
+def template_ttls(client: redis.Redis, template: str, cursor: int = 0,
+                  calls: int = TTL_SCAN_CALLS, any_id: bool = False) -> tuple[dict[str, float], int]:
     """For up to TTL_SAMPLE keys under the template that carry a TTL (and name a goldfish id, unless ``any_id``),
-    a lower bound of the TTL each was given (``ttl_floor``); and the SCAN cursor to go on from."""
+    a lower bound of the TTL each was given (``ttl_floor``), by the id in its name; and the SCAN cursor to go on
+    from."""
     prefix, _, suffix = template.partition("{session}")
     try:
         try:
             if not (client.info("keyspace").get(f"db{_own_db(client)}") or {}).get("expires"):
-                return [], cursor
+                return {}, cursor
         except redis.ResponseError as exc:  # INFO refused: no shortcut, the keys are asked their TTLs
             if not info_refused(exc):
                 raise
@@ -1096,7 +1127,8 @@ def _template_ttls(client: redis.Redis, template: str, cursor: int = 0,
             pipe.pttl(key)
             pipe.object("idletime", key)  # refused under an LFU eviction policy: the TTL left alone is a bound
         replies = pipe.execute(raise_on_error=False)
-        return [ttl / 1000 + (idle if isinstance(idle, int) else 0)
-                for ttl, idle in zip(replies[0::2], replies[1::2]) if isinstance(ttl, int) and ttl >= 0], cursor
+        return {_id_in(as_text(key), prefix, suffix): ttl / 1000 + (idle if isinstance(idle, int) else 0)
+                for key, ttl, idle in zip(keys, replies[0::2], replies[1::2]) if isinstance(ttl, int) and ttl >= 0}, \
+            cursor
     except redis.RedisError:
-        return [], cursor
+        return {}, cursor

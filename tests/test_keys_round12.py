@@ -121,7 +121,9 @@ def test_telemetry_warns_once_that_info_was_refused_and_still_samples_the_ttls(t
     assert len(got) >= 2
     for record in got:
         assert record["store_error"].startswith("INFO refused: "), record
-        assert set(record["store"]) == {"template_ttl_floor"} and 25 < record["store"]["template_ttl_floor"] <= 30
+        assert set(record["store"]) == {"template_ttl_floor", "template_ttls"}
+        assert 25 < record["store"]["template_ttl_floor"] <= 30
+        assert 25 < record["store"]["template_ttls"]["gf0000000000000001"] <= 31  # by id: the audit keeps the run's
     warned = [r.getMessage() for r in caplog.records if "refused INFO" in r.getMessage()]
     assert len(warned) == 1 and "+info" in warned[0], warned
 
