@@ -95,7 +95,13 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
     if live:
         reader = make_reader(store)
         reader.check()
-        evidence = store_evidence(reader, folder, store)
+        try:
+            evidence = store_evidence(reader, folder, store)
+        except (redis.RedisError, requests.RequestException) as exc:  # a store that died before anything was read
+            raise StoreError(f"the store at {store.where()} ({store.name()}) failed while its evidence was read "
+                             f"(keys still there since the run's own read, TTLs, counters), before any session was "
+                             f"read: {_said(exc)}. Nothing was judged or replaced; run the audit again once the store "
+                             f"is back") from exc
         options, source = store, "live"
     else:
         meta = read_meta(folder.path)

@@ -37,6 +37,7 @@ SCAN_LIMIT = 2_000_000   # keys looked at per database, at most: a huge shared s
 MESSAGE_KEYS = 200       # names of one session's keys collected to tell one key per message from a few per session
 TTL_SCAN_CALLS = 200     # SCAN calls (of 1,000 slots) looking for a key under the template that carries a TTL
 TTL_SAMPLE = 1_000       # keys under the template whose TTL is asked
+DEFAULT_TEMPLATE = StoreOptions.key_template  # an older snapshot's meta.json names none: it was the default
 IDLE_CLOCK_S = 1.0       # OBJECT IDLETIME counts whole seconds of a clock Redis updates 10 times a second
 COUNTERS = ("expired_keys", "evicted_keys")
 SHARED_KEYS, SHARED_ENTRIES, SHARED_BYTES = 50, 200, 65536  # how much of which keys find_in_shared_keys reads
@@ -349,7 +350,8 @@ def _gone_since_the_run(gone_count: int, restarted_at: float | None, run_json, o
                 f"persistence no longer holds the run, so it says nothing of a loss during it. {again}")
     earlier = _earlier_read(run_json)
     if earlier is not None and same_store(earlier.get("url"), options.where()) and \
-            (earlier.get("evidence") or {}).get("missing_keys") is None:
+            (earlier.get("key_template") or DEFAULT_TEMPLATE) == options.key_template and \
+            (earlier.get("evidence") or {}).get("missing_keys") is None:  # read under another template: judged
         return (f"none of the {gone_count} acknowledged sessions of this run has a key under the key template "
                 f"{options.key_template!r} at {options.where()}, though this store's complete read for the run "
                 f"({_of_url(earlier, options)}its snapshot, ended {utc(earlier.get('read_end'))}) found every one of "
@@ -376,7 +378,7 @@ def lost_since_the_read(client: redis.Redis, run_json, options: StoreOptions) ->
     list, pipelined."""
     earlier = _earlier_read(run_json)
     if earlier is None or not same_store(earlier.get("url"), options.where()) or \
-            (earlier.get("key_template") or "message_store:{session}") != options.key_template:
+            (earlier.get("key_template") or DEFAULT_TEMPLATE) != options.key_template:
         return None
     read_then, sessions = _keys_read(Path(run_json).parent, earlier)
     if not read_then:

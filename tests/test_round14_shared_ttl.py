@@ -89,3 +89,56 @@ def test_this_runs_own_ttl_still_counts_from_its_telemetry_and_from_the_store(tm
     assert not summary["anomalies"].get("vanished"), summary["anomalies"]
     assert [p for p in summary["problems"] if "2 session(s) expired after their conversations ended" in p], \
         summary["problems"]
+
+
+def _audited_run(tmp_path, redis_server):
+    """A run whose own audit read this store whole and PASSed (its snapshot and summary.json in the folder)."""
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("probe", "ok")] for _ in range(6)],
+                        start=time.time() + 2, seed=43)
+    write_journal(tmp_path, world.records)
+    (tmp_path / "run.json").write_text(json.dumps({"run": world.records[0]["run"], "start": time.time()}))
+    client = redis_server.client()
+    client.flushall()
+    fill_redis(client, world)
+    assert exit_code(audit_run(tmp_path, StoreOptions(url=redis_server.url), jobs=1)["verdict"]) == 0
+    return {name: (tmp_path / name).read_text() for name in ("store/meta.json", "audit/summary.json")}
+
+
+def test_a_reaudit_under_another_key_template_names_the_template_not_a_store_that_lost_its_keys(tmp_path,
+                                                                                                redis_server):
+    """Input hunt 14: a live re-audit with --key-template 'history:{session}' after a run read under the default
+    said the store "lost them since (flushed, or restarted without persistence)", while every key was there."""
+    import pytest
+
+    from oracle.keys import TemplateMismatch
+
+    kept = _audited_run(tmp_path, redis_server)
+    with pytest.raises(TemplateMismatch) as refused:
+        audit_run(tmp_path, StoreOptions(url=redis_server.url, key_template="history:{session}"), jobs=1)
+    said = str(refused.value)
+    assert "lost them since" not in said and "history:{session}" in said and "message_store:{session}" in said, said
+    assert {name: (tmp_path / name).read_text() for name in kept} == kept
+
+
+def test_a_store_that_fails_while_its_evidence_is_read_is_one_line_and_keeps_the_earlier_audit(tmp_path,
+                                                                                               redis_server,
+                                                                                               monkeypatch, capsys):
+    """Input hunt 14: a Redis killed while the audit checked the earlier snapshot's keys (EXISTS, LLEN) was 2-3
+    chained tracebacks and exit 3. The failure is redis-py's own ConnectionError raised in that check (a mock:
+    killing the server inside that window of a few milliseconds cannot be timed in a test)."""
+    import redis
+
+    from oracle import audit_cli, keys
+
+    kept = _audited_run(tmp_path, redis_server)
+
+    def dies(*_args):
+        raise redis.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(keys, "_lost_since", dies)
+    capsys.readouterr()
+    assert audit_cli.main([str(tmp_path), "--store-url", redis_server.url, "--jobs", "1"]) == 2
+    said = capsys.readouterr()
+    assert "failed while its evidence was read" in said.err and "Connection closed by server" in said.err, said
+    assert "Traceback" not in said.err + said.out
+    assert {name: (tmp_path / name).read_text() for name in kept} == kept
