@@ -366,7 +366,9 @@ def cumulative(texts: list[str]) -> bool:
 def sse_data(content: bytes) -> list:
     """The data of each server-sent event (WHATWG's framing: ``data:`` lines joined by newlines, an
     event ends at a blank line, ``:`` starts a comment), decoded: JSON where it is JSON, else its text;
-    OpenAI's ``[DONE]`` and empty events are left out. An ``error`` event is NoReply."""
+    OpenAI's ``[DONE]``, a JSON ``null`` (LangGraph's ``end`` event: it was joined to the reply as the text "null",
+    and a correct bot FAILed every turn unanswered, bot hunt 14) and empty events are left out. An ``error`` event
+    is NoReply."""
     out, event, data = [], "", []
     for line in _LINE_BREAK.split(content.decode("utf-8", "replace")) + [""]:
         if not line:
@@ -374,7 +376,7 @@ def sse_data(content: bytes) -> list:
                 text = "\n".join(data)
                 if event == "error":
                     raise NoReply(f"the stream sent an error event: {text[:200]!r}")
-                if text.strip() != "[DONE]":
+                if text.strip() not in ("[DONE]", "null"):  # OpenAI's end; LangGraph's `event: end` holds null
                     out.append(_json_or_text(text))
             event, data = "", []
             continue

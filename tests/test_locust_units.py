@@ -136,6 +136,13 @@ def test_streamed_replies_langserve_openai_plain_and_errors():
     strings = b'event: data\ndata: "Hel"\n\nevent: data\ndata: "lo"\n\nevent: end\n\n'  # a string output
     assert langserve.reply(strings) == "Hello"
     assert langserve.reply(b"data: line one\ndata: line two\n\ndata:[DONE]\n\n") == "line one\nline two"
+    # LangGraph's stream: each messages/partial event holds the whole text so far, then `event: end` with null; the
+    # null was joined as text ("NotedNoted, thaNoted, thanks.null") and a correct bot FAILed unanswered (bot hunt 14)
+    langgraph = ChatContract(reply_format="sse", reply_field="0.content")
+    partial = b"".join(b"event: messages/partial\ndata: " + json.dumps([{"content": text, "type": "ai"}]).encode()
+                       + b"\n\n" for text in ("Noted", "Noted, tha", "Noted, thanks."))
+    assert langgraph.reply(b'event: metadata\ndata: {"run_id": "r1"}\n\n' + partial + b"event: end\ndata: null\n\n") \
+        == "Noted, thanks."
     with pytest.raises(NoReply, match="error event: .*boom"):
         langserve.reply(b'event: data\ndata: "a"\n\nevent: error\ndata: {"status_code": 500, "message": "boom"}\n\n')
     with pytest.raises(NoReply, match="no piece of the stream's 1 has reply field 'content'"):
