@@ -37,7 +37,8 @@ from contracts.runfolder import RunFolder, cannot_write
 from oracle import judge, rootcause, verdict
 from oracle.history import MAX_PROBLEMS, PARTITIONS, Journal, JournalError, Problems
 from oracle.judge import Context, Evidence, Fault
-from oracle.keys import FORGETFUL, ForeignKeys, SessionSet, check_layout, diagnose_missing_keys, store_evidence
+from oracle.keys import (FORGETFUL, ForeignKeys, SessionSet, check_layout, diagnose_missing_keys, issued_ids,
+                         store_evidence)
 from oracle.options import OptionError, check_roles
 from oracle.snapshot import SnapshotError, SnapshotWriter, options_from_meta, read_foreign, read_meta
 from oracle.store import StoreError, StoreOptions, make_reader
@@ -137,7 +138,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
             raise JournalError(f"{folder.journal} holds no valid journal records"
                                + (f"; first problem: {first}" if first else ""))
         check_layout(sum((r.order for r in results), Counter()), options, live,
-                     tally.totals["failed_probes"] > tally.totals["answered"] * FORGETFUL)
+                     tally.totals["failed_probes"] > tally.totals["answered"] * FORGETFUL, issued_ids(folder))
         owned = SessionSet()
         for r in results:
             owned.merge(r.judged)

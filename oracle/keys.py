@@ -50,14 +50,16 @@ class TemplateMismatch(StoreError):
     """The run's sessions are not where the key template says: the audit would report 100% loss."""
 
 
-def check_layout(order: Counter, options: StoreOptions, live: bool, forgot: bool = False) -> None:
+def check_layout(order: Counter, options: StoreOptions, live: bool, forgot: bool = False,
+                 any_id: bool = False) -> None:
     """TemplateMismatch when every session's key holds its turns in a way the options do not read (``order``:
     sessions by checkers.layout): the user entries of every list key holding two turns or more in the reverse
     order (mostly: a burst's pair may be either way), so the store keeps histories the other way round from
     --direction (every session would be 'reordered'); or no user entry anywhere, the tokens in entries of other
     roles (every turn would be 'lost'); or every entry a Python pickle, and the bot remembered (not ``forgot``: more
     than FORGETFUL of the run's answered recall probes failed, as pickle drift does, a release that cannot unpickle
-    its predecessor's entries: then its corrupt entries are the finding)."""
+    its predecessor's entries: then its corrupt entries are the finding). ``any_id``: the bot issues the session
+    ids (--session-from), so any key under the template is a session's."""
     again = "" if live else "read the store again with --store-url and "
     first = again[:1].upper() + again[1:]  # the advice's start, as a sentence
     sessions, names = _by_roles(order, "roles")
@@ -115,8 +117,8 @@ def check_layout(order: Counter, options: StoreOptions, live: bool, forgot: bool
         # why: the corrupt entries' reasons (oracle/decode.py) of a sample of the keys, counted by kind; a re-audit
         # from the snapshot (or another reader) does not read the store again, so names the possible causes
         from oracle.redis_reader import sample_undecodable
-        kinds = sample_undecodable(options) if live and options.url and not (options.reader or options.http_url) \
-            else {}
+        kinds = sample_undecodable(options, any_id=any_id) if live and options.url and not (
+            options.reader or options.http_url) else {}
         at = f"--role-field {options.role_field!r} / --content-field {options.content_field!r}"
         causes = {
             "shape": f"valid JSON, but not messages with a role and a text at {at}",

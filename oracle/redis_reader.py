@@ -489,9 +489,12 @@ def undecodable_kind(reason: str, key_type: str) -> str:
     return "text"
 
 
-def sample_undecodable(options: StoreOptions, limit: int = UNDECODABLE_SAMPLE) -> dict[str, dict]:
+def sample_undecodable(options: StoreOptions, limit: int = UNDECODABLE_SAMPLE,
+                       any_id: bool = False) -> dict[str, dict]:
     """Why the entries of keys under the key template do not decode: read up to ``limit`` keys that name a
-    goldfish session and have no entry that decodes, and count their corrupt entries by ``undecodable_kind``:
+    goldfish session (any key under it when the bot issues the ids, ``any_id``: --session-from, whose stores got
+    the generic advice about --role-field, bot hunt 14) and have no entry that decodes, and count their corrupt
+    entries by ``undecodable_kind``:
     ``{kind: {"entries", "keys", "reason", "excerpt"}}`` (the first entry's reason and excerpt as an example).
     Empty when the store cannot be read. Only read when the audit stops because nothing decodes."""
     from contracts.tokens import SESSION_RE
@@ -506,7 +509,7 @@ def sample_undecodable(options: StoreOptions, limit: int = UNDECODABLE_SAMPLE) -
         for key in reader.client.scan_iter(match=template_pattern(options.key_template), count=1000):
             text = as_text(key)
             middle = text[len(prefix):len(text) - len(suffix) if suffix else None]
-            if SESSION_RE.match(middle):
+            if any_id or SESSION_RE.match(middle):
                 sessions.append(middle)
             if len(sessions) >= 5 * limit:
                 break
