@@ -685,6 +685,8 @@ class EndOfRun:
 
     def summary_lines(self) -> list[str]:
         """One line per run, for the end of the output (below Locust's final table); once."""
+        from oracle import verdict_word
+
         if self.told:
             return []
         self.told, lines = True, []
@@ -692,7 +694,7 @@ class EndOfRun:
             audited = (run.audited or {}).get("result") if run.verdict_kept else None  # stopped once it was audited
             verdict = "NOT TRUSTED" if run.untrusted else \
                 f"{audited.upper()} (the audit's; {run.interrupted} during the {run.phase})" if audited else \
-                (run.result or ("interrupted" if run.interrupted else "no verdict")).upper()
+                (verdict_word(run.verdict) if run.verdict else "interrupted" if run.interrupted else "no verdict").upper()
             where = f"report {run.report}" if run.report else "no report.html (" + (
                 "see the error above" if run.bad or run.journal_error else
                 "no audit: --no-audit" if run.settings.no_audit else
@@ -831,9 +833,9 @@ class EndOfRun:
 
     @staticmethod
     def _say_verdict(v: dict, where: str) -> None:
-        from oracle import rule_line
+        from oracle import rule_line, verdict_word
 
-        say(f"verdict {v['result'].upper()} ({where}):")
+        say(f"verdict {verdict_word(v)} ({where}):")
         lines = [rule_line(rule) for rule in v["rules"]]
         for line in v["failed"]:
             if line not in lines:  # what no gate could measure (oracle.verdict.require_measured)

@@ -10,7 +10,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     NotEmpty                               an argparse action refusing an empty value (an unset variable)
     store_options(values) / gates(values)  those options parsed
     reach_store(options)                   reach the store they name now (before a run's load)
-    headline, rule_line                    the verdict in words
+    headline, rule_line, verdict_word      the verdict in words (verdict_word: PASS, FAIL or NOTHING MEASURED)
     load_faults(run_dir, problems)         chaos.jsonl paired into faults, as the audit pairs them
     ttl_floor(client, template, cursor)    a lower bound of the TTL keys under the template get (the telemetry looks)
     template_ttls(...), floor_of(bounds)   those bounds by the id in each key's name, and their floor
@@ -36,7 +36,7 @@ _WHERE = {
     "reach_store": ("oracle.options", "reach_store"),
     "audit_option_names": ("oracle.options", "option_names"),
     "AuditOptionError": ("oracle.options", "OptionError"), "NotEmpty": ("oracle.options", "NotEmpty"),
-    "headline": ("oracle.verdict", "headline"), "rule_line": ("oracle.verdict", "rule_line"),
+    "headline": ("oracle.verdict", "headline"), "verdict_word": ("oracle.verdict", "word"), "rule_line": ("oracle.verdict", "rule_line"),
     "NOTHING_ACKNOWLEDGED": ("oracle.verdict", "NOTHING_ACKNOWLEDGED"),
     "verdict_exit_code": ("oracle.verdict", "exit_code"), "misread_replies": ("oracle.verdict", "misread_replies"),
     "untrusted": ("oracle.verdict", "untrusted"),

@@ -487,8 +487,14 @@ def root_causes(causes: dict, misrouted_turns: int, failed_probes: int, leaked_s
     return sorted(rows, key=lambda r: -r["count"])
 
 
+def word(v: dict) -> str:
+    """The verdict in one word, as the badge says it: PASS, FAIL, or NOTHING MEASURED (exit 2)."""
+    return "NOTHING MEASURED" if exit_code(v) == 2 else str(v["result"]).upper()
+
+
 def headline(v: dict) -> str:
-    """``FAIL — 63 acknowledged turns the store lost; 12 ...`` or ``PASS — 12 gate(s) held, 1 off``.
+    """``FAIL — 63 acknowledged turns the store lost; 12 ...``, ``PASS — 12 gate(s) held, 1 off`` or ``NOTHING
+    MEASURED — ...``.
 
     A gate that is off judged nothing, so it is counted as off, never as held: ``--gate off`` on a bot that
     forgot every probe said "PASS — 13 gate(s) held"."""
@@ -498,6 +504,8 @@ def headline(v: dict) -> str:
         rest = len(v["rules"]) - held - off
         return (f"PASS — {held} gate(s) held" + (f", {off} off" if off else "")
                 + (f", {rest} not measured" if rest else "") + ("" if held else " (nothing judged)"))
+    if exit_code(v) == 2:  # as the badge says it: "FAIL" beside exit 2 read as a bug found (verdict hunt 14)
+        return "NOTHING MEASURED — " + "; ".join(v["failed"])
     causes = [f"{r['count']:,} {r['text']}" for r in v.get("root_causes") or []]
     if causes:  # and the failed gates no finding explains
         causes += [f"{r['count']:,} {r['counts']}" for r in v["rules"] if r["gate"] in NO_CAUSE and r["result"] == FAIL]

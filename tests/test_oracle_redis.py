@@ -511,7 +511,7 @@ def test_a_run_the_target_acknowledged_nothing_of_is_no_pass(tmp_path, redis_ser
     for gates in ("strict,errors=off", "strict"):  # strict: every refused turn fails the errors gate too (it was 1)
         code, out, _ = in_process(capsys, run, "--store-url", redis_server.url, "--gate", gates)
         summary = json.loads((run / "audit" / "summary.json").read_text())
-        assert code == 2 and "FAIL — nothing measured: no turn was acknowledged by the target" in out, gates
+        assert code == 2 and "NOTHING MEASURED — nothing measured: no turn was acknowledged by the target" in out, gates
         assert summary["verdict"]["result"] == "fail" and summary["turns"]["ok"] == 0
     store_with_langchain(redis_server.url, world)  # ... but the refused turns are stored: that is a finding
     for gates in ("strict,errors=off", "strict"):
