@@ -430,6 +430,11 @@ class EndOfRun:
             self._throw_at_switch(SystemExit(self.interrupt(name)))
         elif not self.quitting:
             self.stopping = phase == LOAD
+            if phase == LOAD:  # the run is judged on what ran: run.json says it was cut short, and by what (a CI
+                # job's timeout PASSed a run of 8 s of its 40 with nothing recorded: verdict hunt 14)
+                record(self.run, stopped_early={"signal": name, "time": time.time()})
+                say(f"{name} during the load: the load stops here; the run is healed, audited and judged on what "
+                    "ran (run.json's stopped_early)")
             self._throw_at_switch(KeyboardInterrupt())  # Locust's own Ctrl-C: stop the load, finish the run, quit
 
     def _throw_at_switch(self, exc: BaseException) -> None:
