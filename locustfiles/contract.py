@@ -363,6 +363,20 @@ def cumulative(texts: list[str]) -> bool:
     return len(texts) >= 2 and len(texts[-1]) > len(texts[0]) and all(map(str.startswith, texts[1:], texts))
 
 
+EXPRESS_SIGNED = re.compile(r"s:([^.]+)\.[A-Za-z0-9+/]{43}")  # express-session: s:<id>.<HMAC-SHA256, unpadded base64>
+
+
+def cookie_id(value: str) -> str:
+    """The bot's id in its session cookie's value: without the double quotes RFC 6265 allows around it (Starlette
+    quotes a value with ``=`` or ``/``: ``sid="r/B1+ZLQ=="``); an express-session cookie, ``s%3A<id>.<signature>``,
+    is its id, as connect-redis keeps the session at ``sess:<id>`` (the whole signed value named no key, and only
+    --reader could read such a store: bot hunt 14)."""
+    if len(value) > 1 and value[0] == value[-1] == '"':
+        value = value[1:-1]
+    signed = EXPRESS_SIGNED.fullmatch(unquote(value)) if value.startswith(("s:", "s%3A")) else None
+    return signed[1] if signed else value
+
+
 def sse_data(content: bytes) -> list:
     """The data of each server-sent event (WHATWG's framing: ``data:`` lines joined by newlines, an
     event ends at a blank line, ``:`` starts a comment), decoded: JSON where it is JSON, else its text;

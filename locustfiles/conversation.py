@@ -39,7 +39,7 @@ from locust import FastHttpUser, task
 from locust.contrib.fasthttp import FAILURE_EXCEPTIONS, ErrorResponse, FastHttpSession, FastRequest, FastResponse
 from locust.exception import CatchResponseError
 
-from locustfiles.contract import SESSION, ChatContract
+from locustfiles.contract import SESSION, ChatContract, cookie_id
 from contracts import codec
 from contracts.codec import dumps
 from contracts.journal import Turn, in_flight
@@ -437,13 +437,10 @@ class ChatUser(FastHttpUser):
 
     def cookie(self, name: str) -> str | None:
         """The value of the cookie ``name`` in this user's jar (the bot's session cookie), without the double
-        quotes RFC 6265 allows around it (Starlette quotes a value with ``=`` or ``/``: ``sid="r/B1+ZLQ=="``):
-        the bot's id, and its store key, is what is inside."""
+        quotes RFC 6265 allows around it, and the signature around an express-session id (``cookie_id``)."""
         jar = self.client.client.cookiejar
         value = next((c.value for c in jar if c.name == name), None) if jar is not None else None
-        if value and len(value) > 1 and value[0] == value[-1] == '"':
-            return value[1:-1]
-        return value
+        return cookie_id(value) if value else value
 
     def check_cookie(self, session: str, turn: int) -> None:
         """A later turn whose session cookie names another conversation than the first turn's: the bot started

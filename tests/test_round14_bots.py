@@ -22,3 +22,22 @@ def test_why_nothing_decodes_is_sampled_under_ids_the_bot_issued(redis_server):
     assert sample_undecodable(options) == {}  # goldfish's own ids: none of these keys names one
     kinds = sample_undecodable(options, any_id=True)
     assert kinds and sum(kind["keys"] for kind in kinds.values()) == 3, kinds
+
+
+def test_an_express_session_cookie_is_read_as_the_id_inside_its_signature():
+    """express-session + connect-redis: the cookie is `s%3A<id>.<HMAC>`, the history at `sess:<id>`. The journaled
+    id was the whole signed, percent-encoded value, which names no key: exit 2, only --reader could read it."""
+    import base64
+    import hashlib
+    import hmac
+    from urllib.parse import quote
+
+    from locustfiles.contract import cookie_id
+
+    sid = "Xq3-v_9ZkGmA1bC2dE3fG4hI5jK6lM7n"
+    signature = base64.b64encode(hmac.new(b"keyboard cat", sid.encode(), hashlib.sha256).digest()).decode().rstrip("=")
+    assert cookie_id(quote(f"s:{sid}.{signature}", safe="")) == sid
+    assert cookie_id(f"s:{sid}.{signature}") == sid
+    assert cookie_id('"r/B1+ZLQ=="') == "r/B1+ZLQ=="  # quoted: as before
+    assert cookie_id("s:short.sig") == "s:short.sig"  # no HMAC there: the value as it is
+    assert cookie_id("s%3Aabc") == "s%3Aabc"
