@@ -362,10 +362,11 @@ def test_an_exception_in_a_locust_user_never_passes(tmp_path):
                          "--http-url", f"{url}/history/{{session}}", "--role-field", "role", "--content-field",
                          "content", "--settle", "0", cwd=REPO, time_s="2s")
     assert run.returncode == 3, run.output[-3000:]
-    assert "exception(s) in Locust users cut conversations short" in run.output
+    assert "NOT TRUSTED — Locust users raised" in run.output and "conversations were cut short" in run.output
     assert "a bug after the conversation" in run.output
     meta = json.loads((run.run_dir / "run.json").read_text())
     assert meta["exit_code"] == 3 and meta["user_exceptions"]["count"] >= 1
+    assert meta["untrusted"].startswith("Locust users raised")
     report = (run.run_dir / "report.html").read_text()
     assert "Locust users raised" in report and "cannot be trusted" in report
     assert '<div class="badge warn">NOT TRUSTED</div>' in report
