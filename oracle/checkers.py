@@ -295,23 +295,74 @@ def check_lost(session: str, turns: list[Turn], raw: RawSession, v: StoredView) 
 
 
 def check_facts(session: str, by_turn: dict[int, Turn], decoded: Decoded, v: StoredView, key: str) -> list[dict]:
-    """An acknowledged plant whose user entry is stored with its token but without the value it planted
-    (truncated, redacted, summarised): the store kept the message and lost the fact, so a bot that reads
-    the history back cannot recall it. A loss of that turn, as the store's only copy of it says nothing.
-    Case does not matter (a bot may store messages lowercased). A plant stored only merged into another entry
-    (``StoredView.merged``) must have its value in that entry."""
+    """An acknowledged turn whose user entry (the one its token names, ``StoredView``) does not hold the message the
+    user sent: a loss of that turn, as the store's only copy of it says something else (``altered``).
+
+    A plant stored with its token but without the value it planted (truncated, redacted, summarised): the store
+    kept the message and lost the fact, so a bot that reads the history back cannot recall it. Case does not
+    matter (a bot may store messages lowercased). A plant stored only merged into another entry
+    (``StoredView.merged``) must have its value in that entry.
+
+    Any other text than the user sent (``_keeps_message``): a bot that keeps each message's token but stores
+    "Thanks, that helps." in place of what the user wrote, or a plant's "My order number is X." as "My [redacted] is
+    X.": the context the next turn's model reads says things the user never said. Judged on the message's text after
+    its token, read as ``_bare`` reads it (case, white space, punctuation, Unicode forms, markup), by containment in
+    any stored copy of the turn, or the entry it is merged into: what a correct bot wraps around the message (tags, a
+    context or system prefix, a time stamp, another message merged into the entry) is not judged here, and other
+    sessions' tokens and values in the entry are cross-talk's (``check_crosstalk``, ``check_stray_values``).
+    Indeterminate and failed turns are not judged (stored or not, no anomaly; a failed one stored is aborted)."""
     texts = dict(decoded.users)
+    holding: dict[int, list[int]] = {}  # turn -> the user entries holding it, the first copy first
+    for _, turn, index in v.own:
+        holding.setdefault(turn, []).append(index)
+    for turn, (index, _) in v.merged.items():
+        holding.setdefault(turn, []).append(index)
     out = []
-    stored = [(turn, index) for position, turn, index in v.own if v.first_position[turn] == position]
-    for turn, index in stored + [(turn, at[0]) for turn, at in v.merged.items()]:
+    for turn, entries in holding.items():
         t = by_turn.get(turn)
-        if t is None or t.outcome != "ok" or not planted(t):
+        if t is None or t.outcome != "ok":
             continue
-        text = texts.get(index)
-        if isinstance(text, str) and not any(map(text.lower().__contains__, value_spellings(t.nonce.lower()))):
+        text = texts.get(entries[0])
+        if not isinstance(text, str):
+            continue
+        if planted(t) and not any(map(text.lower().__contains__, value_spellings(t.nonce.lower()))):
             out.append(finding("lost", session, turn, t.sent, token=t.token, key=key, fact=t.fact, value=t.nonce,
                                stored=text[:160], altered=True, sent=t.sent, received=t.received))
+        elif not _keeps_message(t, [texts.get(index) for index in entries]):
+            out.append(finding("lost", session, turn, t.sent, token=t.token, key=key, altered=True,
+                               message=_shortened(t.message), stored=_shortened(text), sent=t.sent,
+                               received=t.received, **({"fact": t.fact} if planted(t) else {})))
     return out
+
+
+ALTERED_CHARS = 160  # of the sent message and the stored text, in an altered finding's evidence
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= ALTERED_CHARS else text[:ALTERED_CHARS - 3] + "..."
+
+
+def _keeps_message(t: Turn, stored: list) -> bool:
+    """Some of ``stored`` (the texts of the user entries holding turn ``t``) holds ``t``'s message: verbatim, or its
+    text after its token, both read as ``_bare`` reads them (case, runs of white space, punctuation, Unicode forms
+    (NFKC), HTML entities and tags, Markdown marks: a store that normalises what it keeps), inside whatever the bot
+    wrapped around it (``<user_input>`` tags, "Context: ..." before it, a time stamp, a second message merged into
+    the entry, a multimodal content list's text parts joined). The turn's own token is taken out of both, wherever
+    the bot put it. A message with no text besides its token (or none journaled) is held by any entry."""
+    message = t.message
+    texts = [s for s in stored if isinstance(s, str)]
+    if not message or any(message in s for s in texts):
+        return True
+    token = (t.token or "").casefold()
+    said = _said(message, token)
+    return not said or any(said in _said(s, token) for s in texts)
+
+
+def _said(text: str, token: str) -> str:
+    """A message's words as ``_keeps_message`` compares them: read as ``_plain`` does, without the turn's token
+    (``token``, case-folded), punctuation or white space."""
+    plain = _plain(text)
+    return _NOT_WORD.sub("", re.sub(rf"\b{re.escape(token)}\b", " ", plain) if token else plain)
 
 
 def check_aborted(session: str, by_turn: dict[int, Turn], v: StoredView) -> list[dict]:

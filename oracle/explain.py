@@ -17,6 +17,14 @@ def _t(epoch) -> str:
 def explain(f: dict) -> str:
     e, s, turn = f["evidence"], f["session"], f["turn"]
     cls = f["class"]
+    if cls == "lost" and e.get("altered") and "message" in e:
+        plant = (f" It planted {e['fact']}: the value may still be there, but not the message that planted it."
+                 if e.get("fact") else "")
+        return (f"Session {s} turn {turn} (token {e['token']}) sent {e['message']!r} and the bot acknowledged it at "
+                f"{_t(e['received'])}. The user entry with this turn's token in {e['key']} holds other text than the "
+                f"user sent: {e['stored']!r}. The bot stored something the user never said, so every later turn's "
+                "context reads it as the user's words (case, white space, punctuation, Unicode forms and text around "
+                f"the message, such as tags, a context or a time stamp, do not count: the message is not there).{plant}")
     if cls == "lost" and e.get("altered"):
         return (f"Session {s} turn {turn} (token {e['token']}) planted {e['fact']} = {e['value']!r} and the bot "
                 f"acknowledged it at {_t(e['received'])}. Its user entry is stored in {e['key']}, but without that "
