@@ -33,7 +33,14 @@ class Outstanding:
         """Read what a previous controller left (empty when there is no file)."""
         self = cls(run_dir)
         if self.path.exists():
-            data = codec.load_document(self.path)  # DecodeError naming the file
+            try:
+                data = codec.load_document(self.path)  # DecodeError naming the file
+            except OSError as exc:  # a directory, no permission: said as the file's other damage is, not a raw errno
+                what = "not a regular file but a directory" if self.path.is_dir() else \
+                    f"cannot be read ({exc.strerror or exc})"
+                raise OutstandingError(f"{self.path}: {what}: the list of faults still in force cannot be read, so "
+                                       "none can be called healed (the file is written by chaos; see docs/chaos.md "
+                                       "'Heal semantics')") from None
             self.backend, self.backend_config, faults = _checked(data, self.path)
             self._entries = {e["key"]: e for e in faults}
         return self

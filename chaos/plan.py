@@ -214,7 +214,7 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Plan:
                 problems.append(f"{path}:{_line(top[key])}: {key}: {exc}{_as_written(top[key])}")
         return None
 
-    plan.name = str(top_value("name", str) or Path(path).stem)
+    plan.name = str(top_value("name", _plan_name) or Path(path).stem)
     plan.max_concurrent = top_value("max_concurrent", _positive_int)
     plan.max_blast = top_value("max_blast", Count.parse)
     plan.seed = top_value("seed", _seed) or 0
@@ -253,6 +253,17 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Plan:
 def _name(key: str) -> str:
     """A field name as written, unless it is too long for a message."""
     return key if len(key) <= 40 else show(key)
+
+
+def _plan_name(raw):
+    """A plan's name: text (``name: [a]`` was the name "['a']")."""
+    if raw is not None and not isinstance(raw, str):
+        kind = "a list" if isinstance(raw, list) else "a mapping" if isinstance(raw, dict) else \
+            "true/false" if isinstance(raw, bool) else "a number (quote it)"
+        raise ValueError(f"must be text, not {kind}")
+    if raw is not None and "\0" in raw:
+        raise ValueError("holds a NUL character")
+    return raw
 
 
 def _positive_int(v):

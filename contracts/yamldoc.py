@@ -9,7 +9,7 @@ a mapping key that is not a scalar
 nodes or refer to themselves ("billion laughs"). ``value`` turns a checked node into Python data
 (str, int, float, bool, None, list, dict) and fails the same way on a scalar YAML cannot build
 (an int of 5,000 digits) or one YAML 1.1 reads otherwise than it looks (``misread_number``: ``010`` is 8,
-``1:30`` is 90). ``show`` is a value short enough for a one-line message.
+``1:30`` is 90; ``_underscored``: ``1_0`` is 10, where a duration refuses '_'). ``show`` is a value short enough for a one-line message.
 """
 from __future__ import annotations
 
@@ -152,9 +152,19 @@ def value(node: yaml.Node | None, path: str = "<yaml>") -> Any:
     except (ValueError, yaml.YAMLError) as exc:  # e.g. an int beyond Python's digit limit
         raise YamlError(f"{path}:{line(node)}: {show(node.value)} is not a valid "
                         f"{_tag(node.tag).lstrip('!')}: {str(exc).split(chr(10))[0][:120]}") from None
-    if why := misread_number(node):
+    if why := misread_number(node) or _underscored(node):
         raise YamlError(f"{path}:{line(node)}: {why}")
     return built
+
+
+def _underscored(node: yaml.ScalarNode) -> str | None:
+    """Why a number holding '_' is refused (``1_0``: YAML 1.1 drops the '_' and reads 10), or None: a duration, a
+    script's count and a gate refuse '_', so a plan's bare number must too (docs/chaos.md)."""
+    if node.tag not in (_STD + "int", _STD + "float") or "_" not in node.value:
+        return None
+    shown = show(node.value.strip())[1:-1]
+    return (f"{shown}: write {node.value.strip().replace('_', '')} (YAML 1.1 drops the '_' of a number; here a number "
+            "is ASCII digits 0-9 without '_', as in durations)")
 
 
 def misread_number(node: yaml.Node | None) -> str | None:

@@ -101,6 +101,10 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Script:
     for key_node, _ in root.value:
         if key_node.value not in {"name", "description", "chatter", "repeat", "steps"}:
             bad(key_node, key_node.value if len(key_node.value) <= 40 else show(key_node.value), "unknown key (known: name, description, chatter, repeat, steps)")
+    if "name" in top and _plain(top["name"]) and (kind := _not_text(top["name"])):  # `name: 5` was the name '5'
+        bad(top["name"], "name", f"must be text, not {kind} (quote it: '{top['name'].value}')")
+    if "name" in top and not _plain(top["name"]) and top["name"].tag != "tag:yaml.org,2002:null":
+        bad(top["name"], "name", f"must be text, not {_kind_of(top['name'])}")
     name = _scalar(top.get("name")) or Path(path).stem
     if "name" in top and (why := control_character(name)):  # printed back: a line break could forge a line
         bad(top["name"], "name", f"{show(name)} {why}")
@@ -110,6 +114,9 @@ def _parse_root(root: yaml.Node | None, text: str, path: str) -> Script:
         node = top["chatter"]
         if not isinstance(node, yaml.SequenceNode) or not node.value:
             bad(node, "chatter", "must be a non-empty list of filler lines")
+        for n in node.value:  # `chatter: [1, 2]`: numbers as filler lines (a step's `chatter: 12345` is its text)
+            if _plain(n) and (kind := _not_text(n)):
+                bad(n, "chatter", f"must be a line of text, not {kind} (quote it: '{n.value}')")
         chatter = tuple(_check_text(n, "chatter", bad) for n in node.value)
 
     repeat = 1
@@ -228,11 +235,19 @@ def _int(node, field_name, bad, low: int, high: int) -> int:
     return value
 
 
+def _not_text(node) -> str | None:
+    """What a plain scalar is when YAML reads it as no text (``5``, ``1.5``, ``true``), or None."""
+    return {"tag:yaml.org,2002:int": "a number", "tag:yaml.org,2002:float": "a number",
+            "tag:yaml.org,2002:bool": "true/false"}.get(node.tag)
+
+
 def _check_text(node, field_name, bad, alone: str = "") -> str:
     text = _scalar(node) if _plain(node) else None
     if not text:
         what = "" if _plain(node) else f", not {_kind_of(node)}"
         bad(node, field_name, f"must be a non-empty line of text{what}{alone}")
+    if "\0" in text:  # a plan refuses it in any text; a request holding it is refused or cut short
+        bad(node, field_name, f"{show(text)} holds a NUL character")
     if LOOKS_LIKE_GRAMMAR.search(text) or TOKEN_RE.search(text) or NONCE_RE.search(text):
         bad(node, field_name, f"{show(text)} looks like a plant, probe, token or nonce; filler must not")
     return text

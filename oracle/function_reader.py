@@ -11,7 +11,7 @@ import importlib
 from typing import Iterable, Iterator
 
 from contracts import codec
-from oracle.store import RawSession, StoreError, StoreOptions, batches
+from oracle.store import RAW_TYPES, RawSession, StoreError, StoreOptions, batches
 
 RECORD = '{"session": id, "exists": bool, "entries": [...], "ttl": int|None, "key": str}'
 
@@ -61,8 +61,9 @@ class FunctionReader:
                 if r is None or not r["exists"]:
                     out.append(RawSession(session, str((r or {}).get("key") or session), False, None, [], "none"))
                 else:
+                    kind = r.get("type")  # undocumented; a type no reader gives would damage the snapshot
                     out.append(RawSession(session, str(r.get("key") or session), True, r.get("ttl"),
-                                          list(r["entries"]), str(r.get("type") or "list")))
+                                          list(r["entries"]), kind if kind in RAW_TYPES else "list"))
             yield out
 
     def _check(self, r) -> None:

@@ -278,6 +278,24 @@ def _verdict_disagrees(v) -> str | None:
     return None
 
 
+def _anomalies_disagree(summary: dict) -> str | None:
+    """Findings in ``anomalies`` that no count of ``observed`` holds. Every finding the audit writes is counted by some
+    gate (a lost turn by stored_loss, or by crosstalk when it was misrouted; a vanished session by vanished, ...), so
+    anomalies beside an all-zero ``observed`` are an edited summary: a PASS showing ``anomalies: lost 5``. Class by
+    class the counts need not match (a class's finding may be counted under another gate: its cause decides), nor
+    do they when a gate allows some (``--gate lost=5``): only this contradiction is sound. A summary with no
+    ``observed`` (an older goldfish's) is not checked."""
+    anomalies, observed = summary.get("anomalies"), summary.get("observed")
+    if not isinstance(anomalies, dict) or not isinstance(observed, dict):
+        return None
+    found = {c: n for c, n in anomalies.items() if isinstance(n, int) and n > 0}
+    if not found or any(isinstance(o, dict) and o.get("count") for o in observed.values()):
+        return None
+    listed = ", ".join(f"{c} {n}" for c, n in found.items())
+    return (f"$.anomalies holds findings ({listed}) but every count of $.observed is 0, so its verdict judged none "
+            "of them: the summary disagrees with itself")
+
+
 def _of_another_journal(summary: dict, folder: RunFolder, warnings: list[str] | None = None) -> str | None:
     """Why a summary is not the verdict of the run in its folder: the journal's size differs from the one it
     judged. Grown: ``oracle audit`` ran while the load went on, which then stopped with no verdict of its own, or
@@ -435,7 +453,7 @@ def load_run(path: str | Path) -> RunData:
     if found:  # the audit never writes one (its encoder refuses them): damaged, as any other field of it
         raise NotAudited(f"{summary_file}: {found[0]}: a lone surrogate escape (\\ud800-\\udfff), which is not "
                          f"text - re-run `python -m oracle audit {path}`")
-    disagree = _verdict_disagrees(summary.get("verdict"))
+    disagree = _verdict_disagrees(summary.get("verdict")) or _anomalies_disagree(summary)
     if disagree:  # an edited summary: its badge would say what its own rules do not
         raise NotAudited(f"{summary_file}: {disagree} - re-run `python -m oracle audit {path}`")
     other = _of_another_run(summary, run, folder)

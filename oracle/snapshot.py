@@ -24,7 +24,7 @@ from contracts import codec
 from contracts.jsonl import LINE_BYTES, JsonlError, line_chunks, read_jsonl
 from contracts.runfolder import RunFolder, cannot_write, write_text
 from oracle.history import PARTITIONS
-from oracle.store import RawSession, StoreOptions
+from oracle.store import RAW_TYPES, RawSession, StoreOptions
 
 
 class SnapshotError(Exception):
@@ -236,7 +236,30 @@ def read_meta(run_dir: Path) -> dict:
         raise SnapshotError(str(exc)) from None
     except msgspec.ValidationError as exc:
         raise SnapshotError(f"{path}: {exc}: not a goldfish snapshot's meta.json") from None
+    wrong = _meta_disagrees(meta, RunFolder(run_dir))
+    if wrong:
+        raise SnapshotError(f"{path}: {wrong}: not a goldfish snapshot's meta.json (damaged or edited). Read the store "
+                            "again: pass --store-url (or --http-url / --reader)")
     return meta
+
+
+def _meta_disagrees(meta: dict, folder: RunFolder) -> str | None:
+    """What of meta.json no goldfish writes, beyond its types: a key template without ``{session}`` (a re-audit's
+    messages would name keys that never were), ``files`` other than the partitions' files (``../../../etc/passwd``,
+    or ``[]``: ignored by the judge, which reads every partition's file), or a ``shape`` of null (the re-audit
+    decoded the entries with the defaults, whatever shape the store was read with)."""
+    template = meta.get("key_template")
+    if template is not None and "{session}" not in template:
+        return f"`$.key_template` {codec.short(template)} does not contain {{session}}"
+    files = meta.get("files")
+    if files is not None and isinstance(meta.get("partitions"), int):
+        expected = [folder.snapshot_part(p).name for p in range(meta["partitions"])]
+        if files != expected:
+            return (f"`$.files` is {codec.short(files)}, not the snapshot's {len(expected)} session files "
+                    f"({expected[0]} ... {expected[-1]})")
+    if "shape" in meta and meta["shape"] is None:
+        return "`$.shape` is null: the element shape the store was read with is unknown"
+    return None
 
 
 class _Shape(msgspec.Struct):
@@ -261,7 +284,8 @@ class _Meta(msgspec.Struct):
     complete: bool = False
     partitions: Optional[Literal[PARTITIONS]] = None  # none: an older goldfish's; another number: damage
     sessions_read: Optional[int] = None
-    key_template: Optional[str] = None
+    key_template: Optional[str] = None  # given, it holds {session} (_meta_disagrees)
+    files: Optional[list[str]] = None  # given, the partitions' files in order (_meta_disagrees)
     format: Optional[Literal["auto", "list", "blob"]] = None  # what StoreOptions.validate accepts
     direction: Optional[Literal["lpush", "rpush"]] = None
     shape: Optional[_Shape] = None
@@ -290,14 +314,19 @@ def _from_snapshot(entry):
     return entry
 
 
-class _Line(msgspec.Struct):
-    """A snapshot line with its entries left as raw JSON spans (decoded below as the line says)."""
+class _Fields(msgspec.Struct):
+    """A snapshot line's fields but its entries, of the types and values goldfish writes (checked on every line by
+    ``snapshot_lines``, which names the file and line; ``snapshot_session`` checks them again)."""
     session: str
     exists: bool
     key: str = ""
     ttl: Optional[int] = None
-    type: Optional[str] = None
-    entries_as: str = "text"
+    type: Optional[Literal[RAW_TYPES]] = None
+    entries_as: Literal["json", "text"] = "text"
+
+
+class _Line(_Fields):
+    """A snapshot line with its entries left as raw JSON spans (decoded below as the line says)."""
     entries: Optional[list[msgspec.Raw]] = None  # null or missing: the exact path below says if that is allowed
 
 
@@ -310,12 +339,17 @@ def snapshot_session(line: bytes) -> RawSession:
         r = _decode_line(line)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         r = None
+    if r is not None and r.entries and not r.exists:
+        raise ValueError(f"not a snapshot session (exists is false, but it holds {len(r.entries)} entries)")
     if r is not None and r.entries_as == "json" and r.entries is not None:
         return RawSession(r.session, r.key, r.exists, r.ttl, [bytes(e) for e in r.entries],
                           r.type or ("list" if r.exists else "none"))
     r = codec.loads(line)  # written as text (or by an older goldfish, or by hand): the exact path
     try:
+        msgspec.convert(r, _Fields)  # a ValueError: a field of the wrong type or value
         entries = r.get("entries")
+        if entries and not r["exists"]:  # a missing key holds nothing: which of the two is the store's?
+            raise ValueError(f"exists is false, but it holds {len(entries)} entries")
         if entries is None and r["exists"]:  # goldfish writes [] (and exists: false for a missing key)
             raise TypeError("entries is null or missing, but exists is true")
         if entries is not None and not isinstance(entries, list):  # a string or an object: read as its characters
@@ -344,6 +378,10 @@ def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
                 if first != b"[" and head.exists:  # a key that exists holds a list; a missing one says exists: false
                     raise msgspec.ValidationError("`$.entries` is null or missing, but `$.exists` is true: "
                                                   "a key that exists holds a list of entries")
+                if not head.exists and first == b"[" and bytes(head.entries)[1:].lstrip()[:1] != b"]":
+                    raise SnapshotError(f"{path}:{before + i + 1}: not a snapshot session (exists is false, but it "
+                                        f"holds {len(msgspec.json.decode(head.entries))} entries): the snapshot is "
+                                        "damaged. Read the store again: pass --store-url (or --http-url / --reader)")
                 if b'"b64"' in raw:  # a non-utf-8 entry: its base64 is checked here, where the line is known
                     _check_session(path, before + i + 1, raw)
                 yield head.session, raw
@@ -365,9 +403,7 @@ def _check_session(path: Path, number: int, raw: bytes) -> None:
                             "--store-url (or --http-url / --reader)") from None
 
 
-class _Head(msgspec.Struct):
-    session: str
-    exists: bool
+class _Head(_Fields):
     entries: msgspec.Raw = msgspec.Raw(b"")  # its span only (empty: no entries key): checked where the line is known
 
 

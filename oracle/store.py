@@ -23,7 +23,12 @@ class RawSession:
     exists: bool
     ttl: int | None = None
     entries: list = field(default_factory=list)  # oldest first; str, bytes, or decoded JSON values
-    type: str = "list"  # list | string (one JSON blob) | none | http | other
+    type: str = "list"  # one of RAW_TYPES
+
+
+# the types a reader gives a session (RawSession.type): Redis's, "string" one JSON blob, "other" for a Redis type
+# that holds no history, "http", "none" for a missing key; a snapshot line of another is damaged (oracle/snapshot.py)
+RAW_TYPES = ("list", "string", "zset", "stream", "hash", "other", "http", "none")
 
 
 @dataclass
