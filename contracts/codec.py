@@ -111,8 +111,9 @@ def _in_document(data, exc: UnicodeDecodeError) -> UnicodeDecodeError:
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, UnicodeDecodeError):
-        return f"not JSON: not UTF-8 text ({exc.reason} at byte {exc.start})"
+    if isinstance(exc, UnicodeDecodeError):  # the byte and its offset, as the YAML reader names it (contracts.yamldoc):
+        # msgspec's "invalid character (byte 0)" and Python's "invalid start byte at byte 0" both read as a NUL byte
+        return f"not JSON: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
     return "not JSON: " + (str(exc).split("\n", 1)[0] or type(exc).__name__)
 
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import math
 import operator
+from itertools import compress
 from typing import Annotated, Literal, Optional
 
 import msgspec
 
 from contracts import codec
-from contracts.tokens import make_token
+from contracts.tokens import SESSION_RE, make_token
 
 OUTCOMES = ("ok", "fail", "info")
 KINDS = ("plant", "probe", "chatter", "burst")  # a turn's kind; a line without one is chatter
@@ -46,11 +47,15 @@ TurnIndex = Annotated[int, msgspec.Meta(ge=0, le=MAX_TURN)]
 Epoch = Annotated[float, msgspec.Meta(ge=0, le=MAX_EPOCH)]  # NaN and infinity are refused as out of range
 
 
-class Turn(msgspec.Struct, gc=False):
+class Turn(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     """One turn. Field order is the line's key order. The typed decoder checks the types and ranges
     in C; a line it refuses goes through ``from_dict``, which says what is wrong or fills defaults.
     The required fields' defaults (``REQUIRED``) are values no line can decode to, so a line that
-    lacks one is told by its value (``decode_chunk``), not read as turn 0, sent at 1970, in doubt."""
+    lacks one is told by its value (``decode_chunk``), not read as turn 0, sent at 1970, in doubt.
+    An unknown field sends the line to ``from_dict`` too (``forbid_unknown_fields``): msgspec skips an
+    unknown field's bytes unchecked (a field name with the byte 0xff in it was dropped, the line a good turn,
+    while the same byte in a value made it unreadable); ``codec.loads`` checks every byte. The writer never
+    writes an unknown field, so the fast path costs nothing more."""
     run: Optional[str] = None
     session: Annotated[str, msgspec.Meta(min_length=1)] = "?"
     turn: TurnIndex = -1
@@ -151,7 +156,8 @@ def encode_line(turn: Turn) -> bytes:
 def decode_chunk(lines: list[bytes]) -> list[Turn] | None:
     """Every line of a chunk decoded (and checked) in C, or None when any line needs ``decode_line``
     to say what is wrong with it or to fill a default (a blank, torn or malformed line, a missing or
-    null field, an out-of-range value, no token)."""
+    null field, an out-of-range value, no token, an unknown field, a verdict on a turn that is not a
+    probe, cross-talk that is not a list of session ids)."""
     try:
         turns = list(map(_decode_typed, lines))
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
@@ -162,11 +168,22 @@ def decode_chunk(lines: list[bytes]) -> list[Turn] | None:
     low, high = LATENCY_RANGE
     if any(r is not None and not low <= r - s <= high for r, s in zip(map(_RECEIVED, turns), map(_SENT, turns))):
         return None
+    # what ``from_dict`` refuses besides: a verdict on a turn that is not a probe (the kinds of the turns with a
+    # verdict, in C), cross-talk that names no session (rare: its ids are looked at only when there is some)
+    if not _PROBE.issuperset(compress(map(_KIND, turns), map(_VERDICT, turns))) or \
+            any(map(_CROSSTALK, turns)) and not all(map(_session_ids, map(_CROSSTALK, turns))):
+        return None
     return turns
 
 
-_TOKEN, _SESSION, _TURN, _OUTCOME, _SENT, _RECEIVED = map(
-    operator.attrgetter, ("token", "session", "turn", "outcome", "sent", "received"))
+_TOKEN, _SESSION, _TURN, _OUTCOME, _SENT, _RECEIVED, _KIND, _VERDICT, _CROSSTALK = map(
+    operator.attrgetter, ("token", "session", "turn", "outcome", "sent", "received", "kind", "verdict", "crosstalk"))
+_PROBE = frozenset(["probe"])  # only a probe has a verdict (the writer's rule: locustfiles/conversation.py finish)
+
+
+def _session_ids(values) -> bool:
+    """Every value is a session id (``contracts.tokens.SESSION_RE``): what the writer puts in ``crosstalk``."""
+    return all(isinstance(v, str) and SESSION_RE.match(v) for v in values)
 
 
 def decode_line(raw: bytes | str) -> Turn:
@@ -198,11 +215,13 @@ def from_dict(record: dict) -> Turn:
     verdict = get("verdict")
     if verdict is not None and verdict not in VERDICTS:  # a probe the gate would not count: a recall uncounted
         raise RecordError(f"verdict {codec.short(verdict)} is not one of pass/amnesia/null")
+    if verdict is not None and kind != "probe":  # a chatter line's "amnesia" was counted as a probe that failed
+        raise RecordError(f"verdict {codec.short(verdict)} on a {kind or 'chatter'} turn: only a probe has a verdict")
     received = get("received")
     crosstalk = get("crosstalk")
-    if crosstalk is not None and (not isinstance(crosstalk, (list, tuple)) or
-                                  not all(isinstance(c, str) for c in crosstalk)):
-        raise RecordError(f"crosstalk {codec.short(crosstalk)} is not a list of session ids")
+    if crosstalk is not None and (not isinstance(crosstalk, (list, tuple)) or not _session_ids(crosstalk)):
+        # ["nonsense"] was judged as a reply carrying another session's data: cross-talk that did not happen
+        raise RecordError(f"crosstalk {codec.short(crosstalk)} is not a list of session ids (gf + 16 hex digits)")
     status = get("status")
     step = get("step")
     if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP):

@@ -740,8 +740,9 @@ class EndOfRun:
         except TimelineError as exc:  # it would excuse failed requests that nothing may have excused
             say(f"error: {exc}")
             return EXIT_BAD
-        except JournalError:
-            say(f"no turn was journaled in {s.run_dir}: nothing to judge")
+        except JournalError as exc:  # no turn at all, or lines of another run in the journal: which, said
+            say(f"error: {exc}" if "no valid journal records" not in str(exc) else
+                f"no turn was journaled in {s.run_dir}: nothing to judge")
             return EXIT_BAD
         t = online["turns"]
         say(f"journal: {t['total']} turns (ok {t['ok']}, refused {t['fail']}, indeterminate {t['info']}), probes "

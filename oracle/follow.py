@@ -25,7 +25,7 @@ import msgspec
 from contracts import codec
 from contracts.durations import DurationError, parse_duration
 from contracts.runfolder import RunFolder
-from oracle.history import PARTITIONS, Tail
+from oracle.history import PARTITIONS, JournalError, Tail
 from oracle.judge import Context, Evidence, Judging, rare_full_collections
 from oracle.keys import store_evidence
 from oracle.options import OptionError, check_store
@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     before = {sig: signal.signal(sig, lambda *_: stop.append(True)) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         progress = follow(Path(args.run), store, every, settle, lambda: bool(stop))
-    except StoreError as exc:  # unreachable at the start: nothing was judged
-        print(f"oracle follow: {exc}", file=sys.stderr)
+    except (StoreError, JournalError) as exc:  # unreachable at the start, or lines of another run in the journal:
+        print(f"oracle follow: {exc}", file=sys.stderr)  # the rolling audit stops; the final audit says it again
         return 2
     finally:  # given back (a caller in the same process keeps its Ctrl-C)
         for sig, handler in before.items():

@@ -266,6 +266,8 @@ class Grouper:
                         j.unreadable += 1
                         j.problems.add(lambda: problem(self.path, before + i + 1, _why(raw), raw))
                 continue
+            if key.run and key.run != j.run:  # every line, before the partitions are taken: each judge checks all
+                self._one_run(key.run, before + i + 1)
             owner = key.user if key.user is not None else key.session
             p = self.mine.get(owner, -1)
             if p == -1:
@@ -273,7 +275,6 @@ class Grouper:
                 p = self.mine[owner] = p if self.partitions is None or p in self.partitions else None
             if p is None:
                 continue
-            j.run = j.run or key.run
             if key.user is not None:
                 previous = self.current.get(key.user)
                 if previous is not None and previous != key.session and previous in self.open:
@@ -283,6 +284,23 @@ class Grouper:
             if entry is None:
                 entry = self.open[key.session] = (p, SessionLines(self.path, key.session))
             entry[1].lines.append((before + i + 1, raw))
+
+    def _one_run(self, run: str, number: int) -> None:
+        """The journal's run is the first run a line names; JournalError at a line that names another.
+        ``require_records`` and ``require_own_run`` compare only each file's first turn, so lines of another run
+        appended to a shard were judged as this run's (its sessions "gone" from this run's store: FAIL, and the
+        earlier PASS replaced). Checked here, where each line's key is decoded anyway: no read of its own. A line
+        with no ``run`` (an older or hand-written journal) is anyone's. The journal is marked damaged, so that a
+        re-audit's snapshot, finished as the judging stops (oracle.judge), does not take the sessions left
+        unjudged for a snapshot of another run and hide this error behind its own."""
+        j = self.journal
+        if j.run is None:
+            j.run = run
+            return
+        j.damaged = True
+        raise JournalError(f"{self.path}:{number}: the journal holds lines of another run: this line is run {run!r}, "
+                           f"the run's own lines are run {j.run!r}. Two runs' journals are never judged together: "
+                           "move the other run's lines out of this file")
 
     def finish(self) -> Iterator[tuple[int, SessionLines]]:
         """The sessions still open at the end of the shard: complete now."""

@@ -361,6 +361,16 @@ def snapshot_session(line: bytes) -> RawSession:
         raise ValueError(f"not a snapshot session ({type(exc).__name__}: {exc})") from None
 
 
+def _why_not_json(raw: bytes, exc: Exception) -> str:
+    """codec.loads's reason when it refuses the line too (a byte that is not UTF-8 is named with its offset, where
+    msgspec said "invalid character (byte 0)", read as a NUL: input hunt 14), else msgspec's."""
+    try:
+        codec.loads(raw)
+    except codec.DecodeError as why:
+        return str(why)
+    return f"not JSON ({exc})"
+
+
 def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
     """(session, raw line) of one file of the snapshot (a partition's), in the order the audit wrote it."""
     if not path.exists():
@@ -388,7 +398,7 @@ def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
             except msgspec.ValidationError as exc:
                 raise SnapshotError(f"{path}:{before + i + 1}: not a snapshot line: {exc}") from None
             except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-                raise SnapshotError(f"{path}:{before + i + 1}: not JSON ({exc})") from None
+                raise SnapshotError(f"{path}:{before + i + 1}: {_why_not_json(raw, exc)}") from None
             except RecursionError:
                 raise SnapshotError(f"{path}:{before + i + 1}: not JSON: nested too deeply") from None
 

@@ -422,7 +422,7 @@ def test_a_bad_byte_is_placed_in_the_document_not_in_its_string():
 
     data = b'{"run": "r", "label": "abc\xffdef"}'
     assert data.index(b"\xff") == 26
-    with pytest.raises(codec.DecodeError, match=r"not UTF-8 text \(invalid start byte at byte 26\)"):
+    with pytest.raises(codec.DecodeError, match=r"not UTF-8 text \(byte 0xff at offset 26\)"):
         codec.loads(data)
 
 
@@ -431,5 +431,5 @@ def test_a_run_json_with_a_bad_byte_names_its_place(tmp_path):
 
     path = tmp_path / "run.json"
     path.write_bytes(b'{"run": "x", "label": "v1\xff", "start": 1}')
-    with pytest.raises(codec.DecodeError, match=r"at byte 25\)"):
+    with pytest.raises(codec.DecodeError, match=r"at offset 25\)"):
         codec.load_document(path)

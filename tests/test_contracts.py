@@ -16,7 +16,7 @@ from contracts.tokens import TOKEN_RE, make_token, new_session_id
 def test_the_writers_record_is_the_readers_record():
     session = new_session_id()
     turn = Turn("run-1", session, 3, "probe", make_token(session, 3), f"[{make_token(session, 3)}] What?", "city",
-                "1234-ABCD", 1.5, 1.75, "ok", 200, "Your city is 1234-ABCD.", None, "pass", ("gf00",), 2, "u1")
+                "1234-ABCD", 1.5, 1.75, "ok", 200, "Your city is 1234-ABCD.", None, "pass", (new_session_id(),), 2, "u1")
     line = encode_line(turn)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert decode_line(line) == turn == decode_chunk([line])[0]
