@@ -18,6 +18,7 @@ from support_docker import ROOT, ComposeStack, build_images, chat, new_project, 
 OVERRIDE = yaml.safe_load((ROOT / "docker" / "compose.sentinel.yml").read_text())
 SENTINEL_CONF = (ROOT / "docker" / "sentinel" / "sentinel.conf").read_text().splitlines()
 SERVICES = ["redis", "redis-replica", "sentinel-1", "sentinel-2", "sentinel-3", "bot-1", "bot-2", "bot-3", "haproxy"]
+BOTS = ("bot-1", "bot-2", "bot-3")
 
 
 def test_the_override_has_the_embedded_topology_and_settings():
@@ -60,7 +61,13 @@ class SentinelCompose(ComposeStack):
         done = self.compose("up", "-d", *SERVICES)  # podman-compose 1.0.3 ignores profiles: name them
         if done.returncode != 0:
             raise RuntimeError(f"podman-compose up failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        self.wait_replicas(3)
+        try:  # nine containers: the bots find the master through the Sentinels, by podman's DNS, which took over
+            # 120 s once in a whole `make test` on a busy 2-core machine (it comes up in ~20 s alone)
+            self.wait_replicas(3, timeout=300)
+        except AssertionError as exc:  # say why: each bot's last lines (a name not resolved, no master yet)
+            said = [podman("logs", "--tail", "15", f"{self.project}_{bot}_1", check=False) for bot in BOTS]
+            logs = "\n".join(f"--- {bot}:\n{(p.stdout + p.stderr)[-1500:]}" for bot, p in zip(BOTS, said))
+            raise AssertionError(f"{exc}\n{logs}") from None
         return self
 
     def down(self) -> None:
