@@ -328,7 +328,7 @@ class Run:
         self.warnings: list[str] = []  # said at its start, and again with its verdict
         self.journal_error: str | None = None  # a journal line could not be written during the load: stopped
         self.unrecorded = False  # run.json could not be updated (said once)
-        self.untrusted: str | None = None  # why its FAIL is NOT TRUSTED (``distrust``)
+        self.untrusted: str | None = None  # why its verdict is NOT TRUSTED (``distrust``)
         self.report_failed: str | None = None  # why report.html could not be written (the store was judged)
         self.audited: dict | None = None  # the audit's verdict, once it finished (the report is drawn after it)
         self.verdict_kept = False  # a signal came once the audit had finished: run.json records its verdict
@@ -699,7 +699,8 @@ class EndOfRun:
             audited = (run.audited or {}).get("result") if run.verdict_kept else None  # stopped once it was audited
             verdict = "NOT TRUSTED" if run.untrusted else \
                 f"{audited.upper()} (the audit's; {run.interrupted} during the {run.phase})" if audited else \
-                (verdict_word(run.verdict) if run.verdict else "interrupted" if run.interrupted else "no verdict").upper()
+                (verdict_word(run.verdict) if run.verdict else
+                 "interrupted" if run.interrupted else "no verdict").upper()
             where = f"report {run.report}" if run.report else "no report.html (" + (
                 "see the error above" if run.bad or run.journal_error else
                 "no audit: --no-audit" if run.settings.no_audit else
@@ -719,7 +720,7 @@ class EndOfRun:
 
     def _finish(self, run: Run) -> int:
         s = run.settings
-        from oracle import JournalError, TimelineError, journal_verdict, verdict_exit_code
+        from oracle import JournalError, NoJournalRecords, TimelineError, journal_verdict, verdict_exit_code
 
         # the store settles (phase settle since the heal) while the journal is read
         if run.bad:
@@ -740,9 +741,11 @@ class EndOfRun:
         except TimelineError as exc:  # it would excuse failed requests that nothing may have excused
             say(f"error: {exc}")
             return EXIT_BAD
-        except JournalError as exc:  # no turn at all, or lines of another run in the journal: which, said
-            say(f"error: {exc}" if "no valid journal records" not in str(exc) else
-                f"no turn was journaled in {s.run_dir}: nothing to judge")
+        except NoJournalRecords:
+            say(f"no turn was journaled in {s.run_dir}: nothing to judge")
+            return EXIT_BAD
+        except JournalError as exc:  # lines of another run in the journal, say
+            say(f"error: {exc}")
             return EXIT_BAD
         t = online["turns"]
         say(f"journal: {t['total']} turns (ok {t['ok']}, refused {t['fail']}, indeterminate {t['info']}), probes "

@@ -20,7 +20,8 @@ is the command line. Names load lazily, so importing the package costs nothing u
     misread_replies(run)                   why a FAIL is NOT TRUSTED: WebSocket replies that came in several frames
     untrusted(code, run)                   why a verdict's exit code is NOT TRUSTED (misread replies, a run cut short)
     audit_option_names()                   the audit's options' attribute names
-    AuditOptionError, JournalError, TimelineError, TemplateMismatch, StoreOptions, Gates, StoreError, SnapshotError
+    AuditOptionError, JournalError, NoJournalRecords, TimelineError, TemplateMismatch, StoreOptions, Gates,
+    StoreError, SnapshotError
     FOLLOW_ENV                             how `python -m oracle follow` (the rolling audit) gets its store
 """
 from __future__ import annotations
@@ -40,7 +41,8 @@ _WHERE = {
     "NOTHING_ACKNOWLEDGED": ("oracle.verdict", "NOTHING_ACKNOWLEDGED"),
     "verdict_exit_code": ("oracle.verdict", "exit_code"), "misread_replies": ("oracle.verdict", "misread_replies"),
     "untrusted": ("oracle.verdict", "untrusted"),
-    "JournalError": ("oracle.history", "JournalError"), "TimelineError": ("oracle.timeline", "TimelineError"),
+    "JournalError": ("oracle.history", "JournalError"),
+    "NoJournalRecords": ("oracle.history", "NoRecords"), "TimelineError": ("oracle.timeline", "TimelineError"),
     "TemplateMismatch": ("oracle.keys", "TemplateMismatch"), "ttl_floor": ("oracle.keys", "ttl_floor"),
     "template_ttls": ("oracle.keys", "template_ttls"), "floor_of": ("oracle.keys", "floor_of"),
     "info_refused": ("oracle.keys", "info_refused"), "info_refused_text": ("oracle.keys", "info_refused_text"),

@@ -35,7 +35,7 @@ import requests
 from contracts import codec
 from contracts.runfolder import RunFolder, cannot_write
 from oracle import judge, rootcause, verdict
-from oracle.history import MAX_PROBLEMS, PARTITIONS, Journal, JournalError, Problems
+from oracle.history import MAX_PROBLEMS, PARTITIONS, Journal, JournalError, NoRecords, Problems
 from oracle.judge import Context, Evidence, Fault
 from oracle.keys import (FORGETFUL, ForeignKeys, SessionSet, check_layout, diagnose_missing_keys, issued_ids,
                          store_evidence)
@@ -135,7 +135,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         sessions, ok_sessions = sum(r.sessions for r in results), sum(r.ok_sessions for r in results)
         if not sessions:
             first = next((p for r in results for p in r.problems.texts), None)
-            raise JournalError(f"{folder.journal} holds no valid journal records"
+            raise NoRecords(f"{folder.journal} holds no valid journal records"
                                + (f"; first problem: {first}" if first else ""))
         check_layout(sum((r.order for r in results), Counter()), options, live,
                      tally.totals["failed_probes"] > tally.totals["answered"] * FORGETFUL, issued_ids(folder))
@@ -640,8 +640,7 @@ def journal_verdict(run_dir, gates: verdict.Gates | None = None, recovery_s: flo
     counts["unreadable"] += journal.unreadable  # lines that name no session
     found.merge(journal.problems)
     if not counts["total"]:
-        from oracle.history import JournalError
-        raise JournalError(f"{folder.journal} holds no valid journal records")
+        raise NoRecords(f"{folder.journal} holds no valid journal records")
     check_faults(folder.path, faults, *span, problems)  # as the audit does: a damaged timeline excuses nothing
     observed = {"probe_amnesia": {"count": counts["probes_failed"], "total": counts["probes_answered"]},
                 "crosstalk": {"count": counts["leaked"], "total": max(counts["sessions"], counts["leaked"])},

@@ -295,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     base, last = runs[0], runs[-1]
     results = {r.path.as_posix(): compare_pair(base, r, args.alpha, args.margin) for r in runs[1:]}
     warnings = [printable(w) for w in like_for_like(runs) + [w for r in runs for w in r.warnings]]
-    from oracle.verdict import GateError, cut_short, headline, misread_replies
+    from oracle.verdict import GateError, cut_short, headline
+    from oracle.verdict import untrusted as distrusted
 
     try:
         judged = candidate_verdict(last.summary, args)
@@ -332,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     out.append(f"{last.label} on its own (gates {printable(judged['gates'])}): {printable(headline(judged))}")
     out += [f"  gate failed: {b}" for b in breaches]
     failed = gate == WORSE or bool(breaches)
-    untrusted = misread_replies(last.run) if failed else cut_short(last.run)  # verdict.trusted_exit_code's rule
+    untrusted = distrusted(1 if failed else 0, last.run)  # verdict.trusted_exit_code's rule
     base_cut = cut_short(base.run)  # a base of part of a run: "no significant change" (or "worse") against it says
     if base_cut and not breaches and not untrusted:  # nothing; the candidate's own failed gates stand without it
         untrusted = f"the base {base.label} is not trusted ({base_cut}), so the comparison with it proves nothing"

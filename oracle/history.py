@@ -27,6 +27,10 @@ class JournalError(Exception):
     """The run folder has no usable journal (nothing to audit)."""
 
 
+class NoRecords(JournalError):
+    """The journal holds no valid record: no turn was journaled."""
+
+
 class _Key(msgspec.Struct):
     """What the parent reads of a line: whose it is (the rest is decoded where it is judged)."""
     session: str = ""
@@ -127,7 +131,7 @@ class Journal:
             raise JournalError(f"{self.folder.journal}: the journal holds more than one run ({named}): two runs' "
                                "journals are never judged together; move the other run's files out of this folder")
         if not runs:
-            raise JournalError(f"{self.folder.journal} holds no valid journal records"
+            raise NoRecords(f"{self.folder.journal} holds no valid journal records"
                                + (f"; first problem: {first}" if first else "") + cr_only_note(self.shards))
 
     def require_own_run(self) -> None:
@@ -454,6 +458,6 @@ def read_journal(run_dir: str | Path) -> tuple[dict[str, list[Turn]], list[str]]
             sessions[entry.session] = turns
     problems = journal.problems.texts + problems
     if not sessions:
-        raise JournalError(f"{journal.folder.journal} holds no valid journal records"
+        raise NoRecords(f"{journal.folder.journal} holds no valid journal records"
                            + (f"; first problem: {problems[0]}" if problems else "") + cr_only_note(journal.shards))
     return sessions, problems
