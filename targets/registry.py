@@ -26,6 +26,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
@@ -474,42 +475,56 @@ _no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 def check_health(member: dict, timeout: float = 1.0) -> bool:
     """One probe of the member's ``health`` spec: ``{"http": url}``, ``{"redis": url}`` or ``{"tcp": [host, port]}``;
     with none, running is healthy."""
+    return health_problem(member, timeout) is None
+
+
+def health_problem(member: dict, timeout: float = 1.0) -> str | None:
+    """What one probe of the member's health found wrong, or None when it passed."""
     health = member.get("health") or {}
     if not health:
-        return member_alive(member)
+        return None if member_alive(member) else "not running"
     try:
         if "http" in health:
             with _no_proxy.open(health["http"], timeout=timeout) as response:
-                return response.status == 200
+                return None if response.status == 200 else f"{health['http']} answered {response.status}"
         if "redis" in health:
             client = redis.Redis.from_url(health["redis"], socket_timeout=timeout, socket_connect_timeout=timeout)
             try:
-                return bool(client.ping())
+                client.ping()
+                return None
             finally:
                 client.close()
         if "tcp" in health:
             host, port = health["tcp"]
             with socket.create_connection((host, port), timeout=timeout):
-                return True
-    except (OSError, redis.RedisError):
-        return False
+                return None
+    except urllib.error.HTTPError as exc:
+        return f"{health['http']} answered {exc.code}"
+    except (OSError, redis.RedisError) as exc:
+        return f"{_probed(health)}: {getattr(exc, 'reason', exc)}"
     raise StateError(f"member {member.get('name', '?')}: unknown health spec {health!r}")
 
 
+def _probed(health: dict) -> str:
+    return health.get("http") or health.get("redis") or ":".join(map(str, health.get("tcp", ())))
+
+
 def wait_healthy(member: dict, timeout: float = 30.0) -> None:
-    """Poll the member's health until it passes; raise MemberUnhealthy (with its log tail) on
-    timeout or as soon as its process exits."""
+    """Poll the member's health until it passes; raise MemberUnhealthy (with the last probe's failure and its
+    log tail) on timeout or as soon as its process exits."""
     deadline = time.monotonic() + timeout
     while True:
-        healthy = check_health(member)
+        problem = health_problem(member)
         if member.get("pid") and not pid_alive(member["pid"]):   # even if healthy: then another process answers
             raise MemberUnhealthy(f"{member.get('name', member['cmd'][0])} exited while starting; "
                                   f"last lines of {member['log']}:\n{log_tail(member)}")
-        if healthy:
+        if problem is None:
             return
         if time.monotonic() > deadline:
+            hint = (" (refused while its process runs: it may listen elsewhere, or a NAT rule, such as a leftover "
+                    "container's published port, may capture this port)") if "refused" in problem.lower() else ""
             raise MemberUnhealthy(f"{member.get('name', member['cmd'][0])} not healthy after {timeout:.0f}s; "
-                                  f"last lines of {member['log']}:\n{log_tail(member)}")
+                                  f"last probe: {problem}{hint}; last lines of {member['log']}:\n{log_tail(member)}")
         time.sleep(0.05)
 
 

@@ -172,6 +172,15 @@ def stray_processes(marker: str) -> list[tuple[int, str]]:
     return found
 
 
+def pytest_sessionstart(session):
+    """Before any test picks a port: remove containers an earlier, killed test run left behind."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from support_docker import remove_abandoned_projects
+    for project in remove_abandoned_projects():
+        print(f"removed compose project {project}, left by a test process that no longer runs")
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Fail the run if any test left a redis-server, haproxy, bot or locust behind (then kill it)."""
     if hasattr(session.config, "workerinput"):

@@ -8,6 +8,7 @@ teardown by pid or by its compose project label, also after a failed test.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 import requests
 
 from conftest import free_port, wait_until
+from targets.registry import pid_alive
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTAINERS_CONF = ROOT / "docker" / "podman" / "containers.conf"
@@ -174,7 +176,26 @@ class ComposeStack:
 
 
 def new_project(prefix: str = "gft") -> str:
-    return f"{prefix}{os.getpid()}{uuid.uuid4().hex[:4]}"
+    """A compose project name that says which test process owns it (see remove_abandoned_projects)."""
+    return f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+
+
+OWNED_PROJECT = re.compile(r"gf[a-z]*-(\d+)-[0-9a-f]{4}")
+
+
+def remove_abandoned_projects() -> list[str]:
+    """Remove the compose projects of test processes that no longer run (a killed `make test`
+    cannot tear down). Their containers keep their published ports' NAT rules after podman's
+    port-holding conmon is gone, so a later test's server that binds such a port is never reached:
+    a refbot replica started on one was "not healthy after 90s" with an empty log."""
+    if not shutil.which("podman"):
+        return []
+    listed = podman("ps", "-a", "--filter", f"label={PROJECT_LABEL}",
+                    "--format", f'{{{{index .Labels "{PROJECT_LABEL}"}}}}', check=False).stdout.split()
+    abandoned = sorted({p for p in listed if (m := OWNED_PROJECT.fullmatch(p)) and not pid_alive(int(m[1]))})
+    for project in abandoned:
+        remove_project(project)
+    return abandoned
 
 
 def chat(url: str, session: str, turn: int, text: str, timeout: float = 10) -> str:
