@@ -430,12 +430,16 @@ class EndOfRun:
             self._throw_at_switch(SystemExit(self.interrupt(name)))
         elif not self.quitting:
             self.stopping = phase == LOAD
-            if phase == LOAD:  # the run is judged on what ran: run.json says it was cut short, and by what (a CI
-                # job's timeout PASSed a run of 8 s of its 40 with nothing recorded: verdict hunt 14)
-                record(self.run, stopped_early={"signal": name, "time": time.time()})
-                say(f"{name} during the load: the load stops here; the run is healed, audited and judged on what "
-                    "ran (run.json's stopped_early)")
+            if phase == LOAD:
+                self.stopped_early(name)
             self._throw_at_switch(KeyboardInterrupt())  # Locust's own Ctrl-C: stop the load, finish the run, quit
+
+    def stopped_early(self, name: str) -> None:
+        """The run is judged on what ran: run.json says it was cut short, and by what (a CI job's timeout PASSed a
+        run of 8 s of its 40 with nothing recorded: verdict hunt 14; by SIGTERM or SIGHUP still so: hunt 15)."""
+        record(self.run, stopped_early={"signal": name, "time": time.time()})
+        say(f"{name} during the load: the load stops here; the run is healed, audited and judged on what ran "
+            "(run.json's stopped_early)")
 
     def _throw_at_switch(self, exc: BaseException) -> None:
         """From a signal handler: throw into Locust's main greenlet where it next waits, never where the handler
@@ -634,6 +638,9 @@ class EndOfRun:
         self.quitting = True
         run, runner = self.run, environment.runner
         if run is not None and run.phase == LOAD:
+            if gevent.getcurrent() is not self.main and not self.stopping:  # Locust's SIGTERM greenlet: a CI job's
+                # timeout, or a closed terminal (_on_sighup), during the load (a Ctrl-C was recorded in on_signal)
+                self.stopped_early("SIGHUP" if self.hung_up else "SIGTERM")
             if runner.state not in ("stopped", "ready"):  # Ctrl-C / SIGTERM while running: stop users first
                 runner.stop()  # fires test_stop: the run is finished there
             if run.phase == LOAD:

@@ -78,6 +78,7 @@ def test_sigterm_in_the_middle_of_a_fault_still_heals_and_keeps_the_journal(tmp_
     assert state.member_alive(stack.member("bot-2"))
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["end"] is not None and "exit_code" in meta
+    assert meta["stopped_early"]["signal"] == "SIGTERM", meta   # Locust's own SIGTERM path (verdict hunt 15)
     assert "chaos: stopped, everything healed" in err
 
 

@@ -240,6 +240,7 @@ def test_a_closed_terminal_stops_the_run_as_sigterm_does_heals_it_and_keeps_its_
     assert "chaos: stopped, everything healed" in log and "verdict " in log
     meta = run_json(run_dir)
     assert meta["phase"] == "done" and meta["exit_code"] == proc.returncode
+    assert meta["stopped_early"]["signal"] == "SIGHUP", meta   # judged on what ran, and said so (verdict hunt 15)
     assert (run_dir / "audit" / "summary.json").exists()
 
 
