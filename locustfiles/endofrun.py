@@ -118,13 +118,21 @@ def counters(environment) -> tuple[dict, dict]:
     return (runner.errors, runner.exceptions) if runner is not None else ({}, {})
 
 
-def workers_lost(environment) -> dict | None:
-    """Locust workers that went missing during this test (a master's, at its stop): how many, and whether all
-    did, which stopped the test early with its conversations cut short."""
-    runner = environment.runner
-    clients = getattr(runner, "clients", None)
-    missing = len(clients.missing) if clients is not None else 0
-    return {"count": missing, "all": missing == len(clients)} if missing else None
+def missing_workers(environment) -> frozenset:
+    """The ids of the master's workers Locust holds as missing (none elsewhere)."""
+    clients = getattr(environment.runner, "clients", None)
+    return frozenset(worker.id for worker in clients.missing) if clients is not None else frozenset()
+
+
+def workers_lost(environment, before: frozenset = frozenset()) -> dict | None:
+    """Locust workers that went missing during this test (a master's, at its stop; ``before``: those missing at its
+    start, which Locust keeps as missing: a worker lost in the web UI's first test made every later one NOT TRUSTED,
+    verdict hunt 15): how many, and whether all did, which stopped the test early with its conversations cut short."""
+    clients = getattr(environment.runner, "clients", None)
+    if clients is None:
+        return None
+    lost = len(missing_workers(environment) - before)
+    return {"count": lost, "all": len(clients.missing) == len(clients)} if lost else None
 
 
 def user_exceptions(environment, seen: tuple[dict, dict] | None = None) -> dict | None:
@@ -332,6 +340,7 @@ class Run:
         self.report_failed: str | None = None  # why report.html could not be written (the store was judged)
         self.audited: dict | None = None  # the audit's verdict, once it finished (the report is drawn after it)
         self.verdict_kept = False  # a signal came once the audit had finished: run.json records its verdict
+        self.workers_missing_before: frozenset = frozenset()  # a master's workers already missing at its start
 
     @property
     def run_dir(self) -> str:
@@ -563,7 +572,7 @@ class EndOfRun:
         if run is None or run.phase != LOAD:
             return None
         seen = counters(environment)  # this test's, whatever a start from the web UI does meanwhile
-        lost = workers_lost(environment)
+        lost = workers_lost(environment, run.workers_missing_before)
         streamed = streamed_replies(environment)
         try:
             self.heal(run)

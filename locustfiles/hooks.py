@@ -208,6 +208,7 @@ def _on_test_start(environment, **_kw):
         gevent.spawn(runner.stop)
         return
     if isinstance(runner, MasterRunner):
+        run.workers_missing_before = endofrun.missing_workers(environment)
         rt.collector.start_test(run.run_dir)
         rt.live.start(run.settings.run_id)
     else:
