@@ -41,7 +41,9 @@ def parser() -> argparse.ArgumentParser:
                    help="window length, at least 1s: a row of windows.csv and a bar of the charts (default 5s)")
     p.add_argument("--recovery", type=_seconds(0.0), default=5.0, action=Once,
                    help="recovery margin after each fault (default 5s)")
-    add_gate_options(p.add_argument_group("the verdict's gates (exit 1 when one fails)"))
+    add_gate_options(p.add_argument_group("the verdict's gates (exit 1 when one fails; default: the run's own, "
+                                          "run.json's options.gates, else strict)"))
+    p.set_defaults(gate=None)  # not given: the run's own gates (runs_own_gates)
     return p
 
 
@@ -217,6 +219,7 @@ def _audit(args) -> int:
 
     try:
         store, limits = store_options(args), gates(args)
+        limits = limits if gates_given(args) else runs_own_gates(run, limits)
         unused = read_options_given(args) if store is None else []
         if unused:
             raise OptionError(f"{', '.join(unused)}: how to read the store, but none is read: the audit re-judges the "
@@ -224,6 +227,10 @@ def _audit(args) -> int:
                               "--reader) with them to read the store again")
     except OptionError as exc:
         print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
+        return 2
+    untellable = untellable_re_audit(run)
+    if untellable:
+        print(untellable)
         return 2
     try:
         shape = shape_options(args) if store is None else None  # live: already in the store's options
@@ -291,7 +298,7 @@ def _verdict_line(run: Path, summary: dict, verdict_exit_code, headline) -> int:
             print(headline(summary["verdict"]))
             return 1
         print(f"NO VERDICT — {RunFolder(run).run_json} cannot be read ({exc}), so whether Locust's users raised "
-              "exceptions (which cut conversations short) cannot be told: repair or remove it")
+              "exceptions (which cut conversations short) cannot be told: repair it (a copy of it)")
         return 2
     if untrusted:  # as at the end of the Locust run
         print(f"NOT TRUSTED — {untrusted}; the stored data alone: {headline(summary['verdict'])}")
@@ -337,6 +344,46 @@ def _online(run: Path, limits, recovery_s: float) -> int:
     print("\n".join(f"  {rule['result'].upper():<13} {rule_line(rule)}" for rule in v["rules"]
                     if rule["result"] == "fail"))
     return 1
+
+
+def untellable_re_audit(run: Path) -> str | None:
+    """A run.json that cannot be read makes a PASS untellable (it may have said the run was cut short): a re-audit
+    then replaced the earlier audit, whose summary kept what run.json said, with one that knew nothing of it, and
+    exited 2 (input hunt 15). With an earlier audit there, nothing is replaced: why, or None."""
+    if not RunFolder(run).summary.exists():
+        return None
+    try:
+        recorded_run(run)
+    except (OSError, codec.DecodeError) as exc:
+        return (f"NO VERDICT — {RunFolder(run).run_json} cannot be read ({exc}), so whether the run was cut short "
+                f"cannot be told: repair it (a copy of it); the earlier audit in {RunFolder(run).audit} is kept")
+    return None
+
+
+def gates_given(args) -> bool:
+    return args.gate is not None or any(getattr(args, name) not in (None, "") for name in
+                                        ("max_probe_amnesia", "max_stored_loss", "max_crosstalk"))
+
+
+def runs_own_gates(run: Path, default):
+    """Without --gate: the gates the run was started with (run.json ``options.gates``), as compare judges with the
+    audited ones. A run that PASSed under `--gate stored_loss=1%` re-audited, or finished after a signal with the
+    command run.json names, was judged strict: FAIL (verdict hunt 15). A spec that no longer parses (its gates
+    file gone) is an OptionError naming --gate."""
+    from oracle.verdict import GateError, parse_gates
+
+    try:
+        spec = (recorded_run(run).get("options") or {}).get("gates")
+    except (OSError, codec.DecodeError, AttributeError):  # a damaged run.json is said where it is read for trust
+        return default
+    if not isinstance(spec, str) or not spec.strip() or spec.strip() == default.spec:
+        return default
+    try:
+        limits = parse_gates(spec, where=f"the run's gates ({RunFolder(run).run_json} options.gates)")
+    except GateError as exc:
+        raise OptionError(f"{exc}; give --gate to judge with other gates") from None
+    print(f"gates: the run's own, {codec.short(spec)} (run.json); --gate judges with others")
+    return limits
 
 
 def recorded_run(run: Path) -> dict:

@@ -20,8 +20,9 @@ PASS, FAIL = "pass", "fail"
 OFF, UNMEASURED = "off", "not measured"
 # the verdict of a run in which the target acknowledged nothing: no gate had anything to judge, so it is no PASS
 NOTHING_ACKNOWLEDGED = "nothing measured: no turn was acknowledged by the target (refused, unreachable or always failing)"
-NO_PROBE_ANSWERED = ("nothing measured of memory: {sent:,} recall probe(s) were sent and none was answered (each failed "
-                     "or was still in flight when the test stopped: a bot that hangs on them)")
+NO_PROBE_ANSWERED = ("nothing measured of memory: {sent:,} recall probe(s) were sent and none was answered (each "
+                     "failed, timed out or was still in flight when the test stopped: a bot that fails or hangs on "
+                     "them; the errors say which)")
 # the verdict of a run that sent no recall probe: the load ended before any conversation reached one (a bot that
 # never remembers PASSed a 4-second run), or its script has none
 NO_PROBE_SENT = ("nothing measured of memory: no recall probe was sent (the load ended before any conversation reached "
@@ -605,10 +606,10 @@ def cut_short(run: dict) -> str | None:
         return None
     if run.get(UNREADABLE):
         return (f"{run[UNREADABLE]}, so whether Locust's users raised exceptions (which cut conversations short) "
-                "cannot be told: repair or remove it")
+                "cannot be told: repair it (a copy of it)")
     damaged = _damaged(run)
     if damaged:  # it may have said the run was cut short: a damaged field never reads as "it was not"
-        return f"run.json's {damaged} cannot be told, so the verdict cannot be trusted: repair or remove it"
+        return f"run.json's {damaged} cannot be told, so the verdict cannot be trusted: repair it (a copy of it)"
     phase = run.get("phase")
     started = run.get("start") is not None and "end" in run  # as the run writes it at its start: end null
     if not _ended(run) and (phase in UNWHOLE_PHASES or phase is None and started):

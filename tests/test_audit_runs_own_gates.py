@@ -1,0 +1,69 @@
+"""`oracle audit RUN` without --gate judges with the gates the run was started with (run.json options.gates),
+as compare judges with the audited ones: a run that PASSed under its own gates, re-audited from its snapshot or
+finished after a signal with the command run.json names, was judged strict and FAILed (verdict hunt 15)."""
+from __future__ import annotations
+
+import json
+
+from support_oracle import build_world, oracle_main, simple_specs, write_journal, write_snapshot
+
+RUNS_GATES = "probe_amnesia=50%,errors=off"
+
+
+def run_folder(tmp_path, gates):
+    world = build_world(simple_specs(6))   # two of six probes answered with amnesia, a failed request
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    write_snapshot(run, world)
+    if gates is not None:
+        (run / "run.json").write_text(json.dumps({"options": {"gates": gates}}))
+    return run
+
+
+def test_the_runs_own_gates_judge_a_re_audit(tmp_path, capsys):
+    run = run_folder(tmp_path, RUNS_GATES)
+    code, out, _ = oracle_main(capsys, "audit", run)
+    assert code == 0, out
+    assert f"gates: the run's own, '{RUNS_GATES}' (run.json)" in out
+    assert json.loads((run / "audit" / "summary.json").read_text())["verdict"]["gates"] == RUNS_GATES
+
+
+def test_gate_given_judges_with_it(tmp_path, capsys):
+    run = run_folder(tmp_path, RUNS_GATES)
+    code, out, _ = oracle_main(capsys, "audit", run, "--gate", "strict")
+    assert code == 1 and "the run's own" not in out
+    code, out, _ = oracle_main(capsys, "audit", run, "--max-probe-amnesia", "0.1")
+    assert code == 1 and "the run's own" not in out
+
+
+def test_a_run_without_recorded_gates_is_judged_strict(tmp_path, capsys):
+    code, out, _ = oracle_main(capsys, "audit", run_folder(tmp_path, None))
+    assert code == 1 and "the run's own" not in out
+
+
+def test_recorded_gates_that_no_longer_parse_are_refused_naming_them(tmp_path, capsys):
+    run = run_folder(tmp_path, str(tmp_path / "gone.yaml"))
+    code, out, err = oracle_main(capsys, "audit", run)
+    assert code == 2, out + err
+    assert "the run's gates" in err and "options.gates" in err and "give --gate" in err
+    assert not (run / "audit" / "summary.json").exists()
+    code, _, _ = oracle_main(capsys, "audit", run, "--gate", "lenient")
+    assert code in (0, 1)
+
+
+def test_a_re_audit_with_run_json_unreadable_keeps_the_earlier_audit(tmp_path, capsys):
+    """Input hunt 15: a NOT TRUSTED run (its users raised) re-audited with run.json damaged exited 2 after replacing
+    summary.json with one that knew nothing of it; following "repair or remove it" the next re-audit said PASS."""
+    run = run_folder(tmp_path, RUNS_GATES)
+    run_json = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**run_json, "user_exceptions": {"count": 3, "first": "KeyError"}}))
+    code, out, _ = oracle_main(capsys, "audit", run)
+    assert code == 3 and "NOT TRUSTED" in out
+    earlier = (run / "audit" / "summary.json").read_bytes()
+    (run / "run.json").write_text('{"options": {"gates": "probe_')   # cut short: a full disk, a bad copy
+    code, out, _ = oracle_main(capsys, "audit", run)
+    assert code == 2
+    last = out.splitlines()[-1]
+    assert last.startswith("NO VERDICT — ") and "run.json cannot be read" in last and "is kept" in last
+    assert "remove" not in last
+    assert (run / "audit" / "summary.json").read_bytes() == earlier
