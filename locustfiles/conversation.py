@@ -396,7 +396,8 @@ class ChatUser(FastHttpUser):
         if unpolled:  # --poll-path: the job gave no reply; the bot may still store the turn
             outcome, reply, error_text = "info", None, unpolled
         if issued and outcome == "ok" and self.bot_session is None:
-            self.bot_session = rt.contract.issued_session(content, resp.headers.get, self.cookie)
+            self.bot_session = rt.contract.issued_session(content, resp.headers.get, self.cookie) or \
+                self.greeted_session(rt.contract)
             if self.bot_session is None:  # the bot stored this turn somewhere we cannot name: not acknowledged
                 outcome, reply = "info", None
                 error_text = rt.contract.no_session_issued(content, resp.headers.get, self.cookie)
@@ -441,6 +442,14 @@ class ChatUser(FastHttpUser):
         jar = self.client.client.cookiejar
         value = next((c.value for c in jar if c.name == name), None) if jar is not None else None
         return cookie_id(value) if value else value
+
+    def greeted_session(self, contract) -> str | None:
+        """The id a WebSocket bot issued in a frame it sent on connect (``{"type": "session", "session_id": ...}``,
+        as chat widgets do) with --session-from reply:FIELD: the replies carry none (bot hunt 15: every turn was
+        'no session id issued', NOTHING MEASURED)."""
+        if self.socket is None:
+            return None
+        return next(filter(None, (contract.issued_session(frame) for frame in self.socket.greetings)), None)
 
     def check_cookie(self, session: str, turn: int) -> None:
         """A later turn whose session cookie names another conversation than the first turn's: the bot started

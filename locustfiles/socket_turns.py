@@ -41,6 +41,7 @@ class SocketTurns:
         self.socket: websocket.WebSocket | None = None
         self.replied = 0.0  # when the last reply came (monotonic)
         self.replies = 0  # replies on the open connection
+        self.greetings: list[bytes] = []  # the data frames the open connection brought before its first turn
         self.lock = Semaphore()
 
     def exchange(self, url: str, frame: bytes, headers: dict, contract, message: str = "") -> tuple:
@@ -145,13 +146,16 @@ class SocketTurns:
             self.on_streamed(frame)
 
     def read_to_pong(self, deadline: float) -> None:
-        """Drop the frames a new connection brings before the pong of its first ping: a greeting sent with the
-        handshake, which no turn asked for."""
+        """Set aside the frames a new connection brings before the pong of its first ping: a greeting sent with the
+        handshake, which no turn asked for, and which may issue the conversation's id (``greetings``)."""
+        self.greetings = []
         while True:
             self.socket.settimeout(max(deadline - monotonic(), 0.001))
             opcode, data = self.socket.recv_data(control_frame=True)
             if opcode == websocket.ABNF.OPCODE_PONG and data == BARRIER:
                 return
+            if opcode in (websocket.ABNF.OPCODE_TEXT, websocket.ABNF.OPCODE_BINARY) and len(self.greetings) < 8:
+                self.greetings.append(data)
             if opcode == websocket.ABNF.OPCODE_CLOSE:
                 raise ConnectionError("the bot closed the connection before the first turn")
 

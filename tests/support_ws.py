@@ -13,6 +13,8 @@ whole of it; ``parrot`` answers with the message itself; ``chatty-forget`` greet
 ``close-each`` closes the connection right after each answer; ``greet-late`` sends its welcome ({"type": "greeting"})
 50 ms after the connection opened, after the first turn has left (and delays its answers to come after it);
 ``tokens`` streams the answer in token frames, then {"type": "end"}: no frame holds the whole of it.
+``issue-id`` issues the conversation's id on connect ({"type": "session", "session_id": "ws_..."}, as chat widgets
+do), and keys its memory by it, not by the frames' session_id.
 Run one: ``python tests/support_ws.py --port P --mode memory``.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import asyncio
 import json
 import sys
+import uuid
 from contextlib import contextmanager
 from http import HTTPStatus
 from pathlib import Path
@@ -29,7 +32,7 @@ from support_locust import answer
 
 GREETING = "Hi! I am the delivery assistant. How can I help?"
 MODES = ("memory", "forget", "drop", "greet", "echo", "stream", "parrot", "chatty-forget", "close-each", "greet-late",
-         "tokens")
+         "tokens", "issue-id")
 
 
 async def main(port: int, mode: str) -> None:
@@ -48,6 +51,9 @@ async def main(port: int, mode: str) -> None:
 
     async def chat(socket):
         frames = 0
+        issued = f"ws_{uuid.uuid4().hex[:12]}"
+        if mode == "issue-id":  # the connection is the conversation: its id comes in the welcome
+            await socket.send(json.dumps({"type": "session", "session_id": issued}))
         if mode in ("greet", "chatty-forget"):  # a chat widget's welcome, before any turn
             await socket.send(json.dumps({"type": "message", "reply": GREETING}))
         if mode == "greet-late":  # the welcome after a lookup, once the first turn has left
@@ -58,7 +64,7 @@ async def main(port: int, mode: str) -> None:
         async for frame in socket:
             frames += 1
             body = json.loads(frame)
-            session, message = body["session_id"], body["message"]
+            session, message = issued if mode == "issue-id" else body["session_id"], body["message"]
             text = answer({} if mode in ("forget", "chatty-forget") else memory.setdefault(session, {}), message)
             if mode == "parrot":
                 text = message  # answers with the message itself (a correct echo bot has no memory to test)

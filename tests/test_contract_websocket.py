@@ -20,6 +20,20 @@ def test_a_websocket_bot_that_remembers_passes(tmp_path):
     assert summary["verdict"]["result"] == "pass" and summary["metrics"]["stored_loss"]["total"] >= len(records)
 
 
+def test_an_id_issued_in_the_bots_welcome_frame_is_the_conversations(tmp_path):
+    """A bot that sends the conversation's id on connect ({"type": "session", "session_id": ...}) and none in its
+    replies: with --session-from reply:session_id every turn was "no session id issued", NOTHING MEASURED (bot hunt
+    15). The welcome's id is taken; the bot's history under it is audited, and it remembers: PASS."""
+    with ws_bot("issue-id") as url:
+        run = ws_run(url, tmp_path, "--session-from", "reply:session_id")
+    assert run.returncode == 0, run.output[-3000:]
+    records = [r for r in run.records() if r["outcome"] == "ok"]
+    assert records and all((r["bot_session"] or "").startswith("ws_") for r in records)
+    assert len({r["bot_session"] for r in records}) == len({r["session"] for r in records})
+    summary = json.loads((run.run_dir / "audit" / "summary.json").read_text())
+    assert summary["metrics"]["stored_loss"]["total"] >= len(records)
+
+
 def test_a_websocket_bot_that_forgets_fails(tmp_path):
     with ws_bot("forget") as url:
         run = ws_run(url, tmp_path)
