@@ -292,7 +292,7 @@ def _verdict(run: Path, summary: dict, verdict_exit_code, headline) -> tuple[int
 
 def _verdict_line(run: Path, summary: dict, verdict_exit_code, headline) -> int:
     try:  # a PASS, or nothing measured, of a run cut short is not trusted; nor a FAIL of misread replies
-        code, untrusted = trusted_exit_code(summary["verdict"], recorded_run(run))
+        code, untrusted = trusted_exit_code(summary["verdict"], recorded_run(run) or summary.get("run_record") or {})
     except (OSError, codec.DecodeError) as exc:  # a damaged run.json may have said the run was cut short
         if verdict_exit_code(summary["verdict"]) == 1:  # a finding stands whatever run.json says
             print(headline(summary["verdict"]))

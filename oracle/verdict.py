@@ -518,7 +518,7 @@ UNREADABLE = "run.json unreadable"  # the key a reader puts in place of a run.js
 
 # the run.json fields whether a verdict can be trusted is read from (``cut_short``, ``misread_replies``): the audit
 # keeps a copy in its summary (``run_record``), for the readers of a folder whose run.json is gone since
-TRUST_FIELDS = ("run", "phase", "start", "end", "workers_lost", "user_exceptions", "streamed_replies")
+TRUST_FIELDS = ("run", "phase", "start", "end", "workers_lost", "user_exceptions", "streamed_replies", "journal")
 
 
 def trust_record(run: dict) -> dict:
@@ -574,8 +574,8 @@ def _ended(run: dict) -> bool:
 
 def _damaged(run: dict) -> str | None:
     """A field that says whether the run can be trusted, of a type or value no run writes: ``phase`` not a phase,
-    ``workers_lost`` not an object with a count and ``all``, ``user_exceptions`` not an object with a count. It may
-    have said the run was cut short."""
+    ``workers_lost`` not an object with a count and ``all``, ``user_exceptions`` not an object with a count,
+    ``journal.bytes`` not a size. It may have said the run was cut short."""
     phase, lost, raised = run.get("phase"), run.get("workers_lost"), run.get("user_exceptions")
     if phase is not None and phase not in RUN_PHASES:
         return f"phase is damaged ({short(phase)}): whether the run stopped before its journal was whole"
@@ -584,6 +584,12 @@ def _damaged(run: dict) -> str | None:
         return f"workers_lost is damaged ({short(lost)}): whether every Locust worker went missing"
     if raised is not None and not (isinstance(raised, dict) and whole_count(raised.get("count"))):
         return f"user_exceptions is damaged ({short(raised)}): whether Locust users raised exceptions"
+    journal = run.get("journal")
+    size = journal.get("bytes") if isinstance(journal, dict) else journal
+    if journal is not None and not (isinstance(journal, dict) and (size is None or type(size) is int and size >= 0)):
+        # the size the journal's completeness is checked against (audit.require_whole_journal): a line deleted since
+        # PASSed, exit 0, beside a warning no terminal showed (input hunt 15)
+        return f"journal.bytes is damaged ({short(size)}): whether the journal lost lines since the run ended"
     return None
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from support_oracle import build_world, oracle_main, simple_specs, write_journal, write_snapshot
 
 RUNS_GATES = "probe_amnesia=50%,errors=off"
@@ -67,3 +69,36 @@ def test_a_re_audit_with_run_json_unreadable_keeps_the_earlier_audit(tmp_path, c
     assert last.startswith("NO VERDICT — ") and "run.json cannot be read" in last and "is kept" in last
     assert "remove" not in last
     assert (run / "audit" / "summary.json").read_bytes() == earlier
+
+
+def test_a_not_trusted_run_stays_so_once_its_run_json_is_removed(tmp_path, capsys):
+    """Its audit keeps run.json's trust record (summary.json run_record); a re-audit once run.json was removed PASSed,
+    exit 0 (input hunt 15)."""
+    run = run_folder(tmp_path, RUNS_GATES)
+    run_json = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**run_json, "user_exceptions": {"count": 3, "first": "KeyError"}}))
+    assert oracle_main(capsys, "audit", run)[0] == 3
+    (run / "run.json").unlink()
+    code, out, _ = oracle_main(capsys, "audit", run, "--gate", RUNS_GATES)
+    assert code == 3 and "NOT TRUSTED — Locust users raised 3 exception(s)" in out, out
+    summary = json.loads((run / "audit" / "summary.json").read_text())
+    assert summary["run_record"]["user_exceptions"]["count"] == 3
+
+
+@pytest.mark.parametrize("journal", [{"bytes": "12k"}, {"bytes": float("nan")}, {"bytes": [1]}, {"bytes": -1}, "x"])
+def test_a_damaged_journal_size_is_not_trusted(tmp_path, capsys, journal):
+    """run.json's journal.bytes is what a journal that lost lines since is caught by; damaged, the check was skipped
+    with a warning no terminal showed, and a deleted failed probe PASSed, exit 0 (input hunt 15)."""
+    run = run_folder(tmp_path, RUNS_GATES)
+    run_json = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**run_json, "journal": journal}))
+    code, out, _ = oracle_main(capsys, "audit", run)
+    assert code == 3 and "NOT TRUSTED — run.json's journal.bytes is damaged" in out, out
+
+
+def test_a_whole_journal_size_is_trusted(tmp_path, capsys):
+    run = run_folder(tmp_path, RUNS_GATES)
+    size = sum(p.stat().st_size for p in (run / "journal").glob("*.jsonl"))
+    run_json = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**run_json, "journal": {"bytes": size}}))
+    assert oracle_main(capsys, "audit", run)[0] == 0
