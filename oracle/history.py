@@ -109,7 +109,8 @@ class Journal:
     def open(cls, run_dir: str | Path) -> "Journal":
         folder = RunFolder(run_dir)
         if not folder.path.is_dir():
-            raise JournalError(f"{folder.path} is not a run folder (no such directory)")
+            raise JournalError(f"{folder.path} is not a run folder ("
+                               + ("no such directory" if not folder.path.exists() else "not a directory") + ")")
         shards, copies, problems = journal_files(folder)
         if not shards:
             raise JournalError(f"{folder.path} has no journal: expected {folder.journal}/*.jsonl "

@@ -658,6 +658,16 @@ def test_a_run_folder_without_a_usable_journal_is_exit_2(name, shards, fragment,
     assert_named(capsys.readouterr().err, str(run), fragment)
 
 
+def test_a_file_given_as_the_run_folder_is_said_to_be_no_directory(tmp_path, capsys):
+    """It was "no such directory" (input hunt 15)."""
+    from oracle.audit_cli import main
+
+    run = tmp_path / "run.json"
+    run.write_text("{}")
+    assert main([str(run)]) == 2
+    assert_named(capsys.readouterr().err, str(run), "is not a run folder (not a directory)")
+
+
 # ---- run folders: the chaos timeline and the load steps ----------------------------------------
 APPLY = {"fault": "f1#0", "kind": "kill", "target": "bot", "instance": "bot-1", "event": "apply", "time": 10.0,
          "outcome": "ok"}
