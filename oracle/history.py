@@ -156,7 +156,11 @@ class Journal:
             value = codec.load_document(self.folder.run_json).get("run")
         except (OSError, codec.DecodeError, AttributeError):
             return None
-        return value if isinstance(value, str) else None
+        if value is not None and not isinstance(value, str):  # a number or a list switched the check off: PASS of
+            # another run's journal (input hunt 15)
+            raise JournalError(f"{self.folder.run_json}: run is {codec.short(value)}, not a run id (text): whether the "
+                               "journal is this run's cannot be told; repair it (a copy of it)")
+        return value
 
     def completed(self, partitions: set[int] | None = None) -> Iterator[tuple[int, SessionLines]]:
         """(partition, session) for every journaled session of ``partitions`` (all: None), once, as

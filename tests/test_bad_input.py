@@ -1003,3 +1003,18 @@ def test_the_corpus_holds_at_least_150_cases():
              len(STORE_OPTIONS) + 5 + len(REPLIES) + len(JOURNAL_LINES) + len(JOURNAL_QUIRKS) + len(JOURNAL_FOLDERS) +
              len(TIMELINE) + len(STEPS) + len(TELEMETRY) + len(SNAPSHOTS) + len(REPORT_FILES))
     assert cases >= 150, cases
+
+
+@pytest.mark.parametrize("value", [123, [1], {"a": 1}, True])
+def test_a_run_id_in_run_json_that_is_not_text_is_refused(tmp_path, capsys, value):
+    """It switched the check that the journal is this run's off: another run's journal PASSed (input hunt 15)."""
+    from oracle.audit_cli import main
+
+    from support_oracle import build_world, simple_specs, write_journal, write_snapshot
+
+    run, world = tmp_path / "run", build_world(simple_specs(2))
+    write_journal(run, world.records)
+    write_snapshot(run, world)
+    (run / "run.json").write_text(json.dumps({"run": value}))
+    assert main([str(run)]) == 2
+    assert_named(capsys.readouterr().err, str(run / "run.json"), "not a run id (text)")
