@@ -88,7 +88,7 @@ def torn(raw: bytes, last_line: bool) -> bool:
     """The line a crash was writing: the last one, with no newline after it, and no NUL in it. A writer writes no
     NUL; a file system that lost a file's last blocks in a crash fills them with NULs, and lines whose bytes were
     lost are damage, not a line in flight (a failed probe zeroed so PASSed, exit 0: input hunt 15)."""
-    return last_line and not raw.endswith(b"\n") and b"\0" not in raw
+    return last_line and not raw.endswith(b"\n") and b"\0" not in (raw.head if isinstance(raw, LongLine) else raw)
 
 
 def read_chunks(path: str | Path, decode_chunk: Callable[[list[bytes]], list | None] | None, decode: Callable,

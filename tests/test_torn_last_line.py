@@ -44,3 +44,16 @@ def test_a_last_line_of_nuls_is_damage_named_by_its_line(run, capsys, make):
     assert unreadable(run) == 1
     assert code != 0
     assert "local-0.jsonl:" in out + err
+
+
+def test_a_torn_last_line_too_long_to_hold_is_still_torn_unless_it_holds_nuls(tmp_path):
+    """A line past the read limit is a LongLine stand-in holding a NUL of its own: that NUL is no damage."""
+    from contracts import codec
+    from contracts.jsonl import read_chunks
+
+    path = tmp_path / "a.jsonl"
+    for tail, reported in ((b'{"x": "' + b"a" * 500, 0), (b"\0" * 500, 1)):
+        path.write_bytes(b'{"a": 1}\n' + tail)
+        problems: list[str] = []
+        list(read_chunks(path, None, codec.loads_object, problems, chunk_bytes=64, limit=100))
+        assert len(problems) == reported, problems
