@@ -446,9 +446,14 @@ class EndOfRun:
     def stopped_early(self, name: str) -> None:
         """The run is judged on what ran: run.json says it was cut short, and by what (a CI job's timeout PASSed a
         run of 8 s of its 40 with nothing recorded: verdict hunt 14; by SIGTERM or SIGHUP still so: hunt 15)."""
+        name = self.signal_name(name)
         record(self.run, stopped_early={"signal": name, "time": time.time()})
         say(f"{name} during the load: the load stops here; the run is healed, audited and judged on what ran "
             "(run.json's stopped_early)")
+
+    def signal_name(self, name: str) -> str:
+        """The signal as run.json records it: the SIGTERM ``_on_sighup`` sends is the SIGHUP that came."""
+        return "SIGHUP" if name == "SIGTERM" and self.hung_up else name
 
     def _throw_at_switch(self, exc: BaseException) -> None:
         """From a signal handler: throw into Locust's main greenlet where it next waits, never where the handler
@@ -465,8 +470,7 @@ class EndOfRun:
         """Record that ``name`` stopped the current run in ``phase`` (default: its current one); the exit code."""
         if self.code is not None:
             return self.code
-        if name == "SIGTERM" and self.hung_up:  # sent by _on_sighup
-            name = "SIGHUP"
+        name = self.signal_name(name)
         self.code = EXIT_SIGNAL.get(name, 143)
         run = self.run
         if run is not None and run.phase != DONE:
@@ -649,7 +653,7 @@ class EndOfRun:
         if run is not None and run.phase == LOAD:
             if gevent.getcurrent() is not self.main and not self.stopping:  # Locust's SIGTERM greenlet: a CI job's
                 # timeout, or a closed terminal (_on_sighup), during the load (a Ctrl-C was recorded in on_signal)
-                self.stopped_early("SIGHUP" if self.hung_up else "SIGTERM")
+                self.stopped_early("SIGTERM")
             if runner.state not in ("stopped", "ready"):  # Ctrl-C / SIGTERM while running: stop users first
                 runner.stop()  # fires test_stop: the run is finished there
             if run.phase == LOAD:
