@@ -100,7 +100,7 @@ def _check(root: yaml.Node, path: str) -> None:
             if node.tag == _STD + "merge":  # a plain `<<` that is no key (those are refused below): text, quoted
                 raise YamlError(f"{where}: << unquoted is YAML's merge key; for the text, quote it: '<<'")
             if node.tag not in _SCALARS and node.tag not in _AS_TEXT:
-                raise YamlError(f"{where}: tag {_tag(node.tag)} is not allowed (plain data only)")
+                raise YamlError(f"{where}: tag {shown_tag(node.tag)} is not allowed (plain data only)")
             try:
                 node.value.encode("utf-8")
             except UnicodeEncodeError as exc:  # a "\ud800" escape: every journal line and request would fail
@@ -109,7 +109,7 @@ def _check(root: yaml.Node, path: str) -> None:
             sizes[id(node)] = 1
             return 1
         if node.tag not in (_STD + "seq", _STD + "map"):
-            raise YamlError(f"{where}: tag {_tag(node.tag)} is not allowed (plain data only)")
+            raise YamlError(f"{where}: tag {shown_tag(node.tag)} is not allowed (plain data only)")
         open_nodes.add(id(node))
         total = 1
         if isinstance(node, yaml.MappingNode):
@@ -151,7 +151,7 @@ def value(node: yaml.Node | None, path: str = "<yaml>") -> Any:
         built = SafeConstructor().construct_object(node)
     except (ValueError, yaml.YAMLError) as exc:  # e.g. an int beyond Python's digit limit
         raise YamlError(f"{path}:{line(node)}: {show(node.value)} is not a valid "
-                        f"{_tag(node.tag).lstrip('!')}: {str(exc).split(chr(10))[0][:120]}") from None
+                        f"{shown_tag(node.tag).lstrip('!')}: {str(exc).split(chr(10))[0][:120]}") from None
     if why := misread_number(node) or _underscored(node):
         raise YamlError(f"{path}:{line(node)}: {why}")
     return built
@@ -203,5 +203,5 @@ def show(value: Any, limit: int = 60) -> str:
     return r.repr(value)
 
 
-def _tag(tag: str) -> str:
+def shown_tag(tag: str) -> str:
     return "!!" + tag[len(_STD):] if tag.startswith(_STD) else tag

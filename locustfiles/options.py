@@ -646,6 +646,7 @@ class Settings:
         """The options for run.json, with header values and credentials in URLs masked (contracts.redact)."""
         d = {k: v for k, v in self.__dict__.items() if k != "extra"}
         d["gates"] = self.gates.spec
+        d["gate_limits"] = self.gates.written_out()
         d["headers"] = redact.headers(self.headers)
         d["body"] = redact.json_value(codec.loads(self.body)) if self.body else None
         d["start_body"] = redact.json_value(codec.loads(self.start_body)) if self.start_body else None

@@ -370,20 +370,25 @@ def runs_own_gates(run: Path, default):
     audited ones. A run that PASSed under `--gate stored_loss=1%` re-audited, or finished after a signal with the
     command run.json names, was judged strict: FAIL (verdict hunt 15). A spec that no longer parses (its gates
     file gone) is an OptionError naming --gate."""
-    from oracle.verdict import GateError, parse_gates
+    from oracle.verdict import GateError, Gates, parse_gates
 
     try:
-        spec = (recorded_run(run).get("options") or {}).get("gates")
+        options = recorded_run(run).get("options") or {}
+        spec, written = options.get("gates"), options.get("gate_limits")
     except (OSError, codec.DecodeError, AttributeError):  # a damaged run.json is said where it is read for trust
         return default
     if not isinstance(spec, str) or not spec.strip() or spec.strip() == default.spec:
         return default
+    # the limits as the run had them, so that a gates file edited or removed since changes nothing (an older
+    # run.json has only the spec as given)
+    field = "gate_limits" if isinstance(written, str) and written.strip() else "gates"
     try:
-        limits = parse_gates(spec, where=f"the run's gates ({RunFolder(run).run_json} options.gates)")
+        limits = parse_gates(written if field == "gate_limits" else spec,
+                             where=f"the run's gates ({RunFolder(run).run_json} options.{field})")
     except GateError as exc:
         raise OptionError(f"{exc}; give --gate to judge with other gates") from None
     print(f"gates: the run's own, {codec.short(spec)} (run.json); --gate judges with others")
-    return limits
+    return Gates(limits.limits, spec)
 
 
 def recorded_run(run: Path) -> dict:

@@ -112,6 +112,13 @@ class Gates:
     limits: dict
     spec: str = "strict"
 
+    def written_out(self) -> str:
+        """Every gate with its limit, as a spec that needs nothing else to parse: what run.json keeps beside the spec
+        as given, so that a re-audit judges with the limits the run had even when its gates file was edited or
+        removed since (a gates file is named by its path)."""
+        return ",".join(f"{name}={'off' if limit.off else limit.count if limit.count is not None else repr(limit.rate)}"
+                        for name, limit in self.limits.items())
+
     def with_overrides(self, overrides: dict[str, Limit], note: str) -> "Gates":
         if not overrides:
             return self
@@ -265,12 +272,30 @@ def _gates_file(path: str, where: str) -> tuple[str | None, dict[str, Limit]]:
             profile = value.value.lower()
             continue
         name = gate_name(key.value, line)
+        if why := _read_otherwise(value):
+            raise GateError(f"{line}: {key.value}: {why}")
         if name in set_at:
             raise GateError(f"{line}: {short(key.value)} sets the {name} gate, which {set_at[name]} sets already: "
                             "keep one")
         limit = parse_limit(value.value, f"{line}: {key.value}", name, off=f"{key.value}: off")
         out[name], set_at[name] = limit, f"line {key.start_mark.line + 1}"
     return profile, out
+
+
+def _read_otherwise(node) -> str | None:
+    """Why a limit's YAML means something other than its text, which is what a limit is read from: ``010`` (8 in YAML
+    1.1, refused in a plan too) or a tag (``!!float 1`` is a count of one here, a rate of 100% to YAML); or None."""
+    import yaml
+
+    from contracts import yamldoc
+
+    if why := yamldoc.misread_number(node):
+        return why
+    implicit = yaml.resolver.Resolver().resolve(yaml.ScalarNode, node.value, (node.style is None, node.style is not None))
+    if node.tag != implicit:
+        return (f"the tag {yamldoc.shown_tag(node.tag)} is not read here (a limit is its text: 1 is a count, 1% or 0.01 a "
+                f"rate): write {short(node.value)} without it")
+    return None
 
 
 SHORTHANDS = {"probe_amnesia": "--max-probe-amnesia", "stored_loss": "--max-stored-loss", "crosstalk": "--max-crosstalk"}

@@ -102,3 +102,31 @@ def test_a_whole_journal_size_is_trusted(tmp_path, capsys):
     run_json = json.loads((run / "run.json").read_text())
     (run / "run.json").write_text(json.dumps({**run_json, "journal": {"bytes": size}}))
     assert oracle_main(capsys, "audit", run)[0] == 0
+
+
+@pytest.mark.parametrize("spec", ["strict", "lenient", "lenient,probe_amnesia=0.123456789,crosstalk=3,errors=off",
+                                  "stored_loss=0%,duplicated=2"])
+def test_the_gates_written_out_parse_to_the_same_limits(spec):
+    from oracle.verdict import parse_gates
+
+    gates = parse_gates(spec)
+    assert parse_gates(gates.written_out()).limits == gates.limits
+
+
+def test_a_gates_file_edited_since_the_run_changes_no_re_audit(tmp_path, capsys):
+    """A gates file is named by its path: edited (or removed) since the run, a re-audit judged with what it says now
+    (verdict hunt 15). run.json keeps the limits written out (options.gate_limits), and those judge."""
+    from oracle.verdict import parse_gates
+
+    gates_file = tmp_path / "gates.yaml"
+    gates_file.write_text("probe_amnesia: 50%\nerrors: off\n")
+    run = run_folder(tmp_path, str(gates_file))
+    run_json = json.loads((run / "run.json").read_text())
+    run_json["options"]["gate_limits"] = parse_gates(str(gates_file)).written_out()
+    (run / "run.json").write_text(json.dumps(run_json))
+    gates_file.write_text("probe_amnesia: 0\n")   # stricter since
+    code, out, _ = oracle_main(capsys, "audit", run)
+    assert code == 0, out
+    assert json.loads((run / "audit" / "summary.json").read_text())["verdict"]["gates"] == str(gates_file)
+    gates_file.unlink()
+    assert oracle_main(capsys, "audit", run)[0] == 0

@@ -17,6 +17,7 @@ from locustfiles.judge import PlantRegistry, crosstalk, recall
 from locustfiles.options import OptionError, Settings, parse_duration, parse_think
 from locustfiles.script import ScriptError, load_script, parse_script
 from contracts.tokens import make_token, new_session_id
+from oracle.verdict import parse_gates
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "locustfiles" / "scripts"
 
@@ -215,6 +216,7 @@ def test_options_parse_and_reject_with_the_option_name():
     assert s.headers == {"Authorization": "Bearer x"} and s.public()["headers"] == {"Authorization": "***"}
     assert s.run_dir.startswith("results/") and str(s.gates.limits["probe_amnesia"]) == "1%"
     assert s.gates.spec == "strict,probe_amnesia=1%" and s.public()["gates"] == s.gates.spec
+    assert parse_gates(s.public()["gate_limits"]).limits == s.gates.limits  # as the run had them: a re-audit's
     O.http_url, O.http_header = "http://127.0.0.1:1/h/{session}", ["Authorization: Bearer s3cret"]  # run.json: masked
     assert Settings.from_options(O).public()["store"]["http_headers"] == [["Authorization", "***"]]
     assert "s3cret" not in json.dumps(Settings.from_options(O).public())

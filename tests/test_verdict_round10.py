@@ -149,6 +149,22 @@ def test_a_gates_file_limit_in_other_than_ascii_digits_is_refused_with_its_line(
         parse_gates(str(file))
 
 
+@pytest.mark.parametrize("text, why", [
+    ("010", "errors: 010: write 10 (a leading 0 reads as octal in YAML 1.1: 010 is 8)"),
+    ("!!float 1", "errors: the tag !!float is not read here (a limit is its text: 1 is a count, 1% or 0.01 a rate): "
+                  "write '1' without it"),
+    ("!!str 0.5", "errors: the tag !!str is not read here"),
+])
+def test_a_gates_file_limit_yaml_reads_otherwise_is_refused_with_its_line(tmp_path, text, why):
+    """A plan refuses them; a gates file read their text, which YAML reads otherwise (input hunt 15)."""
+    file = tmp_path / "gates.yaml"
+    file.write_text(f"profile: lenient\nerrors: {text}\n", encoding="utf-8")
+    with pytest.raises(GateError, match=re.escape(f"{file}:2: {why}")):
+        parse_gates(str(file))
+    file.write_text("errors: !!str 5%\nstored_loss: '1%'\ncrosstalk: !!int 3\nvanished: off\n")  # the same read
+    assert parse_gates(str(file)).limits["errors"] == Limit(rate=0.05)
+
+
 def test_a_count_no_run_reaches_is_refused_as_a_gate_that_could_never_fail():
     with pytest.raises(GateError, match=re.escape("'99999999999999999999' is a count above 1,000,000,000, more "
                                                   "than any run reaches: the gate could never fail (to turn it off, "
