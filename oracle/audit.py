@@ -213,6 +213,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         found.extend(problems)
         if linked.window:
             found.extend([window_warning(linked.window)])
+        found.extend(list(filter(None, [rootcause.shared_key_warning(linked.shared_keys)])))
         found.extend(unspanned(tally, context.faults) if tally.totals["answered"] else [])
         found.extend(short_ttl(evidence, linked.classes.get("expired", 0) + tally.totals["expired_after_end"]))
         found.extend(after_end_note(tally.totals, evidence, (folder.audit / "rolling").is_dir()))

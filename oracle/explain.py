@@ -109,6 +109,9 @@ def explain(f: dict) -> str:
         rest = (f" It holds {more['entries']:,} more such entries, of {more['sessions']:,} session(s), not listed one "
                 "by one: sessions that share one key (ids that collide) hold each other's whole histories."
                 if more else "")
+        if e.get("key_read_for_count"):
+            rest += (f" This key was read as the history of {e['key_read_for_count']} of this run's conversations "
+                     f"({', '.join(e['key_read_for'])}): the bot gave them one id, so it holds all of their turns.")
         source = f"session {e['source_session']} turn {e['source_turn']}"
         if e.get("role") == "reply":
             return (f"Session {s} turn {turn} was answered with {e['excerpt']!r}, which carries {e['source_value']!r}, "

@@ -41,6 +41,7 @@ class Linked:
     classes: Counter = field(default_factory=Counter)     # findings per class
     confirmed: Counter = field(default_factory=Counter)   # session -> pending findings confirmed here (not yet counted)
     window: dict | None = None                            # every loss a window memory's (``window_memory``)
+    shared_keys: dict = field(default_factory=dict)       # key -> the sessions it was read for, two or more
 
 
 def link(source: Path, target: Path, journal: Journal, window_s: float, missing_keys: dict | None,
@@ -56,11 +57,13 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
     held: set = set()  # the user entries their keys hold (None: a session whose losses are not its oldest turns)
     unresolved: set = set()  # cross-talk source sessions judged in another batch
     values: set = set()  # planted values found in other sessions' histories: whose? (checkers.check_stray_values)
+    read_for: dict = {}  # key of a cross-talk finding -> the sessions it was read for
     for f in _findings(source):
         e = f["evidence"]
         if pending(f):
             values.add(e["source_value"])
         elif f["class"] == "crosstalk":
+            read_for.setdefault(e.get("key"), set()).add(f["session"])
             landed.setdefault((e["source_session"], e["source_turn"]), (f["session"], e.get("key"), f["id"]))
             if e.get("role") == "assistant":
                 replies_landed.setdefault((e["source_session"], e["source_turn"]),
@@ -78,7 +81,8 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
             unanswered.add((f["session"], f["turn"]))
     sent, planted = journal.look_up(unresolved, values) if unresolved or values else ({}, {})
     journaled = {session for session, _ in sent}
-    out = Linked(window=window_memory(held, len(lost_in)))
+    out = Linked(window=window_memory(held, len(lost_in)),
+                 shared_keys={key: sorted(ss) for key, ss in read_for.items() if key is not None and len(ss) > 1})
     misrouted: set = set()
     misfiled: set = set()  # (session, turn) of replies written under another session's key
     with open(target, "wb") as fh:
@@ -92,6 +96,9 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
             elif f["class"] == "crosstalk" and e.get("source_journaled") is None:
                 e["source_journaled"] = e["source_session"] in journaled
                 f["time"] = sent.get((e["source_session"], e["source_turn"]))
+            if f["class"] == "crosstalk" and e.get("key") in out.shared_keys:
+                e["key_read_for"] = out.shared_keys[e["key"]][:EXAMPLES]
+                e["key_read_for_count"] = len(out.shared_keys[e["key"]])
             if f["class"] in GONE:
                 _key_evidence(f, missing_keys)
                 if e.get("found_in_shared"):  # its history is in one key with other users': cross-talk, counted
@@ -113,6 +120,19 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
                     out.crosstalk[window] += 1
     out.misrouted, out.misfiled_replies = len(misrouted), len(misfiled)
     return out
+
+
+def shared_key_warning(shared_keys: dict) -> str | None:
+    """The run-level cause behind cross-talk found in keys that were each read as the history of more than one of
+    the run's conversations: the bot gave those conversations one id (``--session-from``: a counter that starts
+    again after a restart, or one per process), so each key holds all of their turns. None when no key was."""
+    if not shared_keys:
+        return None
+    key, sessions = next(iter(sorted(shared_keys.items())))
+    return (f"{len(shared_keys):,} key(s) of the store were each read as the history of more than one of this run's "
+            f"conversations (for example {key}, for {len(sessions)}: {', '.join(sessions[:3])}): the bot gave those "
+            "conversations one id (an id counter that starts again after a restart, or one per process), so each "
+            "holds the others' turns; their cross-talk is that reuse")
 
 
 def window_memory(held: set, sessions: int) -> dict | None:

@@ -260,6 +260,30 @@ def test_histories_kept_under_ids_the_bot_issued(tmp_path, redis_server):
     assert finding_keys(tmp_path / "run") == expected and again["metrics"] == summary["metrics"]
 
 
+def test_one_id_issued_to_two_conversations_is_named(tmp_path, redis_server):
+    """A bot whose id counter starts again after a restart gives a new conversation an id an earlier one holds: both
+    histories go into one key. The cross-talk FAIL was right, but the reuse was never named (bot hunt 15): each
+    finding now says which conversations the key was read for, and the run says so once."""
+    world = build_world(simple_specs(3), seed=7)
+    first, second, third = world.order
+    for r in world.records:
+        r["bot_session"] = "conv-1" if r["session"] in (first, second) else "conv-2"
+    write_journal(tmp_path / "run", world.records)
+    client = redis_server.client()
+    for s in world.order:
+        client.rpush("chat:conv-1" if s != third else "chat:conv-2", *[json.dumps(plain(m)) for _, m in world.stored[s]])
+    summary = audit_run(tmp_path / "run", StoreOptions(url=redis_server.url, key_template="chat:{session}",
+                                                       direction="rpush", role_field="role", content_field="content"))
+    assert summary["verdict"]["result"] == "fail" and summary["anomalies"]["crosstalk"]
+    crosstalk = [f for f in read_findings(tmp_path / "run") if f["class"] == "crosstalk"]
+    assert {f["session"] for f in crosstalk} == {first, second}
+    for f in crosstalk:
+        assert f["evidence"]["key_read_for"] == sorted([first, second]) and f["evidence"]["key_read_for_count"] == 2
+        assert f"read as the history of 2 of this run's conversations" in f["explanation"]
+    said = [p for p in summary["problems"] if "more than one of this run's conversations" in p]
+    assert len(said) == 1 and "chat:conv-1, for 2" in said[0] and "one id" in said[0], summary["problems"]
+
+
 def test_redis_killed_mid_audit_keeps_partial_snapshot_and_rerun_completes(tmp_path, redis_factory):
     server = redis_factory("aof-always")
     run, world, _ = make_run(tmp_path, server, sessions=24)
