@@ -149,7 +149,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
             for record in (reader.foreign(owned.keys(store)) if store.scan_foreign else ()):
                 if "type" in record:  # described: listed in the snapshot; the rest only counted
                     writer.write_foreign(record)
-                foreign.add(record)
+                foreign.add(record, owned)
             writer.meta["foreign"] = foreign.information()
             if gone and hasattr(reader, "client") or store.http_url and not sum(r.entries for r in results):
                 missing_keys = writer.meta["evidence"]["missing_keys"] = diagnose_missing_keys(
@@ -220,6 +220,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         recorded = _run_json(folder)  # read once: the trust record below and the workers' note
         found.extend(tally.far_turns(folder.audit / "sessions.csv.tmp"))  # turns days off the rest: a wrong clock
         found.extend(sibling_keys(linked.classes, foreign, owned, options.key_template))
+        found.extend(renamed_keys(foreign))
         result = build_summary(folder.path, run, tally, faults, steps, linked.causes, (linked.anomalies, linked.crosstalk),
                                window_s, recovery_s, sum(r.entries for r in results), linked.misrouted, found,
                                sum(r.unreadable for r in results))
@@ -448,6 +449,19 @@ def sibling_keys(classes: dict, foreign: ForeignKeys, owned: SessionSet, templat
             f"history there (its replies in a key of their own), its {findings:,} unanswered and lost findings may "
             "be kept there rather than lost. Read all of a session's keys with --reader (a function from session ids "
             "to histories: docs/oracle.md \"Readers\")"]
+
+
+def renamed_keys(foreign: ForeignKeys) -> list[str]:
+    """A warning when keys under the template name this run's sessions in another place than the template does: the
+    bot files (some) histories under another key name, such as a prefix a release renamed mid-run. They were counted
+    as keys that are not this run's (bot hunt 15)."""
+    if not foreign.named_after_run:
+        return []
+    return [f"store: {foreign.named_after_run:,} key(s) under the key template name this run's sessions in another "
+            f"place than the template does (for example {', '.join(foreign.named_examples[:3])}): the bot files "
+            "histories under another key name (a key a release renamed, mid-run if some sessions are also where the "
+            "template says). They are this run's, and not judged: turns kept there are lost where the template "
+            "points"]
 
 
 def window_warning(window: dict) -> str:

@@ -46,6 +46,13 @@ def explain(f: dict) -> str:
                     f"{_t(down['from'])} to {_t(down['to'])}): the bot acknowledged a write it could not make then, "
                     "answering as if it was saved (a store error swallowed). The store did not lose it; it never had "
                     "it.")
+        if e.get("other_key_names"):
+            k = e["other_key_names"]
+            return (f"{head}. {k['found']} of the {k['looked_for']} gone sessions of this run looked for are under "
+                    f"other key names ({', '.join(k['keys'])}): the bot files histories under a key the template does "
+                    "not name, and a name changed during the run (a key prefix a release renamed) splits a history, "
+                    "its later turns kept there. Look for this turn's token in such a key before taking it for a race "
+                    "or a trim.")
         if e.get("read_after_s") is not None:
             return (f"{head}: the store lost an acknowledged write, or has not made it yet: it was acknowledged only "
                     f"{e['read_after_s']} s before the store was read. A bot that writes after it replies "
@@ -74,6 +81,12 @@ def explain(f: dict) -> str:
         if e.get("found_under"):
             return (f"{head} Its session id is in another key of the store ({', '.join(e['found_under'])}): the bot "
                     "stored this session under a different key than the others.")
+        if e.get("other_key_names"):
+            k = e["other_key_names"]
+            return (f"{head} {k['found']} of the {k['looked_for']} gone sessions looked for are under other key names "
+                    f"({', '.join(k['keys'])}): the bot files histories under a key the template does not name (a "
+                    "key prefix a release renamed, or a --key-template that is not the bot's). This session was not "
+                    "looked for (only a sample is); it is most likely there too.")
         if cls == "expired":
             return f"{head} Keys under the key template carry a TTL, so the most likely cause is key expiry."
         if cls == "evicted":

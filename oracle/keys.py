@@ -31,6 +31,8 @@ from oracle.redis_reader import as_text, glob_escape, template_pattern
 from oracle.store import StoreError, StoreOptions
 from contracts.tokens import SESSION_RE
 
+ANY_SESSION_RE = re.compile(r"gf[0-9a-f]{16}(?![0-9a-f])")  # a goldfish session id anywhere in a key's name
+
 SESSION_ID = re.compile(r"gf[0-9a-f]{16}")
 SAMPLE = 20              # missing sessions whose ids are looked for
 SCAN_LIMIT = 2_000_000   # keys looked at per database, at most: a huge shared store is sampled, not walked
@@ -179,8 +181,12 @@ class ForeignKeys:
     other: int = 0      # not goldfish's at all
     examples: list = field(default_factory=list)
     scanned: bool = True  # False: --no-scan, nothing was looked for (so the counts say nothing)
+    named_after_run: int = 0  # of them, keys that hold one of this run's session ids elsewhere in their name
+    named_examples: list = field(default_factory=list)
 
-    def add(self, record: dict) -> None:
+    def add(self, record: dict, owned: "SessionSet | None" = None) -> None:
+        """Count one key; ``owned``: the run's sessions, to tell the keys that name one of them in another place
+        (``chat:v2:<id>`` under ``chat:{session}``: a key a release renamed) from other runs' and applications'."""
         prefix, _, suffix = self.template.partition("{session}")
         key = str(record.get("key", ""))
         middle = key[len(prefix):len(key) - len(suffix) if suffix else None]
@@ -188,12 +194,19 @@ class ForeignKeys:
             self.goldfish += 1
         else:
             self.other += 1
+            named = ANY_SESSION_RE.search(middle) if owned is not None else None
+            if named and owned.contains([named[0]])[0]:
+                self.named_after_run += 1
+                if len(self.named_examples) < EXAMPLES:
+                    self.named_examples.append(key)
         if len(self.examples) < EXAMPLES:
             self.examples.append(key)
 
     def information(self) -> dict:
+        named = {"named_after_run": self.named_after_run, "named_examples": self.named_examples} \
+            if self.named_after_run else {}
         return {"other_goldfish_runs": self.goldfish, "not_goldfish": self.other, "examples": self.examples,
-                "scanned": self.scanned}
+                "scanned": self.scanned, **named}
 
     @classmethod
     def counted(cls, template: str, information: dict) -> "ForeignKeys":
@@ -202,9 +215,11 @@ class ForeignKeys:
             return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
         examples = information.get("examples")
+        named = information.get("named_examples")
         return cls(template, whole(information.get("other_goldfish_runs")), whole(information.get("not_goldfish")),
                    [str(e) for e in examples[:EXAMPLES]] if isinstance(examples, list) else [],
-                   information.get("scanned") is not False)
+                   information.get("scanned") is not False, whole(information.get("named_after_run")),
+                   [str(e) for e in named[:EXAMPLES]] if isinstance(named, list) else [])
 
 
 def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list[str], all_gone: bool,

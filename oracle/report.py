@@ -190,7 +190,9 @@ def information(summary: dict) -> list[str]:
     elif foreign.get("other_goldfish_runs") or foreign.get("not_goldfish"):
         out.append(f"the store also holds {foreign['other_goldfish_runs']} key(s) of other goldfish runs and "
                    f"{foreign['not_goldfish']} other key(s) under the key template (for example "
-                   f"{', '.join(foreign.get('examples') or [])}); they are not this run's and are not judged")
+                   f"{', '.join(foreign.get('examples') or [])})"
+                   + (f"; {foreign['named_after_run']:,} of them name this run's sessions (see the warnings); none is "
+                      "judged" if foreign.get("named_after_run") else "; they are not this run's and are not judged"))
     for copy in info.get("journal_copies") or []:
         out.append(journal_copy_line(copy))
     for row in summary.get("by_fault") or []:

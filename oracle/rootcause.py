@@ -101,6 +101,8 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
                 e["key_read_for_count"] = len(out.shared_keys[e["key"]])
             if f["class"] in GONE:
                 _key_evidence(f, missing_keys)
+            elif f["class"] == "lost" and not e.get("altered"):
+                _other_key_names(f, missing_keys)
                 if e.get("found_in_shared"):  # its history is in one key with other users': cross-talk, counted
                     out.confirmed[f["session"]] += 1
             if f["class"] in GONE or f["class"] == "lost" and not e.get("altered"):
@@ -221,10 +223,25 @@ def _key_evidence(f: dict, missing_keys: dict | None) -> None:
         f["evidence"]["shared_keys"] = {"keys": sorted(set(found_in_shared.values()))[:EXAMPLES],
                                         "found": len(found_in_shared),
                                         "looked_for": missing_keys.get("looked_for") or len(found_in_shared)}
+    elif not elsewhere:  # only a sample was looked for: this one is most likely where the others were found
+        _other_key_names(f, missing_keys)
     if missing_keys.get("restarted_at"):  # when exactly is in summary.information (a reading of the live server)
         f["evidence"]["store_restarted"] = True
     elif missing_keys.get("bot_forgot") and not elsewhere and not found_in_shared:
         f["evidence"]["bot_forgot"] = True
+
+
+def _other_key_names(f: dict, missing_keys: dict | None) -> None:
+    """Gone sessions of the run found under other key names (oracle/keys.py looks for a sample of them): the bot
+    files sessions under a key the template does not name, such as a prefix a release renamed. A gone session not
+    looked for, and a lost turn (a history split when the name changed mid-run), get where the sample was found;
+    the class stays."""
+    elsewhere = (missing_keys or {}).get("found_elsewhere") or {}
+    if not elsewhere:
+        return
+    f["evidence"]["other_key_names"] = {"keys": sorted({k for keys in elsewhere.values() for k in keys})[:EXAMPLES],
+                                        "found": len(elsewhere),
+                                        "looked_for": missing_keys.get("looked_for") or len(elsewhere)}
 
 
 def _acknowledged_while_down(f: dict, outages: list) -> None:

@@ -284,6 +284,39 @@ def test_one_id_issued_to_two_conversations_is_named(tmp_path, redis_server):
     assert len(said) == 1 and "chat:conv-1, for 2" in said[0] and "one id" in said[0], summary["problems"]
 
 
+def test_histories_under_a_renamed_key_are_named_as_this_runs(tmp_path, redis_server, monkeypatch):
+    """A release renamed the key (chat:<id> became chat:v2:<id>) mid-run: the FAIL was right, but the renamed keys,
+    which hold this run's ids, were said to be "not this run's", and the gone sessions not looked for (only a sample
+    is) and the split sessions' lost turns were blamed on nothing, or a race or a trim (bot hunt 15 #1)."""
+    world = build_world(simple_specs(4), seed=9)
+    write_journal(tmp_path / "run", world.records)
+    client = redis_server.client()
+    split, *renamed = world.order
+    for s in world.order:
+        entries = [json.dumps(plain(m)) for _, m in world.stored[s]]
+        if s == split:  # its first two entries before the release, the rest after
+            client.rpush(f"chat:{s}", *entries[:2])
+            client.rpush(f"chat:v2:{s}", *entries[2:])
+        else:
+            client.rpush(f"chat:v2:{s}", *entries)
+    from oracle import keys
+    monkeypatch.setattr(keys, "SAMPLE", 1)  # one gone session looked for: the others are most likely where it was
+    summary = audit_run(tmp_path / "run", StoreOptions(url=redis_server.url, key_template="chat:{session}",
+                                                       direction="rpush", role_field="role", content_field="content"))
+    assert summary["verdict"]["result"] == "fail"
+    foreign = summary["information"]["foreign_keys"]
+    assert foreign["named_after_run"] == 4 and len(foreign["named_examples"]) == 4, foreign
+    said = [p for p in summary["problems"] if "name this run's sessions in another place" in p]
+    assert len(said) == 1 and "chat:v2:gf" in said[0], summary["problems"]
+    findings = read_findings(tmp_path / "run")
+    gone = [f for f in findings if f["class"] == "vanished"]
+    assert len(gone) == 3 and sum("found_under" in f["evidence"] for f in gone) == 1
+    for f in gone:
+        assert "found_under" in f["evidence"] or "most likely there too" in f["explanation"], f["explanation"]
+    lost = [f for f in findings if f["class"] == "lost" and f["session"] == split]
+    assert lost and all("other key names (chat:v2:gf" in f["explanation"] for f in lost), lost[0]["explanation"]
+
+
 def test_redis_killed_mid_audit_keeps_partial_snapshot_and_rerun_completes(tmp_path, redis_factory):
     server = redis_factory("aof-always")
     run, world, _ = make_run(tmp_path, server, sessions=24)
