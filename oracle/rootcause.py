@@ -101,10 +101,10 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
                 e["key_read_for_count"] = len(out.shared_keys[e["key"]])
             if f["class"] in GONE:
                 _key_evidence(f, missing_keys)
-            elif f["class"] == "lost" and not e.get("altered"):
-                _other_key_names(f, missing_keys)
                 if e.get("found_in_shared"):  # its history is in one key with other users': cross-talk, counted
                     out.confirmed[f["session"]] += 1
+            elif f["class"] == "lost" and not e.get("altered"):
+                _other_key_names(f, missing_keys)
             if f["class"] in GONE or f["class"] == "lost" and not e.get("altered"):
                 _acknowledged_while_down(f, outages)
             if f["class"] == "lost" and isinstance(read_at, (int, float)) and \
