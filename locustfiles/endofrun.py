@@ -135,13 +135,24 @@ def workers_lost(environment, before: frozenset = frozenset()) -> dict | None:
     return {"count": lost, "all": len(clients.missing) == len(clients)} if lost else None
 
 
-def user_exceptions(environment, seen: tuple[dict, dict] | None = None) -> dict | None:
-    """Exceptions Locust's users raised in this test (on the master: its workers' too): how many, and the first."""
-    exceptions = (seen or counters(environment))[1]
+def user_exceptions(environment, seen: tuple[dict, dict] | None = None, reset: dict | None = None) -> dict | None:
+    """Exceptions Locust's users raised in this test (on the master: its workers' too): how many, and the first.
+    ``reset``: those a Reset Stats took from Locust's dict (``keep_reset_exceptions``)."""
+    exceptions = [*(reset or {}).values(), *(seen or counters(environment))[1].values()]
     if not exceptions:
         return None
-    return {"count": sum(e.get("count", 1) for e in exceptions.values()),
-            "first": str(next(iter(exceptions.values())).get("msg", ""))[:200]}
+    return {"count": sum(e.get("count", 1) for e in exceptions), "first": str(exceptions[0].get("msg", ""))[:200]}
+
+
+def keep_reset_exceptions(run, environment) -> None:
+    """At the web UI's Reset Stats, which empties Locust's dict of user exceptions: keep this test's, added up. A
+    test whose users raised, reset once after ramp-up as people do, PASSed with exit 0 (verdict hunt 16)."""
+    runner = environment.runner
+    if run is None or run.phase != LOAD or runner is None:
+        return
+    for key, e in runner.exceptions.items():
+        kept = run.exceptions_reset.get(key)
+        run.exceptions_reset[key] = {**e, "count": e.get("count", 1) + (kept.get("count", 1) if kept else 0)}
 
 
 def streamed_replies(environment) -> dict | None:
@@ -182,7 +193,7 @@ def _reserved(path: str) -> bool:
     return True
 
 
-def locust_exit_code(environment, seen: tuple[dict, dict] | None = None) -> tuple[int, str]:
+def locust_exit_code(environment, seen: tuple[dict, dict] | None = None, reset: dict | None = None) -> tuple[int, str]:
     """What Locust itself would exit with (locust/main.py ``shutdown``) before goldfish's verdict, and why."""
     from locust import log as locust_log
 
@@ -190,7 +201,7 @@ def locust_exit_code(environment, seen: tuple[dict, dict] | None = None) -> tupl
     errors, exceptions = seen or counters(environment)
     if environment.process_exit_code is not None:
         return int(environment.process_exit_code), "another listener set it"
-    raised = user_exceptions(environment, (errors, exceptions))
+    raised = user_exceptions(environment, (errors, exceptions), reset)
     if raised:  # a bug in the users' code: conversations were cut short unjudged
         return EXIT_AUDIT, (f"{raised['count']} exception(s) in Locust users cut conversations short, so the verdict "
                             f"cannot be trusted (first: {raised['first']}; Locust's exception report has the tracebacks)")
@@ -341,6 +352,7 @@ class Run:
         self.audited: dict | None = None  # the audit's verdict, once it finished (the report is drawn after it)
         self.verdict_kept = False  # a signal came once the audit had finished: run.json records its verdict
         self.workers_missing_before: frozenset = frozenset()  # a master's workers already missing at its start
+        self.exceptions_reset: dict = {}  # its users' exceptions that the web UI's Reset Stats took from Locust's dict
 
     @property
     def run_dir(self) -> str:
@@ -590,7 +602,7 @@ class EndOfRun:
             if not (run.bad or run.journal_error):  # a folder that could not be written has no room for Locust's
                 # files either
                 locust_output.write(environment, run.run_dir)
-            raised = user_exceptions(environment, seen)
+            raised = user_exceptions(environment, seen, run.exceptions_reset)
             if raised:  # before the report, which warns of it
                 record(run, user_exceptions=raised)
             if streamed:  # before the report, whose badge says NOT TRUSTED for a FAIL of it
@@ -606,7 +618,7 @@ class EndOfRun:
                 return self.code
             if run.interrupted:  # a signal during the last phase, whose throw lands at the next wait: stop here
                 return self.code
-            locust_code, why = locust_exit_code(environment, seen)
+            locust_code, why = locust_exit_code(environment, seen, run.exceptions_reset)
             run.final = combine(run.code, locust_code)
             if run.final != run.code:
                 say(f"exit code {run.final}: Locust's own ({why})")
@@ -700,7 +712,8 @@ class EndOfRun:
                 failed = failing[0]
                 self.final_code = failed.final
                 if len(self.runs) > 1:
-                    say(f"exit code {failed.final}: run {failed.run_dir} ({failed.result or 'no verdict'}, exit code "
+                    shown = "not trusted" if failed.untrusted else failed.result or "no verdict"  # a pass by its gates
+                    say(f"exit code {failed.final}: run {failed.run_dir} ({shown}, exit code "
                         f"{failed.final}), the first of the {len(failing)} of {len(self.runs)} runs that did not pass")
             else:
                 self.final_code, why = locust_exit_code(environment)

@@ -171,6 +171,7 @@ def _on_init(environment, runner, web_ui=None, **_kw):
             endofrun.say(line)
 
     environment.events.quit.add_listener(tell)
+    environment.events.reset_stats.add_listener(lambda **_: endofrun.keep_reset_exceptions(rt.end.run, environment))
     if isinstance(runner, MasterRunner):
         rt.collector = MasterCollector(environment)
         environment.events.worker_report.add_listener(rt.live.on_worker_report)

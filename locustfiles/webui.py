@@ -128,7 +128,7 @@ def status_of(rt, base: str = "", environment=None) -> dict:
     end = rt.end
     return {"phase": end.phase, "counts": rt.live.counts() if end.run is not None else {},
             "runs": [{"run": r.settings.run_id, "dir": r.run_dir, "phase": r.phase, "verdict": r.result,
-                      "exit_code": r.final, "interrupted": r.interrupted,
+                      "exit_code": r.final, "interrupted": r.interrupted, "untrusted": r.untrusted,
                       "report": f"{base}/goldfish/runs/{r.settings.run_id}/report.html" if r.report else None}
                      for r in end.runs],
             "rows": rows(rt, base, environment)}

@@ -62,6 +62,17 @@ class LocustUI:
             return status if condition(status) else None
         return wait_until(check, timeout=timeout, interval=0.2, what=what)
 
+    def reset_stats(self) -> None:
+        """The Reset Stats button: POST /stats/reset (GET on older Locust)."""
+        reply = self.http.post(self.url + "/stats/reset", timeout=30)
+        if reply.status_code == 405:
+            reply = self.http.get(self.url + "/stats/reset", timeout=30)
+        reply.raise_for_status()
+
+    def exceptions(self) -> list:
+        """The Exceptions tab's rows (Locust's dict of user exceptions)."""
+        return self.get("/exceptions").json()["exceptions"]
+
     def stats(self) -> dict:
         return self.get("/stats/requests").json()
 
@@ -78,13 +89,13 @@ class LocustUI:
 
 
 @contextmanager
-def locust_ui(cwd: Path, *args, workers: int = 0):
+def locust_ui(cwd: Path, *args, workers: int = 0, locustfile=CHATFILE):
     """Start the web UI in ``cwd`` (run folders go to ``cwd/results``); on exit SIGTERM it (Locust's own
     quit) unless the test already quit it, and kill its process group if anything is left."""
     port = free_port()
     cwd.mkdir(parents=True, exist_ok=True)
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # files, not pipes: never block
-    proc = subprocess.Popen([LOCUST, "-f", CHATFILE, "--web-host", "127.0.0.1", "--web-port", str(port),
+    proc = subprocess.Popen([LOCUST, "-f", str(locustfile), "--web-host", "127.0.0.1", "--web-port", str(port),
                              "--loglevel", "WARNING", *map(str, args)], cwd=cwd, stdout=out, stderr=err,
                             start_new_session=True)
     ui = LocustUI(proc, port, cwd, out, err)

@@ -158,6 +158,39 @@ def test_a_failed_run_is_not_masked_by_a_later_pass_and_bad_form_values_start_no
     assert sorted(str(p.relative_to(ui.cwd)) for p in (ui.cwd / "results").iterdir()) == sorted(dirs)
 
 
+def test_reset_stats_keeps_the_tests_user_exceptions(tmp_path):
+    """The Reset Stats button empties Locust's dict of user exceptions. A test whose users raised early, reset after
+    ramp-up as people do, PASSed with exit 0 (verdict hunt 16): goldfish keeps them, so it is NOT TRUSTED, exit 3."""
+    locustfile = tmp_path / "broken_early.py"
+    locustfile.write_text("from locust import task\n"
+                          "from locustfiles import hooks  # noqa: F401\n"
+                          "from locustfiles.conversation import ChatUser\n"
+                          "RAISED = []\n\n\n"
+                          "class BrokenEarly(ChatUser):\n"
+                          "    @task\n"
+                          "    def conversation(self):\n"
+                          "        super().conversation()\n"
+                          "        if len(RAISED) < 2:  # a bug that bites early in the test only\n"
+                          "            RAISED.append(1)\n"
+                          "            raise RuntimeError('a bug after the conversation')\n")
+    with chat_bot("memory") as url, locust_ui(tmp_path / "ui", "--host", url, "--script", quick_script(tmp_path),
+                                              "--http-url", f"{url}/history/{{session}}", "--role-field", "role",
+                                              "--content-field", "content", "--settle", "0",
+                                              locustfile=locustfile) as ui:
+        assert ui.swarm(user_count=3, spawn_rate=3)["success"]
+        wait_until(lambda: sum(e["count"] for e in ui.exceptions()) == 2, timeout=60, what="both exceptions")
+        ui.reset_stats()
+        assert ui.exceptions() == []
+        ui.wait(lambda s: s["runs"] and s["counts"]["probes_answered"] >= 3)
+        ui.stop()
+        last = ui.status()["runs"][-1]
+        assert last["exit_code"] == 3 and last["untrusted"].startswith("Locust users raised"), ui.output[-3000:]
+        meta = json.loads((ui.cwd / last["dir"] / "run.json").read_text())
+        assert meta["user_exceptions"]["count"] == 2 and "a bug after the conversation" in meta["user_exceptions"]["first"]
+        assert ui.quit() == 3
+    assert "NOT TRUSTED — Locust users raised 2 exception(s)" in ui.output, ui.output[-3000:]
+
+
 def test_quitting_without_a_test_leaves_nothing_and_exits_0(tmp_path):
     with chat_bot("memory") as url, locust_ui(tmp_path / "ui", "--host", url) as ui:
         args = template_args(ui.get("/").text)
