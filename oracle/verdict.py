@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 from contracts.codec import short
@@ -82,7 +84,8 @@ class Limit:
             return True
         if self.count is not None:
             return count <= self.count
-        return total == 0 or count / total <= self.rate
+        # exactly, as the rate was written: 7 of 1,000 is at a limit of 0.7%, whose float is a hair below 0.007
+        return total == 0 or Fraction(count, total) <= Fraction(repr(self.rate))
 
     def __str__(self) -> str:
         if self.off:
@@ -156,13 +159,13 @@ def parse_limit(text, where: str, gate: str | None = None, off: str | None = Non
         raise GateError(f"{where}: {short(text)} is not a limit: write it in ASCII digits, without '_' (a count "
                         "like 0 or 3, a rate like 1% or 0.01, or off)")
     try:
-        if raw.endswith("%"):
-            value, rate = float(raw[:-1]) / 100, True
+        if raw.endswith("%"):  # the decimal divided, then rounded once: 0.7% is the float of 0.007, not of 0.7 / 100
+            value, rate = float(Decimal(raw[:-1]) / 100), True
         elif any(c in raw for c in ".e"):
             value, rate = float(raw), True
         else:
             value, rate = int(raw), False
-    except ValueError:
+    except (ValueError, ArithmeticError):  # ArithmeticError: the Decimal of "abc" or "snan"
         raise GateError(f"{where}: {short(text)} is not a limit (a count like 0 or 3, a rate like 1% or 0.01, "
                         "or off)") from None
     if not math.isfinite(value) or value < 0 or (rate and value > 1):

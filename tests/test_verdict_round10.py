@@ -181,3 +181,22 @@ def test_a_gates_file_whose_path_holds_an_equals_sign_is_read_as_the_file(tmp_pa
     gates = parse_gates(str(file))  # was: unknown gate '/…/g'
     assert gates.limits["probe_amnesia"] == Limit(count=0) and gates.limits["stored_loss"] == Limit(rate=0.001)
     assert parse_gates(f"{file},errors=off").limits["errors"] == Limit()
+
+
+# ---- a rate exactly at its limit -----------------------------------------------------------------------
+
+def test_a_run_exactly_at_a_decimal_percent_limit_passes_however_it_is_written():
+    """0.7% was parsed as 0.7 / 100, a float a hair below 0.007, so 7 failed probes of 1,000 FAILed '0.70% > allowed
+    0.7%' where 0.007 PASSed: 122 of the 999 limits from 0.1% to 99.9% failed a run at them (verdict hunt 16)."""
+    from oracle.verdict import evaluate
+
+    observed = {"probe_amnesia": {"count": 7, "total": 1000}}
+    for spec in ("probe_amnesia=0.7%", "probe_amnesia=0.007", "probe_amnesia=0.70%"):
+        assert evaluate(observed, parse_gates(spec))["result"] == "pass", spec
+    assert evaluate({"probe_amnesia": {"count": 8, "total": 1000}}, parse_gates("probe_amnesia=0.7%"))["result"] == "fail"
+    at_limit = [(tenths, total) for tenths in range(1, 1000) for total in (1000, 2000, 10000)
+                if not parse_gates(f"errors={tenths / 10:g}%").limits["errors"].allows(tenths * total // 1000, total)]
+    assert at_limit == []
+    just_over = [tenths for tenths in range(1, 1000)
+                 if parse_gates(f"errors={tenths / 10:g}%").limits["errors"].allows(tenths * 10 + 1, 10000)]
+    assert just_over == []
