@@ -116,6 +116,41 @@ class RunFolder:
                                 "then audit again if need be") from None
             yield
 
+    @property
+    def running_lock(self) -> Path:
+        return self.path / ".running.lock"
+
+    def hold_running(self) -> BinaryIO | None:
+        """The lock the Locust process holds while this run goes on (close the file to let go; the kernel lets go
+        of a killed one's): so a run.json with no end can be told from a run that ended without recording it (killed,
+        or its disk full), which a nightly trend skipped as still going. None where no lock can be made."""
+        try:
+            lock = open(self.running_lock, "a+b")
+        except OSError:
+            return None
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            return None
+        return lock
+
+    def running(self) -> bool | None:
+        """True while the process that holds the run (``hold_running``) goes on, False once it let go or died; None
+        when nothing can tell (no lock file: an older run, or a folder where none could be made)."""
+        try:
+            lock = open(self.running_lock, "rb")
+        except OSError:
+            return None
+        with lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return None
+            return False
+
     def is_run(self) -> bool:
         """run.json, a journal or an audit: a folder holding any is a run's (a new run there would be judged with
         it, or an audit left there taken for its verdict)."""

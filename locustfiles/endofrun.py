@@ -353,6 +353,7 @@ class Run:
         self.verdict_kept = False  # a signal came once the audit had finished: run.json records its verdict
         self.workers_missing_before: frozenset = frozenset()  # a master's workers already missing at its start
         self.exceptions_reset: dict = {}  # its users' exceptions that the web UI's Reset Stats took from Locust's dict
+        self.holding = None  # the lock that says it goes on (RunFolder.hold_running), let go at its end
 
     @property
     def run_dir(self) -> str:
@@ -548,6 +549,7 @@ class EndOfRun:
                 bad = f"chaos plan {settings.chaos}: {exc}"
                 say(f"error: {bad}; this test is stopped at once, with no fault applied")
         run = Run(settings, controller, bad)
+        run.holding = None if bad else RunFolder(settings.run_dir).hold_running()
         run.warnings += filter(None, [chaos_elsewhere(settings, target)])
         for warning in run.warnings:
             say(f"warning: {warning}")
@@ -628,6 +630,8 @@ class EndOfRun:
             return run.final
         finally:
             stop_follower(run)
+            if run.holding is not None:
+                run.holding.close()
             self.idle.set()
             if self.quit_after and not self.quitting:
                 self.quit_after = None

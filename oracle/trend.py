@@ -2,7 +2,7 @@
 night) in start order, and pooled per release.
 
 Folders that are not runs (``results/matrix``: no journal) and runs still going (run.json has no
-``end`` yet) are skipped with a note, so a shell glob over results/ just works. A run that ended
+``end`` yet, and the Locust process holds the run: ``RunFolder.running``) are skipped with a note, so a shell glob over results/ just works. A run that ended
 without a usable verdict (its audit failed or was interrupted: no valid audit/summary.json) is a
 night with no verdict: listed, with the reason, and the exit code is 2 (cannot judge, as everywhere
 in goldfish; never 1, a failed gate) unless ``--allow-no-verdict``. So is a night whose own audit exits 3 (cut
@@ -83,6 +83,9 @@ def unjudged(path: Path, meta: dict | None, why: str) -> Unjudged:
         parts.append(f"interrupted by {stopped.get('signal')} during its {stopped.get('phase')} phase")
     if meta.get("exit_code") is not None:
         parts.append(f"the run ended with exit code {meta['exit_code']} (phase {meta.get('phase')})")
+    elif still_going(meta):  # and its process let go of the run (RunFolder.running): it ended, unrecorded
+        parts.append(f"its Locust process ended during its {meta.get('phase') or 'first'} phase without recording "
+                     "its end (killed, or the run folder's disk full: its log says which)")
     if meta.get("verdict") == "fail":
         parts.append("the journal alone failed a gate (the store was not judged)")
     try:
@@ -130,7 +133,7 @@ def load_runs(paths: list[str], audit: bool = False) -> tuple[list[RunData], lis
             meta = run_meta(folder)
             if not folder.journal.is_dir():  # run.json alone: no goldfish run to judge
                 skipped.append(why)
-            elif still_going(meta):
+            elif still_going(meta) and folder.running() is not False:
                 skipped.append(f"{why} (still going, or killed before its end: run.json has no end yet)")
             else:
                 failed.append(unjudged(folder.path, meta, why))

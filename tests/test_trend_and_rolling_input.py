@@ -106,6 +106,28 @@ def test_folders_that_are_no_runs_and_runs_still_going_stay_skipped_with_exit_0(
     assert err.count("skipped:") == 2 and "still going" in err
 
 
+def test_a_night_whose_process_ended_without_recording_its_end_is_no_verdict(tmp_path, capsys):
+    """A nightly whose results disk filled after the load could not write its end to run.json; trend skipped it as
+    still going and exited 0 (verdict hunt 16). The Locust process holds a lock while its run goes on
+    (RunFolder.hold_running): held, the run is still going; let go (the process ended, or was killed), it is a
+    night with no verdict; with no lock file (an older run), nothing tells, so it is skipped as before."""
+    runs = nights(tmp_path)
+    capsys.readouterr()
+    going = RunFolder(runs["going"])
+    assert going.running() is None
+    assert trend.main([str(runs["first"]), str(going.path)]) == 0
+    holding = going.hold_running()
+    assert holding is not None and going.running() is True
+    assert trend.main([str(runs["first"]), str(going.path)]) == 0
+    assert "still going" in capsys.readouterr().err
+    holding.close()  # as the end of the run, or the kernel when its process dies
+    assert going.running() is False
+    assert trend.main([str(runs["first"]), str(going.path)]) == 2
+    out, err = capsys.readouterr()
+    assert "its Locust process ended during its load phase without recording its end" in out, out
+    assert "still going" not in err and "1 run(s) ended without a verdict" in err
+
+
 def test_trend_help_names_the_option_that_allows_a_night_with_no_verdict(capsys):
     with pytest.raises(SystemExit):
         trend.main(["--help"])

@@ -21,6 +21,7 @@ from conftest import wait_until
 from oracle.audit import audit_run
 from oracle.keys import TemplateMismatch
 from oracle.store import StoreOptions
+from contracts.runfolder import RunFolder
 from oracle.verdict import parse_gates
 from targets import registry as state
 from support_locust import _kill_group, chat_bot, finish, locust_cmd, quick_script, run_locust
@@ -120,8 +121,10 @@ def test_a_store_that_dies_before_the_audit_does_not_hide_what_the_clients_saw(t
                             "--script", quick_script(tmp_path), users=4, time_s="2s")
         try:
             wait_until(lambda: phase(run_dir) == "settle", timeout=60, what="the settle phase")
+            assert RunFolder(run_dir).running() is True  # what tells trend a run with no end yet still goes on
             redis_server.stop(signal.SIGKILL)
             out, err = finish(proc, 90)
+            assert RunFolder(run_dir).running() is False
         finally:
             _kill_group(proc)
     assert "audit FAILED" in err and "verdict FAIL (online, from the journal: the store could not be judged" in err, \
