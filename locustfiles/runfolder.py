@@ -4,14 +4,12 @@ Layout and fields: docs/CONTRACTS.md "Run folder", "Run metadata", "Load steps".
 """
 from __future__ import annotations
 
-import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 
 from contracts import codec, redact
-from contracts.runfolder import RunFolder
+from contracts.runfolder import RunFolder, write_text
 
 
 def versions() -> dict:
@@ -27,11 +25,10 @@ def versions() -> dict:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    """Write through a temporary file of its own (a signal handler may write while a phase does)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(codec.dumps_document(redact.deep(data)))  # the target, options and plan may hold credentials
-    os.replace(tmp, path)
+    """Write through a temporary file of its own (a signal handler may write while a phase does), removed when the
+    write fails (a full disk left one empty temporary per phase beside run.json)."""
+    text = codec.dumps_document(redact.deep(data))  # the target, options and plan may hold credentials
+    write_text(path, text)
 
 
 def load_of(parsed_options, shape_class=None) -> dict:

@@ -257,6 +257,7 @@ def test_a_full_disk_during_the_load_stops_the_test_once(tmp_path):
         assert time.monotonic() - started < 50, said[-2000:]
         _check_stopped_cleanly(said, proc.returncode, run, recorded=False)
         assert "No space left on device" in said
+        assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")]  # no write left its temporary behind
         if "cannot update" not in said:  # room left for run.json: it records the end
             record = json.loads((run / "run.json").read_text())
             assert record["phase"] == "done" and record["exit_code"] == 3, record
