@@ -172,6 +172,7 @@ def _on_init(environment, runner, web_ui=None, **_kw):
 
     environment.events.quit.add_listener(tell)
     environment.events.reset_stats.add_listener(lambda **_: endofrun.keep_reset_exceptions(rt.end.run, environment))
+    environment.events.spawning_complete.add_listener(lambda user_count, **_: rt.end.users_changed(user_count))
     if isinstance(runner, MasterRunner):
         rt.collector = MasterCollector(environment)
         environment.events.worker_report.add_listener(rt.live.on_worker_report)

@@ -162,6 +162,9 @@ def _load_text(run: dict) -> str | None:
             f" ({steps.get('steps')} steps of +{steps.get('step_users')} users, {steps.get('step_duration')}s each)"
             if steps else "")
     users, rate, time = load.get("users"), load.get("spawn_rate"), load.get("run_time")
+    changed = load.get("users_changed")  # the web UI's edit of a running test's user count
+    if isinstance(changed, list) and changed:
+        users = f"{users}, then {', then '.join(printable(str(c)) for c in changed[:5])}"
     return (f"{users} users" if users is not None else "users not said") + (f" at {rate:g}/s" if isinstance(
         rate, (int, float)) else "") + (f" for {printable(str(time))}{'s' if isinstance(time, int) else ''}"
                                         if time not in (None, 0, "") else " until stopped")

@@ -100,6 +100,9 @@ def test_runs_under_different_loads_warn(tmp_path, capsys):
     _with_load(cand, None)  # a run from before run.json said its load: nothing to compare, no warning
     assert compare.main([str(base), str(cand), "--gate", "off"]) == 0
     assert "different loads" not in capsys.readouterr().out
+    _with_load(cand, {"users": 10, "spawn_rate": 5, "run_time": 60, "shape": None, "users_changed": [40]})
+    assert compare.main([str(base), str(cand), "--gate", "off"]) == 0  # the web UI's edit of the running test
+    assert "v2: 10, then 40 users at 5/s for 60s)" in capsys.readouterr().out
 
 
 def test_a_base_that_was_cut_short_makes_a_passing_comparison_not_trusted(tmp_path, capsys):

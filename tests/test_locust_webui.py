@@ -160,7 +160,9 @@ def test_a_failed_run_is_not_masked_by_a_later_pass_and_bad_form_values_start_no
 
 def test_reset_stats_keeps_the_tests_user_exceptions(tmp_path):
     """The Reset Stats button empties Locust's dict of user exceptions. A test whose users raised early, reset after
-    ramp-up as people do, PASSed with exit 0 (verdict hunt 16): goldfish keeps them, so it is NOT TRUSTED, exit 3."""
+    ramp-up as people do, PASSed with exit 0 (verdict hunt 16): goldfish keeps them, so it is NOT TRUSTED, exit 3.
+    The user count edited mid-test is recorded in run.json's load (it said the first count: compare's like for like
+    read it)."""
     locustfile = tmp_path / "broken_early.py"
     locustfile.write_text("from locust import task\n"
                           "from locustfiles import hooks  # noqa: F401\n"
@@ -182,6 +184,10 @@ def test_reset_stats_keeps_the_tests_user_exceptions(tmp_path):
         ui.reset_stats()
         assert ui.exceptions() == []
         ui.wait(lambda s: s["runs"] and s["counts"]["probes_answered"] >= 3)
+        assert ui.swarm(user_count=2, spawn_rate=2)["success"]  # the form's edit of a running test's users
+        run_json = ui.cwd / ui.status()["runs"][-1]["dir"] / "run.json"
+        wait_until(lambda: json.loads(run_json.read_text())["load"].get("users_changed") == [2], timeout=60,
+                   what="run.json's load to record the new user count")
         ui.stop()
         last = ui.status()["runs"][-1]
         assert last["exit_code"] == 3 and last["untrusted"].startswith("Locust users raised"), ui.output[-3000:]
