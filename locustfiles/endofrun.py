@@ -171,7 +171,7 @@ def distrust(run, record: dict, code: int) -> int:
     code 3: Locust's own", and run.json "pass" beside exit code 3, of a test that lost its workers (verdict hunt 14)."""
     from oracle import untrusted
 
-    why = untrusted(code, {k: v for k, v in record.items() if v is not None}) \
+    why = untrusted(code, {k: v for k, v in record.items() if v is not None}, run.verdict) \
         if code in (EXIT_OK, EXIT_GATE, EXIT_BAD) else None
     if why is None:
         return code

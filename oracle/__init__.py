@@ -18,7 +18,7 @@ is the command line. Names load lazily, so importing the package costs nothing u
     NOTHING_ACKNOWLEDGED                   the failed rule of a run the target acknowledged nothing of
     verdict_exit_code(verdict)             0 pass, 1 a gate failed, 2 nothing to judge (README "Exit codes")
     misread_replies(run)                   why a FAIL is NOT TRUSTED: WebSocket replies that came in several frames
-    untrusted(code, run)                   why a verdict's exit code is NOT TRUSTED (misread replies, a run cut short)
+    untrusted(code, run, v)                why a verdict's exit code is NOT TRUSTED (misread replies, a run cut short)
     audit_option_names()                   the audit's options' attribute names
     AuditOptionError, JournalError, NoJournalRecords, TimelineError, TemplateMismatch, StoreOptions, Gates,
     StoreError, SnapshotError

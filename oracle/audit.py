@@ -245,6 +245,8 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
             verdict.require_measured(verdict.evaluate(result["observed"], gates), result["turns"]["ok"], t["probes"],
                                      t["answered"], gates, scripted_probes(folder), t["probes_interrupted"]),
             t["errors"], t["errors_quiet"], t["turns_quiet"], t["turns"], gates), faults), unapplied(folder.path))
+        if linked.unfinished:  # a FAIL of it is NOT TRUSTED (verdict.unfinished_replies)
+            result["verdict"]["unfinished_replies"] = {"count": linked.unfinished, **linked.unfinished_first}
         result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted + linked.misfiled_replies,
                                                                result["metrics"]["probe_amnesia"]["count"],
                                                                tally.totals["leaked_sessions"])

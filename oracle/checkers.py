@@ -635,8 +635,10 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
     #                                     under the user's role (a bot feeding its answers back as the user's)
     tool_texts = decoded.tool_texts
     out = []
+    nearest = None  # the text of the first assistant entry after the walk's position
     for index, role, text in reversed(decoded.messages):
         if role == ASSISTANT:
+            nearest = text
             if not text and index in tool_texts:  # no text, its tool call's arguments hold this reply
                 text = next((a for a in tool_texts[index] if a in replies), text)
             if text in replies:
@@ -662,9 +664,12 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
             elif like is not None:  # stored otherwise than it was sent (a footer the API adds, cut short, normalised)
                 del spare[like], spare_texts[like]
             else:
+                whole = nearest if isinstance(nearest, str) and t.reply and len(nearest) > len(t.reply) \
+                    and nearest.startswith(t.reply) else None  # the client read the answer before it was finished
                 out.append(finding("unanswered", session, turn, t.sent, token=t.token, reply=t.reply,
                                    matched_by="reply text, then count", assistant_entries_after=sum(seen.values()),
                                    stored_instead=spare_texts[-1][:120] if spare_texts else None,
+                                   **({"reply_unfinished": whole[:120]} if whole is not None else {}),
                                    **({"reply_stored_as_user_entry": as_user[t.reply]} if t.reply in as_user else {}),
                                    **({"other_roles": sorted(map(str, decoded.other_roles))[:5]}
                                       if decoded.other_roles else {})))

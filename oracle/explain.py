@@ -206,6 +206,13 @@ def explain(f: dict) -> str:
             return (f"{head} Its reply is stored verbatim as entry {as_user} under the user's role: the bot keeps its "
                     "answers as the user's messages, so the next turn's context reads them as what the user said."
                     + _other_roles(e.get("other_roles")))
+        whole = e.get("reply_unfinished")
+        if whole:
+            return (f"{head} An assistant entry after it begins with what the client was answered, "
+                    f"{str(e.get('reply') or '')[:120]!r}, and goes on: {whole!r}. The client read the answer before the "
+                    "bot finished it (a poll that took a message still being written, a stream cut short), so the "
+                    "store may hold the whole answer: the run is NOT TRUSTED. Keep only finished replies "
+                    "(--reply-where status=completed, say, or the field of the finished message).")
         instead = e.get("stored_instead")
         if instead:
             return (f"{head} The nearest assistant entry after it that answers no other turn holds {instead!r}, where "

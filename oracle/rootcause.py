@@ -42,6 +42,8 @@ class Linked:
     confirmed: Counter = field(default_factory=Counter)   # session -> pending findings confirmed here (not yet counted)
     window: dict | None = None                            # every loss a window memory's (``window_memory``)
     shared_keys: dict = field(default_factory=dict)       # key -> the sessions it was read for, two or more
+    unfinished: int = 0                                   # unanswered turns whose reply the client read unfinished
+    unfinished_first: dict | None = None                  # the first of them: its reply and the stored answer
 
 
 def link(source: Path, target: Path, journal: Journal, window_s: float, missing_keys: dict | None,
@@ -110,6 +112,9 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
             if f["class"] == "lost" and isinstance(read_at, (int, float)) and \
                     isinstance(e.get("received"), (int, float)) and 0 <= read_at - e["received"] < LATE_S:
                 e["read_after_s"] = round(read_at - e["received"], 1)
+            if f["class"] == "unanswered" and e.get("reply_unfinished"):
+                out.unfinished += 1
+                out.unfinished_first = out.unfinished_first or {"reply": e.get("reply"), "stored": e["reply_unfinished"]}
             f["cause"] = _misfiled_reply(f, replies_landed, unanswered, misfiled) or _cause(f, landed, missing, misrouted)
             f["explanation"] = explain(f)
             fh.write(codec.dumps_line(f))

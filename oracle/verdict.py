@@ -560,14 +560,29 @@ def trusted_exit_code(v: dict, run: dict) -> tuple[int, str | None]:
     something stays a FAIL, 1, unless its replies were misread (``misread_replies``): NOT TRUSTED, 3. The one
     rule of ``oracle audit``, the report's badge and the run's own end."""
     code = exit_code(v)
-    why = untrusted(code, run)
+    why = untrusted(code, run, v)
     return (3, why) if why else (code, None)
 
 
-def untrusted(code: int, run: dict) -> str | None:
-    """Why exit code ``code`` (0, 1 or 2: a verdict's) of a run whose run.json is ``run`` cannot be trusted: a FAIL
-    whose replies were misread, a PASS or nothing measured of a run cut short. None when it can."""
-    return misread_replies(run) if code == 1 else cut_short(run)
+def untrusted(code: int, run: dict, v: dict | None = None) -> str | None:
+    """Why exit code ``code`` (0, 1 or 2: a verdict's, ``v``) of a run whose run.json is ``run`` cannot be trusted: a
+    FAIL whose replies were misread, a PASS or nothing measured of a run cut short. None when it can."""
+    return misread_replies(run) or unfinished_replies(v) if code == 1 else cut_short(run)
+
+
+def unfinished_replies(v: dict | None) -> str | None:
+    """Why a FAIL cannot be trusted: on turns found unanswered, an assistant entry stored after the turn begins with
+    the reply the client got and goes on (the audit's ``unfinished_replies``): the client read answers before the bot
+    finished them (a poll that took a message still being written), so the turns found unanswered and the probes
+    failed on half an answer may all be goldfish's misreading. A correct bot FAILed '83% probe amnesia, unanswered
+    158' so (bot hunt 16). None when none was seen."""
+    seen = v.get("unfinished_replies") if isinstance(v, dict) else None
+    if not isinstance(seen, dict):
+        return None
+    return (f"on {short(seen.get('count'))} turn(s) found unanswered, the answer stored after the turn begins with the "
+            f"reply the client got and goes on (first: {short(seen.get('reply'), 60)} of {short(seen.get('stored'), 100)})"
+            ": the client read answers before the bot finished them (a poll that took a message still being written), "
+            "so the FAIL cannot be trusted: keep only finished replies (--reply-where status=completed, say)")
 
 
 def misread_replies(run: dict) -> str | None:
