@@ -268,6 +268,36 @@ def test_a_good_targets_file_becomes_registry_members(tmp_path):
     assert cache["log"] == str(tmp_path / "state" / "cache.log")
 
 
+def test_a_target_in_goldfishs_own_process_group_is_refused_before_any_load(app, tmp_path):
+    """A CI script's `python app.py &` then `locust ...`: the app is in the script's process group, as goldfish is,
+    so every fault that signals it was refused as it applied: 30 s of load, then FAIL "start every target before the
+    run" for a target that ran (LangChain hunt 16). `chaos validate`, and Locust's own check, now refuse it first."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("faults:\n  - {kind: kill, target: web, at: 1s}\n")
+    same_group = subprocess.Popen(app.command, cwd=app.root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        (app.root / "web.pid").write_text(f"{same_group.pid}\n")
+        wait_until(app.healthy, timeout=30, what="the user's app answering")
+        refused = run_chaos("validate", plan, "--targets", app.targets)  # started by this process: its group too
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "plan.yaml:2: kind: refusing to signal web" in refused.stderr and "process group" in refused.stderr
+        assert "start it in a process group of its own (`setsid " in refused.stderr and "uvicorn app:app" in \
+            refused.stderr, refused.stderr
+    finally:
+        same_group.kill()
+        same_group.wait()
+    apart = subprocess.Popen(app.command, cwd=app.root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)  # `setsid python app.py &`
+    try:
+        (app.root / "web.pid").write_text(f"{apart.pid}\n")
+        wait_until(app.healthy, timeout=30, what="the user's app answering")
+        accepted = run_chaos("validate", plan, "--targets", app.targets)
+        assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    finally:
+        apart.kill()
+        apart.wait()
+
+
 def test_validate_checks_the_file_and_the_plan_against_it(app, tmp_path):
     plan = tmp_path / "plan.yaml"
     plan.write_text("faults:\n  - {kind: kill, target: web, at: 1s}\n  - {kind: lb-drop, target: web, at: 2s}\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from targets import file as targets_file, registry as state, sentinel
 from targets.haproxy import runtime_command, server_sessions, unreachable
 
 STARTS_AGAIN = {F.KILL, F.RESTART, F.REDIS_RESTART, F.ROLLING_RESTART, F.REDIS_FAILOVER}
+SIGNALLED = STARTS_AGAIN | {F.PAUSE}  # faults that signal the member's process (refuse_own_process)
 REDIS_KINDS = {F.REDIS_RESTART, F.REDIS_CLIENT_KILL, F.REDIS_STALL, F.REDIS_FAILOVER, F.REDIS_BGSAVE}
 LB_KINDS = {F.LB_DROP, F.LB_DISABLE}
 
@@ -80,6 +82,16 @@ class LocalBackend(Backend):
                 raise UnsupportedFault(f"{fault.kind} targets members behind the load balancer (e.g. bot); "
                                        f"{fault.target!r} has no lb_server")
         for name in names:
+            pid = st["members"][name].get("pid")
+            if fault.kind in SIGNALLED and isinstance(pid, int) and state.member_alive(st["members"][name]):
+                try:
+                    refuse_own_process(pid, name)
+                except PermissionError as exc:  # said before any load: a CI script's `python app.py &` then locust
+                    cmd = st["members"][name].get("cmd")
+                    raise UnsupportedFault(
+                        f"{exc}, which every fault that signals it would refuse: start it in a process group of its own "
+                        f"(`setsid {shlex.join(map(str, cmd)) if isinstance(cmd, list) else 'COMMAND'} &`, or "
+                        "`python -m chaos targets start`)") from None
             if fault.kind in STARTS_AGAIN and not st["members"][name].get("cmd"):
                 raise UnsupportedFault(f"{fault.kind} must start {name} again, but it has no command "
                                        f"(give 'command' in the targets file)")
