@@ -46,6 +46,14 @@ def explain(f: dict) -> str:
                     f"{_t(down['from'])} to {_t(down['to'])}): the bot acknowledged a write it could not make then, "
                     "answering as if it was saved (a store error swallowed). The store did not lose it; it never had "
                     "it.")
+        if e.get("expired_in_pause"):
+            x = e["expired_in_pause"]
+            return (f"{head}, nor any of the session's turns before turn {x['before_turn']}, which came after a "
+                    f"{x['pause_s']:g} s pause. Keys under the template carry a TTL (at least {x['ttl_floor']:g} s) and "
+                    "the store expired keys meanwhile: the key most likely expired in that pause and the next turn made "
+                    "a new one, so the bot forgot the conversation so far. By design if the TTL is meant to end idle "
+                    "conversations (these turns are no `expired` session: --gate stored_loss judges them); if not, "
+                    "give the history a TTL longer than users pause.")
         if e.get("other_key_names"):
             k = e["other_key_names"]
             return (f"{head}. {k['found']} of the {k['looked_for']} gone sessions of this run looked for are under "

@@ -103,6 +103,38 @@ class Evidence:
         return "expired"
 
 
+    def expired_in_pause(self, first_write: float, last_ack: float, next_sent: float) -> bool:
+        """The key may have expired in the pause between a session's last lost turn (acknowledged at ``last_ack``)
+        and its next turn (sent at ``next_sent``), which made a new one: keys under the template carry a TTL no longer
+        than that pause, and the store expired keys since the session's first write (as ``gone_class`` asks of a gone
+        key). A history that lost its oldest turns so was said lost by a race or a trim (LangChain hunt 16)."""
+        if not self.ttl_in_use or self.ttl_floor is None or self._evicted.rose_after(last_ack):
+            return False
+        if self.expiries and not self._expired.rose_after(first_write):
+            return False
+        return next_sent - last_ack >= self.ttl_floor
+
+
+def mark_expired_in_pause(findings: list[dict], turns: list[Turn], evidence: Evidence) -> None:
+    """Lost turns that are the session's oldest, before a pause its key may have expired in (``expired_in_pause``):
+    each says so (evidence ``expired_in_pause``: the pause and the TTL). The class stays: the bot forgot them."""
+    lost = [f for f in findings if f["class"] == "lost" and f["evidence"].get("oldest")]
+    numbers = {f["turn"] for f in lost}
+    if not lost or not evidence.ttl_in_use:
+        return
+    ordered = sorted(turns, key=lambda t: t.sent)
+    gone = [t for t in ordered if t.turn in numbers]
+    last = max(gone, key=lambda t: t.received or t.sent)
+    after = [t for t in ordered if t.turn not in numbers and t.outcome == "ok" and t.sent > (last.received or last.sent)]
+    if not after:
+        return
+    pause = after[0].sent - (last.received or last.sent)
+    if evidence.expired_in_pause(min(t.sent for t in gone), last.received or last.sent, after[0].sent):
+        for f in lost:
+            f["evidence"]["expired_in_pause"] = {"pause_s": round(pause, 1), "ttl_floor": int(evidence.ttl_floor * 10) / 10,
+                                                 "before_turn": after[0].turn}
+
+
 class _CounterOverTime:
     """A server counter sampled over time, [(time, value)] ascending: did it rise after a moment? A drop is a
     restart, counting from 0 again. A binary search per question (a day's telemetry is 17,280 samples, and a
@@ -330,6 +362,7 @@ class _Partition:
             else:
                 found = check_session(raw.session, turns, raw, decode_session(raw, self.shape, elements), turns_by,
                                       ctx.evidence.gone_class)
+                mark_expired_in_pause(found.findings, turns, ctx.evidence)
                 r.order[found.order] += 1
                 lost = set(found.lost_turns)
                 record.findings, record.stats, record.lost = found.findings, found.stats, sorted(lost)
