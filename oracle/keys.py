@@ -726,11 +726,14 @@ def _per_message_names(client: redis.Redis, db: int, prefix: str, sessions: list
     cursor = 0
     try:
         for _ in range(SCAN_LIMIT // 1000):  # a huge store is sampled, as find_session_keys does
-            cursor, keys = conn.scan(cursor, match=glob_escape(prefix) + "gf*", count=1000)
+            # every key under the prefix: ids the bot issued (--session-from: UUIDs, numbers) are no "gf*" (bot hunt
+            # 16: history:<uuid>:<n> was advised `try --key-template 'history:{session}:1'`)
+            cursor, keys = conn.scan(cursor, match=glob_escape(prefix) + "*", count=1000)
             for text in map(as_text, keys):
                 for s in sessions:
-                    if text.startswith(prefix + s) and len(names[s]) < MESSAGE_KEYS:
-                        names[s].add(text[len(prefix + s):])
+                    rest = text[len(prefix + s):]
+                    if text.startswith(prefix + s) and not rest[:1].isalnum() and len(names[s]) < MESSAGE_KEYS:
+                        names[s].add(rest)
             if not cursor:
                 break
     except redis.RedisError:

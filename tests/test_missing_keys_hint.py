@@ -178,3 +178,30 @@ def test_sessions_under_a_prefix_per_user_get_no_template_that_reads_a_third_of_
 def test_a_history_split_over_keys_gets_no_template_that_reads_one_page(tmp_path, redis_server):
     message = sessions_under(redis_server, tmp_path, lambda i, s: [f"chat:{s}:p0", f"chat:{s}:p1"])
     assert "try --key-template" not in message and "in 2 keys (chat:{session}:p0, chat:{session}:p1)" in message
+
+
+def test_one_key_per_message_under_ids_the_bot_issued_gets_no_template_that_reads_one_message(tmp_path,
+                                                                                             redis_server):
+    """`history:<uuid>:<n>` = one JSON message each, under ids the bot issued (--session-from): the keys were looked
+    for under goldfish's own ids only, so the advice was `try --key-template 'history:{session}:1'`, and following
+    it, "not messages with a role and a text" for the right --role-field (bot hunt 16)."""
+    import json
+    import uuid
+
+    world = build_world([[TurnSpec("plant", "ok"), TurnSpec("chatter", "ok"), TurnSpec("probe", "ok")]] * 3)
+    issued = {s: str(uuid.UUID(int=i + 1)) for i, s in enumerate(world.order)}
+    for r in world.records:
+        r["bot_session"] = issued[r["session"]]
+    write_journal(tmp_path, world.records)
+    client = redis_server.client()
+    for s in world.order:
+        for n, (_, m) in enumerate(world.stored[s], 1):
+            client.set(f"history:{issued[s]}:{n}", json.dumps({"role": m["type"], "content": m["data"]["content"]}))
+        client.set(f"history:{issued[s]}:count", len(world.stored[s]))  # INCR'd for the next message's number
+    with pytest.raises(TemplateMismatch) as err:
+        audit_run(tmp_path, StoreOptions(url=redis_server.url, key_template="history:{session}", role_field="role",
+                                         content_field="content"))
+    message = str(err.value)
+    assert "try --key-template" not in message and "one key per message under 'history:{session}:*'" in message, \
+        message
+    assert "--reader" in message
