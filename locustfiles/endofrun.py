@@ -806,7 +806,8 @@ class EndOfRun:
         for warning in run.warnings:  # what the verdict below does not cover
             say(f"warning: {warning}")
         if t["ok"] == 0:
-            say("no turn was acknowledged by the target (refused, unreachable or always failing)")
+            say("no turn was acknowledged by the target (every turn failed: refused, unreachable, timed out, or answered "
+                "without a reply the options read; the errors below say which)")
             if s.store is None or s.no_audit:
                 return EXIT_BAD  # with a store, the audit still looks: refused turns stored anyway are a finding
         if s.store is None or s.no_audit:

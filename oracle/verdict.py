@@ -21,7 +21,12 @@ from oracle.metrics import wilson
 PASS, FAIL = "pass", "fail"
 OFF, UNMEASURED = "off", "not measured"
 # the verdict of a run in which the target acknowledged nothing: no gate had anything to judge, so it is no PASS
-NOTHING_ACKNOWLEDGED = "nothing measured: no turn was acknowledged by the target (refused, unreachable or always failing)"
+NOTHING_ACKNOWLEDGED = ("nothing measured: no turn was acknowledged by the target (every turn failed: refused, "
+                        "unreachable, timed out, or answered without a reply the options read; the errors say which)")
+# its wording before: a bot that answered every turn, its replies unread (a --reply-where that keeps no piece), was
+# said unreachable (bot hunts 15 and 16). An earlier summary's verdict still says it, and still measured nothing
+NOTHING_ACKNOWLEDGED_BEFORE = ("nothing measured: no turn was acknowledged by the target (refused, unreachable or "
+                               "always failing)")
 NO_PROBE_ANSWERED = ("nothing measured of memory: {sent:,} recall probe(s) were sent and none was answered (each "
                      "failed, timed out or was still in flight when the test stopped: a bot that fails or hangs on "
                      "them; the errors say which)")
@@ -35,7 +40,7 @@ NO_PROBE_SENT = ("nothing measured of memory: no recall probe was sent (the load
 NO_PROBE_FINISHED = ("nothing measured of memory: every recall probe sent was still in flight when the test stopped "
                      "(cut short by its end; none timed out or failed): run longer, or give a --script that probes "
                      "sooner")
-UNMEASURED_RUN = (NOTHING_ACKNOWLEDGED, NO_PROBE_SENT, NO_PROBE_FINISHED)  # exit 2 when nothing else failed: the test measured nothing
+UNMEASURED_RUN = (NOTHING_ACKNOWLEDGED, NOTHING_ACKNOWLEDGED_BEFORE, NO_PROBE_SENT, NO_PROBE_FINISHED)  # exit 2 when nothing else failed: the test measured nothing
 
 
 class GateError(ValueError):
@@ -386,7 +391,7 @@ def exit_code(v: dict) -> int:
         return 0
     why = unmeasured(v)
     failed_gates = [r for r in v.get("rules") or [] if r.get("result") == FAIL
-                    and not (why == NOTHING_ACKNOWLEDGED and r.get("gate") == "errors")]
+                    and not (why in (NOTHING_ACKNOWLEDGED, NOTHING_ACKNOWLEDGED_BEFORE) and r.get("gate") == "errors")]
     others = [line for line in requirements(v) if line not in UNMEASURED_RUN and not line.startswith(NO_QUIET[:20])]
     return 2 if why and not (failed_gates or others) else 1
 

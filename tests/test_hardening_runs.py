@@ -16,6 +16,7 @@ import urllib.request
 
 import pytest
 
+from oracle.verdict import NOTHING_ACKNOWLEDGED
 from conftest import free_port, wait_until
 from support_locust import (CHATFILE, LOCUST, LocustRun, _kill_group, chat_bot, locust_cmd, quick_script,
                             run_locust)
@@ -202,8 +203,7 @@ def test_a_first_turn_in_flight_when_locust_is_killed_is_journaled_and_audited_a
     summary = json.loads((run_dir / "audit" / "summary.json").read_text())
     assert summary["sessions"] == users and summary["turns"]["info"] == users
     assert summary["turns"]["info_stored"] == users and summary["anomalies"] == {}
-    assert summary["verdict"]["failed"] == ["nothing measured: no turn was acknowledged by the target (refused, "
-                                            "unreachable or always failing)"]
+    assert summary["verdict"]["failed"] == [NOTHING_ACKNOWLEDGED]
 
 
 @pytest.mark.parametrize("host, fragment", [

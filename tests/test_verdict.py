@@ -1242,3 +1242,14 @@ def test_a_re_audit_draws_the_report_again_so_its_badge_follows_the_new_verdict(
     assert audit_cli.main([str(tmp_path), "--jobs", "1"]) == 1
     assert f"report: {tmp_path / 'report.html'} (drawn again for this audit)" in capsys.readouterr().out
     assert '<div class="badge fail">FAIL</div>' in (tmp_path / "report.html").read_text()
+
+
+def test_an_earlier_summary_that_acknowledged_nothing_still_measured_nothing():
+    """The line's wording changed (a bot that answered every turn, its replies unread, was said unreachable: bot hunts
+    15, 16); an earlier audit's summary says it the old way, and it is still exit 2, not a FAIL of 1."""
+    from oracle.verdict import NOTHING_ACKNOWLEDGED, NOTHING_ACKNOWLEDGED_BEFORE, exit_code, unmeasured
+
+    assert "answered without a reply the options read" in NOTHING_ACKNOWLEDGED
+    for line in (NOTHING_ACKNOWLEDGED, NOTHING_ACKNOWLEDGED_BEFORE):
+        v = {"result": FAIL, "failed": [line], "rules": []}
+        assert unmeasured(v) == line and exit_code(v) == 2
