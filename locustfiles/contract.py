@@ -251,8 +251,9 @@ class ChatContract:
         elif self.reply_format == "ai-sdk":
             text = ai_sdk_text(content)
         else:
-            pieces = sse_data(content) if self.reply_format == "sse" else ndjson_lines(content)
-            text = self._joined(pieces)
+            events: list[str] = []
+            pieces = sse_data(content, events) if self.reply_format == "sse" else ndjson_lines(content)
+            text = self._joined(pieces, events)
         if not text.isascii():  # a JSON "\ud800" escape decodes to a lone surrogate, which no UTF-8 file can hold
             text = text.encode("utf-8", "replace").decode("utf-8")
         return text
@@ -293,14 +294,18 @@ class ChatContract:
         path, _, value = self.reply_where.partition("=")
         return tuple(path.removesuffix("!").split(".")), value, not path.endswith("!")
 
-    def kept(self, piece) -> bool:
+    def kept(self, piece, event: str = "") -> bool:
         """Whether a stream's piece (or an item at a ``*``) is kept by --reply-where: the value at its path is
         the text given, or a JSON value written so (``final=true``); with ``!=``, it is not, or is not there
-        (Gemini's thought parts carry ``thought: true``, its answer's none: ``thought!=true``)."""
+        (Gemini's thought parts carry ``thought: true``, its answer's none: ``thought!=true``). ``event``: a
+        server-sent event's name, which ``event`` is when its data has no such field (``event=token`` kept no piece
+        of a stream that names its events so: bot hunt 16)."""
         if self.where is None:
             return True
         path, wanted, equal = self.where
         value = _at(piece, path)
+        if value is _MISSING and event and path == ("event",):
+            value = event
         same = value is not _MISSING and (value == wanted if isinstance(value, str) else
                                           codec.dumps(value).decode() == wanted)
         return same == equal
@@ -327,16 +332,16 @@ class ChatContract:
                           f"the reply is a JSON {type(value).__name__}, not text: set --reply-field")
         return value
 
-    def _joined(self, pieces) -> str:
+    def _joined(self, pieces, events: list[str] = ()) -> str:
         """A streamed reply: the text of each piece, in order. A piece that is a JSON string is text
         itself; a JSON object or list gives the text at --reply-field, and is skipped when it has none
         there (a role-only delta, a metadata event, a final chunk with ``content: null``). With --reply-where,
         only the JSON pieces it keeps: LangServe's /stream_events sends each token once per level of the
         chain (``event=on_chat_model_stream`` keeps the model's)."""
         texts, seen = [], 0
-        for piece in pieces:
+        for piece, event in zip(pieces, events or [""] * len(pieces)):
             seen += 1
-            if not self.kept(piece):
+            if not self.kept(piece, event):
                 continue
             if isinstance(piece, str):
                 texts.append(piece)
@@ -350,6 +355,8 @@ class ChatContract:
             raise NoReply(f"no piece{kept} of the stream's {seen} has reply field {self.reply_field!r}" if seen
                           else "the stream holds no data")
         if cumulative(texts):
+            return texts[-1]
+        if len(texts) > 2 and texts[-1] == "".join(texts[:-1]):  # the deltas, then a final event with the whole text
             return texts[-1]
         return "".join(texts)
 
@@ -377,12 +384,12 @@ def cookie_id(value: str) -> str:
     return signed[1] if signed else value
 
 
-def sse_data(content: bytes) -> list:
+def sse_data(content: bytes, events: list | None = None) -> list:
     """The data of each server-sent event (WHATWG's framing: ``data:`` lines joined by newlines, an
     event ends at a blank line, ``:`` starts a comment), decoded: JSON where it is JSON, else its text;
     OpenAI's ``[DONE]``, a JSON ``null`` (LangGraph's ``end`` event: it was joined to the reply as the text "null",
     and a correct bot FAILed every turn unanswered, bot hunt 14) and empty events are left out. An ``error`` event
-    is NoReply."""
+    is NoReply. ``events``: filled with each kept event's name ("" for none), in step with the data."""
     out, event, data = [], "", []
     for line in _LINE_BREAK.split(content.decode("utf-8", "replace")) + [""]:
         if not line:
@@ -392,6 +399,8 @@ def sse_data(content: bytes) -> list:
                     raise NoReply(f"the stream sent an error event: {text[:200]!r}")
                 if text.strip() not in ("[DONE]", "null"):  # OpenAI's end; LangGraph's `event: end` holds null
                     out.append(_json_or_text(text))
+                    if events is not None:
+                        events.append(event)
             event, data = "", []
             continue
         name, _, value = line.partition(":")

@@ -144,6 +144,18 @@ def test_streamed_replies_langserve_openai_plain_and_errors():
                        + b"\n\n" for text in ("Noted", "Noted, tha", "Noted, thanks."))
     assert langgraph.reply(b'event: metadata\ndata: {"run_id": "r1"}\n\n' + partial + b"event: end\ndata: null\n\n") \
         == "Noted, thanks."
+    # token events, then a done event repeating the whole text: it was journaled twice over; and --reply-where
+    # event=token looked at the data, which has no event field, so no piece was kept (bot hunt 16)
+    typed = (b'event: metadata\ndata: {"id": "m1"}\n\nevent: token\ndata: {"text": "Your postcode "}\n\n'
+             b'event: token\ndata: {"text": "is 2775-01DT."}\n\nevent: done\ndata: {"text": "Your postcode is '
+             b'2775-01DT."}\n\ndata: [DONE]\n\n')
+    assert ChatContract(reply_format="sse", reply_field="text").reply(typed) == "Your postcode is 2775-01DT."
+    for where, reply in (("event=token", "Your postcode is 2775-01DT."), ("event=done", "Your postcode is 2775-01DT."),
+                         ("event!=done", "Your postcode is 2775-01DT.")):
+        assert ChatContract(reply_format="sse", reply_field="text", reply_where=where).reply(typed) == reply, where
+    own = b'event: token\ndata: {"event": "delta", "text": "a"}\n\n'  # the data's own field decides
+    assert ChatContract(reply_format="sse", reply_field="text", reply_where="event=delta").reply(own) == "a"
+    assert langserve.reply(b'event: data\ndata: "ha"\n\nevent: data\ndata: "ha"\n\n') == "haha"  # deltas alike
     with pytest.raises(NoReply, match="error event: .*boom"):
         langserve.reply(b'event: data\ndata: "a"\n\nevent: error\ndata: {"status_code": 500, "message": "boom"}\n\n')
     with pytest.raises(NoReply, match="no piece of the stream's 1 has reply field 'content'"):
