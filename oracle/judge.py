@@ -125,13 +125,14 @@ def mark_expired_in_pause(findings: list[dict], turns: list[Turn], evidence: Evi
     ordered = sorted(turns, key=lambda t: t.sent)
     gone = [t for t in ordered if t.turn in numbers]
     last = max(gone, key=lambda t: t.received or t.sent)
-    after = [t for t in ordered if t.turn not in numbers and t.outcome == "ok" and t.sent > (last.received or last.sent)]
+    acked = last.received or last.sent
+    after = [t for t in ordered if t.turn not in numbers and t.outcome == "ok" and t.sent > acked]
     if not after:
         return
-    pause = after[0].sent - (last.received or last.sent)
-    if evidence.expired_in_pause(min(t.sent for t in gone), last.received or last.sent, after[0].sent):
+    if evidence.expired_in_pause(min(t.sent for t in gone), acked, after[0].sent):
         for f in lost:
-            f["evidence"]["expired_in_pause"] = {"pause_s": round(pause, 1), "ttl_floor": int(evidence.ttl_floor * 10) / 10,
+            f["evidence"]["expired_in_pause"] = {"pause_s": round(after[0].sent - acked, 1),
+                                                 "ttl_floor": int(evidence.ttl_floor * 10) / 10,  # a lower bound
                                                  "before_turn": after[0].turn}
 
 

@@ -114,7 +114,8 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
                 e["read_after_s"] = round(read_at - e["received"], 1)
             if f["class"] == "unanswered" and e.get("reply_unfinished"):
                 out.unfinished += 1
-                out.unfinished_first = out.unfinished_first or {"reply": e.get("reply"), "stored": e["reply_unfinished"]}
+                out.unfinished_first = out.unfinished_first or {"reply": e.get("reply"),
+                                                                "stored": e["reply_unfinished"]}
             f["cause"] = _misfiled_reply(f, replies_landed, unanswered, misfiled) or _cause(f, landed, missing, misrouted)
             f["explanation"] = explain(f)
             fh.write(codec.dumps_line(f))

@@ -2,7 +2,8 @@
 night) in start order, and pooled per release.
 
 Folders that are not runs (``results/matrix``: no journal) and runs still going (run.json has no
-``end`` yet, and the Locust process holds the run: ``RunFolder.running``) are skipped with a note, so a shell glob over results/ just works. A run that ended
+``end`` yet, and the Locust process holds the run: ``RunFolder.running``) are skipped with a note, so a
+shell glob over results/ just works. A run that ended
 without a usable verdict (its audit failed or was interrupted: no valid audit/summary.json) is a
 night with no verdict: listed, with the reason, and the exit code is 2 (cannot judge, as everywhere
 in goldfish; never 1, a failed gate) unless ``--allow-no-verdict``. So is a night whose own audit exits 3 (cut
