@@ -317,6 +317,29 @@ def test_histories_under_a_renamed_key_are_named_as_this_runs(tmp_path, redis_se
     assert lost and all("other key names (chat:v2:gf" in f["explanation"] for f in lost), lost[0]["explanation"]
 
 
+def test_a_lone_surrogate_in_a_stored_entry_is_a_finding_not_the_end_of_the_audit(tmp_path, redis_server):
+    """A bot that cuts a string inside an emoji stores a "\\ud800" escape. A finding that quoted that entry (a plant
+    whose value is broken) could not be written: the audit stopped, exit 2, blaming "a file read", the snapshot left
+    incomplete (input hunt 16). It is a finding of that session, its text mended (U+FFFD), and the run FAILs."""
+    run, world, _ = make_run(tmp_path, redis_server)
+    client = redis_server.client()
+    victim = world.order[2]
+    key = f"message_store:{victim}"
+    entries = client.lrange(key, 0, -1)
+    at, plant = next((i, json.loads(e)) for i, e in enumerate(entries)
+                     if json.loads(e)["type"] == "human" and "My " in json.loads(e)["data"]["content"])
+    text = plant["data"]["content"]
+    cut = text.rindex(" is ") + 6
+    plant["data"]["content"] = text[:cut] + "\ud800" + text[cut:]  # the planted value cut in two
+    client.lset(key, at, json.dumps(plant))  # ensure_ascii: the JSON text holds the escape
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+    assert summary["verdict"]["result"] == "fail", summary["verdict"]
+    found = [f for f in read_findings(run) if f["session"] == victim]
+    assert found and all("\ud800" not in json.dumps(f, ensure_ascii=False) for f in found)
+    assert any("\ufffd" in json.dumps(f, ensure_ascii=False) for f in found), found
+    assert json.loads((run / "store" / "meta.json").read_text())["complete"] is True
+
+
 def test_redis_killed_mid_audit_keeps_partial_snapshot_and_rerun_completes(tmp_path, redis_factory):
     server = redis_factory("aof-always")
     run, world, _ = make_run(tmp_path, server, sessions=24)
