@@ -37,8 +37,8 @@ from contracts.runfolder import RunFolder, cannot_write
 from oracle import judge, rootcause, verdict
 from oracle.history import MAX_PROBLEMS, PARTITIONS, Journal, JournalError, NoRecords, Problems
 from oracle.judge import Context, Evidence, Fault
-from oracle.keys import (FORGETFUL, ForeignKeys, SessionSet, check_layout, diagnose_missing_keys, issued_ids,
-                         store_evidence)
+from oracle.keys import (FORGETFUL, ForeignKeys, SessionSet, TemplateMismatch, check_layout, diagnose_missing_keys,
+                         issued_ids, lost_since_the_read, store_evidence)
 from oracle.options import OptionError, check_roles
 from oracle.snapshot import SnapshotError, SnapshotWriter, options_from_meta, read_foreign, read_meta
 from oracle.store import StoreError, StoreOptions, make_reader
@@ -157,6 +157,11 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                     tally.first_ack, (tally.totals["failed_probes"], tally.totals["answered"]),
                     sum(r.gone_count for r in results), evidence.get("counters_at_start"),
                     sum(r.keys_seen for r in results), folder.run_json, sessions, bool(evidence.get("ttl_in_use")))
+            changed = lost_since_the_read(reader.client, folder.run_json, store) \
+                if folder.store.exists() and hasattr(reader, "client") else None
+            if changed:  # flushed, restarted or expired while this audit read it: the run's evidence is kept
+                raise TemplateMismatch(f"{changed} (found as this audit's read ended: the store lost them while it was "
+                                       "read; the earlier snapshot and tables are kept)")
             writer.close(True, sessions)
         else:
             for record in read_foreign(folder.path):

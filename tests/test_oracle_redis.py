@@ -340,6 +340,30 @@ def test_a_lone_surrogate_in_a_stored_entry_is_a_finding_not_the_end_of_the_audi
     assert json.loads((run / "store" / "meta.json").read_text())["complete"] is True
 
 
+def test_a_store_flushed_while_a_re_audit_reads_it_keeps_the_runs_evidence(tmp_path, redis_server):
+    """The check that a store lost nothing since the run's own read ran before the read only: a FLUSHALL while a live
+    re-audit read replaced the earlier complete snapshot and its PASS with "vanished 3800", exit 1 (input hunt 16).
+    It runs again as the read ends: refused, the earlier snapshot and tables kept."""
+    run, _, _ = make_run(tmp_path, redis_server, sessions=24)
+    first = audit_run(run, StoreOptions(url=redis_server.url))
+    assert first["anomalies"] == {}
+    summary = (run / "audit" / "summary.json").read_bytes()
+    flushed = []
+
+    def flush_once(partition, sessions):  # called after each batch judged
+        if not flushed:
+            redis_server.client().flushall()
+            flushed.append(sessions)
+
+    with pytest.raises(TemplateMismatch, match="found as this audit's read ended: the store lost them while it was"):
+        audit_run(run, StoreOptions(url=redis_server.url, batch=4, on_batch=flush_once))
+    assert flushed
+    meta = json.loads((run / "store" / "meta.json").read_text())
+    assert meta["complete"] is True and meta["sessions_read"] == 24
+    assert (run / "audit" / "summary.json").read_bytes() == summary
+    assert audit_run(run)["anomalies"] == {}  # the run's own read, re-judged: not the flushed store's "vanished"
+
+
 def test_redis_killed_mid_audit_keeps_partial_snapshot_and_rerun_completes(tmp_path, redis_factory):
     server = redis_factory("aof-always")
     run, world, _ = make_run(tmp_path, server, sessions=24)
