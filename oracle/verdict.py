@@ -374,9 +374,11 @@ def of_summary(summary: dict, gates: Gates | None = None) -> dict:
     earlier = summary.get("verdict")
     if gates is None and isinstance(earlier, dict):
         return earlier
-    v = evaluate(summary.get("observed") or observed_from_metrics(summary), gates or parse_gates(None))
+    observed = summary.get("observed") or observed_from_metrics(summary)
+    v = evaluate(observed, gates or parse_gates(None))
     waived = tuple(start for gate, start in WAIVED_BY.items() if gates and gates.limits.get(gate, ZERO).off)
-    kept = [line for line in requirements(earlier) if not line.startswith(waived)] if isinstance(earlier, dict) else []
+    kept = [line for line in requirements(earlier) if not line.startswith(waived)] if isinstance(earlier, dict) else \
+        unjudged_breaches(summary, observed, gates)
     if kept:
         v["result"], v["failed"] = FAIL, kept + v["failed"]
     return v
@@ -475,6 +477,17 @@ def require_applied(v: dict, unapplied: list[str]) -> dict:
     if unapplied:
         v["result"], v["failed"] = FAIL, v["failed"] + [NOT_APPLIED.format(count=len(unapplied), first=unapplied[0])]
     return v
+
+
+def unjudged_breaches(summary: dict, observed: dict, gates: Gates | None) -> list[str]:
+    """The failed rules (``breaches``) of a summary with no verdict whose gate its observations cannot judge again: a
+    summary with neither verdict nor observations is judged on its three headline metrics, and a FAIL on a corrupt
+    entry, still in its breaches, compared as PASS and was drawn with a PASS badge (input hunt 16). They stand,
+    unless ``gates`` turns their gate off."""
+    if "observed" in summary or not isinstance(summary.get("breaches"), list):
+        return []
+    return [line for line in summary["breaches"] if isinstance(line, str) and line.partition(":")[0] not in observed
+            and not (gates and gates.limits.get(line.partition(":")[0], ZERO).off)]
 
 
 def observed_from_metrics(summary: dict) -> dict:

@@ -276,3 +276,23 @@ def test_trend_lists_a_run_that_measured_nothing_as_unmeasured_not_as_a_failure(
     (quiet / "audit" / "summary.json").write_text(json.dumps(summary))
     rows = trend.per_run([load_run(base), load_run(quiet)], 0.05, 0.01)
     assert [r["result"] for r in rows] == ["pass", "unmeasured"]
+
+
+def test_a_summary_without_verdict_and_observations_keeps_the_failed_rules_its_metrics_cannot_judge(tmp_path, capsys):
+    """Its verdict was worked out from the three headline metrics alone: a FAIL on one corrupt entry, still in its
+    breaches, compared as PASS, exit 0, and drawn with a PASS badge (input hunt 16). Those rules stand."""
+    from oracle.verdict import FAIL, exit_code, of_summary, parse_gates
+
+    base = synthetic(tmp_path / "a", label="v1", seed=1)
+    cand = synthetic(tmp_path / "b", label="v2", seed=2)
+    path = cand / "audit" / "summary.json"
+    summary = json.loads(path.read_text())
+    summary.pop("verdict", None)
+    summary.pop("observed", None)
+    breach = "corrupt: 1 stored entries that do not decode of 174 stored entries (0.57%) > allowed 0"
+    path.write_text(json.dumps({**summary, "anomalies": {"corrupt": 1}, "breaches": [breach]}))
+    v = of_summary(load_run(cand).summary)
+    assert v["result"] == FAIL and breach in v["failed"] and exit_code(v) == 1
+    assert compare.main([str(base), str(cand)]) == 1
+    assert of_summary(load_run(cand).summary, parse_gates("corrupt=off"))["result"] != FAIL or \
+        breach not in of_summary(load_run(cand).summary, parse_gates("corrupt=off"))["failed"]
