@@ -381,6 +381,8 @@ def of_summary(summary: dict, gates: Gates | None = None) -> dict:
         unjudged_breaches(summary, observed, gates)
     if kept:
         v["result"], v["failed"] = FAIL, kept + v["failed"]
+    if isinstance(earlier, dict) and earlier.get("unfinished_replies"):  # what the audit saw of the replies read
+        v["unfinished_replies"] = earlier["unfinished_replies"]
     return v
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from oracle.verdict import trusted_exit_code, untrusted
+from oracle.verdict import of_summary, parse_gates, trusted_exit_code, untrusted
 from support_oracle import build_world, oracle_main, read_findings, simple_specs, write_journal, write_snapshot
 
 
@@ -31,6 +31,8 @@ def test_a_fail_on_replies_read_unfinished_is_not_trusted(tmp_path, capsys):
     summary = json.loads((run / "audit" / "summary.json").read_text())
     seen = summary["verdict"]["unfinished_replies"]
     assert seen["count"] >= 1 and seen["stored"].startswith(seen["reply"]) and len(seen["stored"]) > len(seen["reply"])
+    again = of_summary(summary, parse_gates("lenient"))  # compare --gate: judged afresh, the replies still half read
+    assert again["unfinished_replies"] == seen
     unanswered = [f for f in read_findings(run) if f["class"] == "unanswered"]
     assert unanswered and {f["session"] for f in unanswered} == {first}
     assert all("reply_unfinished" in f["evidence"] and "before the bot finished it" in f["explanation"]
