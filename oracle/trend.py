@@ -132,8 +132,8 @@ def load_runs(paths: list[str], audit: bool = False) -> tuple[list[RunData], lis
             why = str(exc) if isinstance(exc, NotAudited) else f"{path}: the audit failed: {exc}"
             folder = RunFolder(path)
             meta = run_meta(folder)
-            if not folder.journal.is_dir():  # run.json alone: no goldfish run to judge
-                skipped.append(why)
+            if not folder.journal.is_dir() and not folder.summary.exists():  # run.json alone: no goldfish run to judge
+                skipped.append(why)  # (an audited run whose journal went since is a night with no verdict: input hunt 16)
             elif still_going(meta) and folder.running() is not False:
                 skipped.append(f"{why} (still going, or killed before its end: run.json has no end yet)")
             else:

@@ -128,6 +128,22 @@ def test_a_night_whose_process_ended_without_recording_its_end_is_no_verdict(tmp
     assert "still going" not in err and "1 run(s) ended without a verdict" in err
 
 
+def test_an_audited_night_whose_journal_went_since_is_no_verdict_not_skipped(tmp_path, capsys):
+    """Its journal deleted (run.json, audit/ and store/ kept): trend skipped it, exit 0, where compare and report
+    refuse it (input hunt 16). A night that cannot be judged is listed with no verdict: exit 2."""
+    import shutil
+
+    runs = nights(tmp_path)
+    capsys.readouterr()
+    summary = json.loads((runs["last"] / "audit" / "summary.json").read_text())
+    summary["journal"] = {"bytes": sum(p.stat().st_size for p in (runs["last"] / "journal").glob("*.jsonl"))}
+    (runs["last"] / "audit" / "summary.json").write_text(json.dumps(summary))  # as the audit records it
+    shutil.rmtree(runs["last"] / "journal")
+    assert trend.main([str(runs["first"]), str(runs["last"])]) == 2
+    out, err = capsys.readouterr()
+    assert "no verdict (1 run(s)" in out and f"{runs['last']}" in out, out + err
+
+
 def test_trend_help_names_the_option_that_allows_a_night_with_no_verdict(capsys):
     with pytest.raises(SystemExit):
         trend.main(["--help"])
