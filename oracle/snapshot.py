@@ -378,7 +378,8 @@ def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
     # one line is one session's whole stored history, as the audit held it: no line of its own is too long
     for before, lines, _ in line_chunks(path, limit=max(LINE_BYTES, path.stat().st_size)):
         for i, raw in enumerate(lines):
-            if not raw.strip():
+            raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte order mark (an editor's save), skipped as every
+            if not raw.strip():                      # reader of a run folder's .jsonl skips it (input hunt 16)
                 continue
             try:
                 head = _decode_head(raw)

@@ -150,6 +150,16 @@ def test_a_bom_before_a_shards_first_line_is_read_as_the_record_it_is(tmp_path, 
     assert code == 0 and summary["verdict"]["result"] == "pass", out + err
 
 
+def test_a_bom_before_a_snapshot_files_first_line_is_skipped_too(tmp_path, capsys):
+    """Every reader of a run folder's .jsonl skips a byte order mark; the snapshot's said "not JSON ... byte 0", exit 2
+    (input hunt 16)."""
+    run = _folder(tmp_path)
+    part = next(p for p in sorted((run / "store").glob("sessions.*.jsonl")) if p.stat().st_size)
+    part.write_bytes(BOM + part.read_bytes())
+    code, out, err = oracle_main(capsys, "audit", run, "--jobs", "1")
+    assert code == 0 and _summary(run)["verdict"]["result"] == "pass", out + err
+
+
 def test_the_key_reader_and_the_line_decoder_agree_on_a_bom(tmp_path):
     from contracts.journal import decode_line
     from oracle.history import Journal
