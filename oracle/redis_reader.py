@@ -411,6 +411,9 @@ def unreached(exc: redis.RedisError, at: str = "", url: str | None = None) -> st
         return f"the store{at} answered but {refused(exc)}"
     if isinstance(exc, (MasterNotFoundError, SlaveNotFoundError)):
         return f"cannot reach the store{at}: {no_master(exc)}"
+    if isinstance(exc, redis.BusyLoadingError):  # -LOADING: reached, not ready (redis-py files it as a ConnectionError)
+        return (f"the store{at} answered that it is still loading its data set into memory (after a restart): try "
+                f"again once it has ({exc})")
     return f"cannot reach the store{at}: {exc or type(exc).__name__}{_tls_hint(exc, url)}{_protocol_hint(exc)}"
 
 

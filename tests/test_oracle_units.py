@@ -402,3 +402,16 @@ def test_a_gone_key_that_could_only_have_expired_after_its_conversation_is_after
     assert ttl.gone_class(108.0, 100.0, longest_pause=6.0) == "expired"
     assert ttl.gone_class(118.0, 100.0, longest_pause=1.0) == "expired"
     assert ttl.gone_class(108.0, 100.0) == "expired"  # no pauses known: as before
+
+
+def test_a_store_still_loading_its_data_is_reached_not_unreachable():
+    """Redis answers -LOADING after a restart; redis-py files it as a ConnectionError, and it was said "cannot reach
+    the store", the words for a store that does not answer (input hunt 16)."""
+    import redis
+
+    from oracle.redis_reader import unreached
+
+    said = unreached(redis.BusyLoadingError("Redis is loading the dataset in memory"), " at redis://127.0.0.1:1/0")
+    assert said.startswith("the store at redis://127.0.0.1:1/0 answered that it is still loading") and \
+        "cannot reach" not in said
+    assert unreached(redis.ConnectionError("Connection refused")).startswith("cannot reach the store")
