@@ -120,7 +120,10 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         try:
             check_roles(options)
         except OptionError as exc:
-            raise StoreError(f"{exc} (the snapshot's roles with the ones given)") from None
+            if shape:  # the roles given with the snapshot's
+                raise StoreError(f"{exc} (the snapshot's roles with the ones given)") from None
+            raise SnapshotError(f"{folder.store / 'meta.json'}: its roles are damaged ({exc}; no option was given): "
+                                "read the store again: pass --store-url (or --http-url / --reader)") from None
         evidence = meta.get("evidence") or {}
     kinds = tuple(sorted({f.kind for f in faults}))
     context = Context(folder.path, options, live,

@@ -160,6 +160,16 @@ def test_a_bom_before_a_snapshot_files_first_line_is_skipped_too(tmp_path, capsy
     assert code == 0 and _summary(run)["verdict"]["result"] == "pass", out + err
 
 
+def test_a_snapshot_whose_roles_are_damaged_names_meta_json_not_an_option(tmp_path, capsys):
+    """meta.json's shape.user_roles emptied: the audit blamed --user-role, an option nobody gave (input hunt 16)."""
+    run = _folder(tmp_path)
+    meta = json.loads((run / "store" / "meta.json").read_text())
+    meta["shape"]["user_roles"] = []
+    (run / "store" / "meta.json").write_text(json.dumps(meta))
+    code, out, err = oracle_main(capsys, "audit", run)
+    assert code == 2 and "meta.json: its roles are damaged" in err and "no option was given" in err, out + err
+
+
 def test_the_key_reader_and_the_line_decoder_agree_on_a_bom(tmp_path):
     from contracts.journal import decode_line
     from oracle.history import Journal
