@@ -225,6 +225,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
         found.extend(unspanned(tally, context.faults) if tally.totals["answered"] else [])
         found.extend(short_ttl(evidence, linked.classes.get("expired", 0) + tally.totals["expired_after_end"]))
         found.extend(after_end_note(tally.totals, evidence, (folder.audit / "rolling").is_dir()))
+        found.extend(stored_yet_forgotten(tally.totals, linked.classes))
         recorded = _run_json(folder)  # read once: the trust record below and the workers' note
         found.extend(tally.far_turns(folder.audit / "sessions.csv.tmp"))  # turns days off the rest: a wrong clock
         found.extend(sibling_keys(linked.classes, foreign, owned, options.key_template))
@@ -378,6 +379,20 @@ def short_ttl(evidence: dict, expired: int = 0) -> list[str]:
             "design or not); this run's keys were read before they expired, so the verdict says nothing of it. To "
             "measure it, give the conversations pauses longer than the TTL (--think): the sessions whose keys expire "
             "then count against the expired gate"]
+
+
+def stored_yet_forgotten(totals, classes) -> list[str]:
+    """A warning when recall probes failed though the audit found every acknowledged turn stored, once and in order:
+    the facts were kept, but not read back when the probe came. A bot that replies before its write lands (a
+    write-behind thread), or reads a replica or a cache that lags, FAILed on probes alone, its report saying "No
+    anomalies" with nothing pointing at the stale read (LangChain hunt 16)."""
+    failed = totals["failed_probes"]
+    if not failed or classes:
+        return []
+    return [f"store: {failed:,} recall probe(s) failed, yet every acknowledged turn is stored, once and in order: the "
+            "facts were kept but not read back when the probe came. The bot answers before its write is readable "
+            "(it writes after it replies), reads a copy that lags (a replica, a cache), or does not use what it "
+            "read (a model that ignores its context)"]
 
 
 def after_end_note(totals, evidence: dict, rolling: bool = False) -> list[str]:
