@@ -194,7 +194,8 @@ def test_with_no_ok_plant_i_dont_know_is_no_verdict_and_an_info_value_passes():
 def test_a_lower_cased_answer_recalls_the_value():
     """The tester's lowerreply bot: "your postcode is 8892-x7q4." recalled the fact, in another case."""
     _, record, bot = probe(["ok", "ok"], lambda fact, memory, planted: f"Your {fact} is {memory[fact]}.".lower())
-    assert bot.planted[1] not in record.reply and bot.planted[1].lower() in record.reply
+    value = bot.planted[1]  # 4 random letters or digits after the dash: all digits 0.6% of the time (lower() the same)
+    assert value.lower() in record.reply and (value not in record.reply or value == value.lower())
     assert record.verdict == "pass"
     _, record, _ = probe(["late", "ok"], lambda fact, memory, planted: f"your {fact} is {planted[0].lower()}.")
     assert record.verdict == "pass"  # an indeterminate plant's value, lower-cased
