@@ -7,6 +7,7 @@ is the second opinion for what msgspec refuses but JSON readers commonly accept 
 from __future__ import annotations
 
 import json
+import re
 
 import msgspec
 
@@ -124,3 +125,28 @@ def short(value, limit: int = 40) -> str:
     except ValueError:  # an int beyond Python's digit limit
         return "(a number that long)"
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def mend_surrogates(value, where: str = "$") -> tuple[object, list[str]]:
+    """``value`` (decoded JSON) with each lone surrogate in its strings and keys replaced by U+FFFD, and the paths
+    that held one (``$.label``). JSON's ``\\ud800`` escape decodes to one, which no UTF-8 page, CSV or terminal
+    can encode: every command that printed or wrote it stopped with a traceback (exit 3)."""
+    found: list[str] = []
+
+    def mend(v, at: str):
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                found.append(at)
+                return _SURROGATE.sub("\ufffd", v)
+            return v
+        if isinstance(v, dict):
+            keys = [mend(k, f"{at} (a key)") for k in v]
+            return {k: mend(item, f"{at}.{k}") for k, item in zip(keys, v.values())}
+        if isinstance(v, list):
+            return [mend(item, f"{at}[{i}]") for i, item in enumerate(v)]
+        return v
+
+    return mend(value, where), found

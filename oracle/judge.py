@@ -37,7 +37,6 @@ from oracle.history import Journal, Problems, SessionLines, decode_turns, join_p
 from oracle.keys import SessionSet
 from oracle.snapshot import SnapshotError, session_lines, snapshot_lines, snapshot_session
 from oracle.redis_reader import digest
-from oracle.report_data import mend_surrogates
 from oracle.rolling import Judged, RollingPrior, RollingWriter, journal_print
 from oracle.store import StoreOptions, make_reader
 from oracle.tables import SESSION_COLUMNS, STORE_COLUMNS
@@ -371,7 +370,7 @@ class _Partition:
                 record.anomalous = sorted(lost | {f["turn"] for f in found.findings if f["turn"] is not None})
             record.findings = record.findings + check_leaked_replies(raw.session, turns, raw.key)  # clean ones too
             if record.findings:  # a quoted entry's lone surrogate (a "\ud800" escape: a bot cutting an emoji in two)
-                record.findings = mend_surrogates(record.findings)[0]  # is no UTF-8: it stopped the whole audit
+                record.findings = codec.mend_surrogates(record.findings)[0]  # is no UTF-8: it stopped the whole audit
             if self.rolling is not None:
                 self.rolling.write(self.journaled[raw.session][0], record,
                                    session_lines([raw], [decoded[i]] if decoded else None))

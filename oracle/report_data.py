@@ -6,7 +6,6 @@ Optional pieces (no chaos, no steps, an empty window table) load as empty frames
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -405,7 +404,7 @@ def load_run(path: str | Path) -> RunData:
         if run is not None:  # (verdict.cut_short), as `oracle audit` refuses it
             warnings.append(f"{folder.run_json}: unreadable (not a JSON object but a {type(run).__name__})")
         run = {UNREADABLE: warnings[-1]}
-    run, found = mend_surrogates(run)
+    run, found = codec.mend_surrogates(run)
     if found:  # a damaged field of run.json is warned about and the report goes on, as for the others below
         warnings.append(f"{folder.run_json}: {', '.join(found[:3])}{' ...' if len(found) > 3 else ''}: a lone "
                         "surrogate escape (\\ud800-\\udfff), which is not text; replaced with U+FFFD")
@@ -449,7 +448,7 @@ def load_run(path: str | Path) -> RunData:
         msgspec.convert(summary, _Summary)
     except msgspec.ValidationError as exc:
         raise NotAudited(f"{summary_file}: {exc} - re-run `python -m oracle audit {path}`") from None
-    found = mend_surrogates(summary)[1]
+    found = codec.mend_surrogates(summary)[1]
     if found:  # the audit never writes one (its encoder refuses them): damaged, as any other field of it
         raise NotAudited(f"{summary_file}: {found[0]}: a lone surrogate escape (\\ud800-\\udfff), which is not "
                          f"text - re-run `python -m oracle audit {path}`")
@@ -553,31 +552,6 @@ def fault_intervals(faults: list[Fault], run_end, windows: pd.DataFrame) -> pd.D
              "end": f.end if f.end is not None else max(end_of_run, f.start), "open": f.end is None,
              "touched": f.touched} for f in faults]
     return pd.DataFrame(rows, columns=columns)
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def mend_surrogates(value, where: str = "$") -> tuple[object, list[str]]:
-    """``value`` (decoded JSON) with each lone surrogate in its strings and keys replaced by U+FFFD, and the paths
-    that held one (``$.label``). JSON's ``\\ud800`` escape decodes to one, which no UTF-8 page, CSV or terminal
-    can encode: every command that printed or wrote it stopped with a traceback (exit 3)."""
-    found: list[str] = []
-
-    def mend(v, at: str):
-        if isinstance(v, str):
-            if _SURROGATE.search(v):
-                found.append(at)
-                return _SURROGATE.sub("\ufffd", v)
-            return v
-        if isinstance(v, dict):
-            keys = [mend(k, f"{at} (a key)") for k in v]
-            return {k: mend(item, f"{at}.{k}") for k, item in zip(keys, v.values())}
-        if isinstance(v, list):
-            return [mend(item, f"{at}[{i}]") for i, item in enumerate(v)]
-        return v
-
-    return mend(value, where), found
 
 
 def _read_json(file: Path, warnings: list[str], default):

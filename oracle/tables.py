@@ -14,7 +14,6 @@ from contracts.runfolder import RunFolder
 from oracle.attribution import by_fault, by_step
 from oracle.history import Problems
 from oracle.metrics import wilson
-from oracle.report_data import mend_surrogates
 from oracle.tally import Tally, quantiles
 from oracle.verdict import BY_DESIGN
 from oracle.timeline import Fault
@@ -130,6 +129,6 @@ def observed(t: Counter, metrics: dict, causes: Counter, entries: int, misrouted
 def _label(folder: RunFolder) -> str | None:
     """run.json's label, mended as the report mends run.json (a lone surrogate: no UTF-8 can carry it)."""
     try:
-        return mend_surrogates(codec.load_document(folder.run_json).get("label"))[0]
+        return codec.mend_surrogates(codec.load_document(folder.run_json).get("label"))[0]
     except (OSError, ValueError):
         return None

@@ -29,7 +29,7 @@ from oracle.compare import bad_statistics, compare_pair, printable, run_identity
     with_printable_label
 from oracle.history import JournalError
 from oracle.report_data import (RATE_METRICS as POOLED, NotAudited, RunData, RunFolderError, load_run,
-                                mend_surrogates, rate)
+                                rate)
 from oracle.report_format import html_target_problem, interval, ms, number, pct
 from oracle.snapshot import SnapshotError, read_meta
 from oracle.verdict import of_summary, trusted_exit_code, unmeasured
@@ -58,7 +58,7 @@ def run_meta(folder: RunFolder) -> dict | None:
     if not (folder.run_json.exists() or folder.run_json.is_symlink()):
         return {}
     try:
-        meta = redact.deep(mend_surrogates(codec.load_document(folder.run_json))[0])  # printable, as load_run's
+        meta = redact.deep(codec.mend_surrogates(codec.load_document(folder.run_json))[0])  # printable, as load_run's
     except (OSError, codec.DecodeError):
         return None
     start = meta.get("start")
