@@ -373,7 +373,7 @@ def _why_not_json(raw: bytes, exc: Exception) -> str:
 
 def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
     """(session, raw line) of one file of the snapshot (a partition's), in the order the audit wrote it."""
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # a link that leads nowhere (a loop) is opened: its error names it
         return
     # one line is one session's whole stored history, as the audit held it: no line of its own is too long
     for before, lines, _ in line_chunks(path, limit=max(LINE_BYTES, path.stat().st_size)):

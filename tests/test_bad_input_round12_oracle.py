@@ -170,6 +170,18 @@ def test_a_snapshot_whose_roles_are_damaged_names_meta_json_not_an_option(tmp_pa
     assert code == 2 and "meta.json: its roles are damaged" in err and "no option was given" in err, out + err
 
 
+def test_a_snapshot_file_that_is_a_symlink_loop_is_named_as_unreadable(tmp_path, capsys):
+    """A symlink loop in place of a snapshot file was taken for no file: "lacks 4 session(s) the journal has ... damaged or
+    from another run", which hid that the file cannot be opened at all (input hunt 16)."""
+    run = _folder(tmp_path)
+    part = next(p for p in sorted((run / "store").glob("sessions.*.jsonl")) if p.stat().st_size)
+    part.unlink()
+    part.symlink_to(part.name)
+    code, out, err = oracle_main(capsys, "audit", run, "--jobs", "1")
+    assert code == 2, out + err
+    assert part.name in err and "symbolic links" in err and "lacks" not in err, err
+
+
 def test_the_key_reader_and_the_line_decoder_agree_on_a_bom(tmp_path):
     from contracts.journal import decode_line
     from oracle.history import Journal
