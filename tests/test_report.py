@@ -146,6 +146,9 @@ def test_folder_that_is_not_a_run_exits_2(tmp_path, capsys):
     assert "no such folder" in capsys.readouterr().err
     assert report.main([str(tmp_path / "notes.txt")]) == 2
     assert f"{tmp_path / 'notes.txt'}: not a folder" in capsys.readouterr().err
+    (tmp_path / "loop").symlink_to("loop")  # was "no such folder" (input hunt 16)
+    assert report.main([str(tmp_path / "loop")]) == 2
+    assert f"{tmp_path / 'loop'}: a symbolic link that leads nowhere" in capsys.readouterr().err
 
 
 def test_unaudited_run_says_to_audit_first(tmp_path, capsys):
