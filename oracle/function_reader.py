@@ -63,7 +63,7 @@ class FunctionReader:
                 else:
                     kind = r.get("type")  # undocumented; a type no reader gives would damage the snapshot
                     out.append(RawSession(session, str(r.get("key") or session), True, r.get("ttl"),
-                                          list(r["entries"]), kind if kind in RAW_TYPES else "list"))
+                                          list(r["entries"]), kind if kind in RAW_TYPES and kind != "none" else "list"))
             yield out
 
     def _check(self, r) -> None:

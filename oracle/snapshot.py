@@ -386,6 +386,10 @@ def snapshot_lines(run_dir: Path, path: Path) -> Iterator[tuple[str, bytes]]:
                 first = bytes(memoryview(head.entries)[:1])  # b"": no entries at all
                 if first not in (b"[", b"n", b""):
                     raise msgspec.ValidationError("Expected `array | null` - at `$.entries`")
+                if head.type == "none" and head.exists:  # as "exists is false, but it holds N entries" (input hunt 16)
+                    raise SnapshotError(f"{path}:{before + i + 1}: not a snapshot session (type is \"none\", no such "
+                                        "key, but exists is true): the snapshot is damaged. Read the store again: pass "
+                                        "--store-url (or --http-url / --reader)")
                 if first != b"[" and head.exists:  # a key that exists holds a list; a missing one says exists: false
                     raise msgspec.ValidationError("`$.entries` is null or missing, but `$.exists` is true: "
                                                   "a key that exists holds a list of entries")

@@ -109,6 +109,19 @@ def test_a_snapshot_line_saying_exists_false_beside_its_entries_is_a_damaged_sna
     assert AGAIN in err
 
 
+def test_a_snapshot_line_saying_type_none_beside_exists_true_is_a_damaged_snapshot(snapshot_run, tmp_path, capsys):
+    """The same contradiction the other way round was re-audited as a PASS, unwarned (input hunt 16)."""
+    where = {}
+
+    def damage(run):
+        where["path"], where["n"], _ = edit_line(run, type="none")
+
+    code, err, _ = reaudit(snapshot_run, tmp_path, capsys, damage)
+    assert code == 2, err
+    assert_named(err, f"{where['path']}:{where['n']}: ", '(type is "none", no such key, but exists is true): the snapshot is damaged')
+    assert AGAIN in err
+
+
 @pytest.mark.parametrize("entries_as", ["text", "json"])
 def test_snapshot_session_refuses_exists_false_with_entries_on_both_paths(entries_as):
     from oracle.snapshot import snapshot_session
