@@ -43,7 +43,7 @@ from oracle.options import OptionError, check_roles
 from oracle.snapshot import SnapshotError, SnapshotWriter, options_from_meta, read_foreign, read_meta
 from oracle.store import StoreError, StoreOptions, make_reader
 from oracle.tables import SESSION_COLUMNS, add_confirmed_crosstalk, summary as build_summary
-from oracle.tally import Tally
+from oracle.tally import WINDOW_COUNTS, Tally
 from oracle.telemetry import unanswered_outside_faults
 from oracle.timeline import check_faults, idle_plan, load_faults, load_steps, unapplied
 
@@ -159,7 +159,8 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                     getattr(reader, "client", None), store, gone, sum(r.gone_count for r in results) >= ok_sessions,
                     tally.first_ack, (tally.totals["failed_probes"], tally.totals["answered"]),
                     sum(r.gone_count for r in results), evidence.get("counters_at_start"),
-                    sum(r.keys_seen for r in results), folder.run_json, sessions, bool(evidence.get("ttl_in_use")))
+                    sum(r.keys_seen for r in results), folder.run_json, sessions, bool(evidence.get("ttl_in_use")),
+                    first_restart(faults, tally))
             changed = lost_since_the_read(reader.client, folder.run_json, store) \
                 if folder.store.exists() and hasattr(reader, "client") else None
             if changed:  # flushed, restarted or expired while this audit read it: the run's evidence is kept
@@ -560,6 +561,18 @@ def _quiet_judge(audit_pid: int) -> None:
         return
     if os.getppid() != audit_pid:  # the audit died before the signal was set
         os._exit(1)
+
+
+def first_restart(faults: list, tally) -> dict | None:
+    """The first kill or restart chaos applied, with the recall probes that failed before its window: a bot that
+    keeps its memory in its own process remembers until its first restart, and the store holds nothing of it."""
+    f = min((f for f in faults if f.effective and f.kind in ("kill", "restart")), key=lambda f: f.start, default=None)
+    if f is None:
+        return None
+    windows, column = tally.windows, WINDOW_COUNTS.index("probes_failed")
+    earlier = 0 if windows.start is None else max(0, int(f.start // tally.window_s) - windows.start)
+    before = int(windows.counts[:earlier, column].sum())
+    return {"kind": f.kind, "target": f.target or f.instance or "a target", "at": f.start, "failed_before": before}
 
 
 def _jobs(jobs: int | None, journal: Journal, store: StoreOptions | None) -> int:

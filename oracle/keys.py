@@ -29,6 +29,7 @@ from contracts.timeline import telemetry_sample
 
 from oracle.redis_reader import as_text, glob_escape, template_pattern
 from oracle.store import StoreError, StoreOptions
+from oracle.timeline import at
 from contracts.tokens import SESSION_RE
 
 ANY_SESSION_RE = re.compile(r"gf[0-9a-f]{16}(?![0-9a-f])")  # a goldfish session id anywhere in a key's name
@@ -225,7 +226,7 @@ class ForeignKeys:
 def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list[str], all_gone: bool,
                           first_ack: float | None, probes: tuple[int, int] = (0, 0), gone_count: int | None = None,
                           at_start: dict | None = None, keys_seen: int = 0, run_json=None,
-                          sessions: int = 0, ttl_in_use: bool = True) -> dict | None:
+                          sessions: int = 0, ttl_in_use: bool = True, restart: dict | None = None) -> dict | None:
     """Evidence about acknowledged sessions whose key does not exist; raises TemplateMismatch when
     the evidence says the oracle looks in the wrong place.
 
@@ -243,7 +244,8 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     whose key the rolling audit read under this template during the run (then the template is right and
     the keys were lost since, whatever else the store says); ``ttl_in_use``: keys under the template were seen
     with a TTL (store_evidence), else the server's expired keys were others' (a cache sharing the Redis) and
-    explain none of the gone sessions (judge.Evidence.gone_class calls them vanished then); ``probes``:
+    explain none of the gone sessions (judge.Evidence.gone_class calls them vanished then); ``restart``: the first
+    kill or restart chaos applied (oracle.audit.first_restart), when the run had one; ``probes``:
     (failed, answered) recall probes — a bot that remembered (few failed) keeps its memory
     somewhere, so finding none of it here means the wrong place; a bot that forgot may simply not
     keep this run's memory in this store (memory in a process, built per request): a loss.
@@ -346,8 +348,20 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             f"{answered} recall probes failed), so its memory is somewhere. The template or --store-url does not "
             "point where the bot writes (or someone flushed the store); a bot that keeps histories where no template "
             "names them (under an id of its own, in one hash per user, in one stream of events) is read with "
-            "--reader (a function from session ids to histories). Nothing was judged.")
+            f"--reader (a function from session ids to histories). {_in_process(restart, failed)}Nothing was judged.")
     return evidence
+
+
+def _in_process(restart: dict | None, failed: int) -> str:
+    """The other story of a store that holds nothing and a bot that remembered: its memory in its own process, lost at
+    the first restart chaos made (every failed probe after it), the likelier one then: the template's story alone sent
+    a user with a dict for memory to fix --store-url (LangChain hunt 16)."""
+    if not restart or not failed or restart["failed_before"]:
+        return ""
+    return (f"But every failed probe came after chaos's first {restart['kind']} of {restart['target']} (at "
+            f"{at(restart['at'])}), none before it, and this store's server ran all along: more likely the bot keeps "
+            "its memory in its own process (a dict, an in-memory history), not in this store, and forgot it when it "
+            "restarted, which is a bug of the bot. ")
 
 
 def _gone_since_the_run(gone_count: int, restarted_at: float | None, run_json, options: StoreOptions) -> str | None:

@@ -465,6 +465,35 @@ def test_nothing_anywhere_and_no_restart_is_a_mismatch_not_a_loss(tmp_path, redi
     assert "does not keep the conversation in this store" in gone[0]["explanation"]
 
 
+def test_nothing_anywhere_and_every_failed_probe_after_a_chaos_restart_names_memory_in_the_process(tmp_path,
+                                                                                                  redis_server):
+    """One replica keeping its memory in its process, killed by chaos: nothing in the store, most probes passed, the
+    failed ones all after the kill. The message sent the user to fix the template or --store-url only (LangChain hunt
+    16 #5); it names the restart and memory in the process first. A failed probe before the kill keeps the old story."""
+    run, world = world_run(tmp_path, redis_server, ago=-2, sessions=24)
+    redis_server.client().flushall()
+    probes = sorted((r for r in world.records if r["kind"] == "probe" and r["outcome"] == "ok"), key=lambda r: r["sent"])
+    late = probes[-2:]
+    for r in late:
+        r["verdict"] = "amnesia"
+    kill = late[0]["sent"] - 0.01
+    (run / "chaos.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+        {"event": "apply", "time": kill, "fault": "kill-bot", "kind": "kill", "target": "bot", "outcome": "ok"},
+        {"event": "recover", "time": kill + 1, "fault": "kill-bot", "kind": "kill", "target": "bot", "outcome": "ok"})))
+    write_journal(run, world.records)
+    with pytest.raises(TemplateMismatch, match=r"But every failed probe came after chaos's first kill of bot \(at .*none "
+                                               r"before it.*memory in its own process.*a bug of the bot\. Nothing was judged"):
+        audit_run(run, StoreOptions(url=redis_server.url))
+
+    early = probes[0]
+    assert early["received"] // 5 < kill // 5, "the early probe must end in a window before the kill's"
+    early["verdict"] = "amnesia"
+    write_journal(run, world.records)
+    with pytest.raises(TemplateMismatch) as caught:
+        audit_run(run, StoreOptions(url=redis_server.url))
+    assert "nothing explains a loss" in str(caught.value) and "own process" not in str(caught.value)
+
+
 def test_a_shared_store_s_expiries_before_the_run_explain_no_missing_session(tmp_path, redis_server):
     """A staging Redis that has expired thousands of cache keys in its life: its lifetime expired_keys exceeded the
     missing sessions, so a --store-url pointing at the wrong server judged every session "gone" (FAIL) instead of
