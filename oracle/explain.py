@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time as _time
 
+from contracts.tokens import NONCE_RE, TOKEN_RE
+
 
 def _t(epoch) -> str:
     if epoch is None:
@@ -168,7 +170,7 @@ def explain(f: dict) -> str:
                 f"{e['copies']} times, at entries {e['positions']} of the history ({e['turns_with_this_reply']} "
                 f"acknowledged turn(s) of the session were answered with that text, and it is stored more often than "
                 f"that). The bot wrote the same answer twice (a retried write, or the reply appended on the write "
-                f"path and again in a callback), so every later turn's context repeats it.")
+                f"path and again in a callback), so every later turn's context repeats it.{_anyones(e['reply'])}")
     if cls == "duplicated":
         reply = (f" Its reply is stored {e['reply_copies']} times too (entries {e['reply_positions']}): the whole "
                  "exchange was written again." if e.get("reply_copies") else "")
@@ -256,3 +258,13 @@ def journal_copy_line(copy: dict) -> str:
     where = copy["master"] or "the master's journal (it had no copy of this worker's lines)"
     return (f"the journal of {copy['shard']} was read from the worker's own copy {copy['read']}: it holds "
             f"{copy['lines_added']} line(s) more than {where} (the master stopped before they reached it)")
+
+
+def _anyones(reply) -> str:
+    """The other story of a reply stored once too often, when nothing in it is this session's own (bot hunt 14 #9): a
+    generic answer ("Noted.") appended to the wrong conversation's key looks the same in this history."""
+    if not isinstance(reply, str) or TOKEN_RE.search(reply) or NONCE_RE.search(reply):
+        return ""
+    return (" The reply carries no token or fact of this session, so the extra copy may also be another conversation's "
+            "answer of the same text written into this user's memory (a reply sent to the wrong key: cross-talk); the "
+            "history alone cannot tell the two apart.")

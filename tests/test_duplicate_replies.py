@@ -60,6 +60,22 @@ def test_a_reply_stored_twice_is_one_duplicated_finding_for_its_turn():
     assert classes(late) == [("duplicated", 1)] and late[0]["evidence"]["positions"] == [3, 5]
 
 
+def test_a_generic_reply_stored_twice_is_also_told_as_maybe_another_conversation_s():
+    """A bot appending its "Noted." to another open conversation's key (a fan-out bug) was explained as a retried write
+    only, a certainty sending the reader to the retry path (bot hunt 14 #9); a reply holding this session's token is
+    this session's."""
+    from oracle.explain import explain
+
+    turns = [turn(0, "Hi."), turn(1, "Sure.")]
+    found = judge(turns, [("human", 0), ("ai", "Hi."), ("human", 1), ("ai", "Sure."), ("ai", "Sure.")])
+    assert "another conversation's answer of the same text" in explain(found[0])
+    own = f"Noted {make_token(S, 1)}."
+    turns = [turn(0, "Hi."), turn(1, own)]
+    found = judge(turns, [("human", 0), ("ai", "Hi."), ("human", 1), ("ai", own), ("ai", own)])
+    assert classes(found) == [("duplicated", 1)]
+    assert "wrote the same answer twice" in explain(found[0]) and "another conversation" not in explain(found[0])
+
+
 def test_every_reply_stored_twice_gives_one_finding_per_turn_and_nothing_else():
     turns = [turn(n, f"Answer {n}.") for n in range(3)]
     stored = [e for n in range(3) for e in (("human", n), ("ai", f"Answer {n}."), ("ai", f"Answer {n}."))]
