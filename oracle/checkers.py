@@ -666,10 +666,12 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
             else:
                 whole = nearest if isinstance(nearest, str) and t.reply and len(nearest) > len(t.reply) \
                     and nearest.startswith(t.reply) else None  # the client read the answer before it was finished
+                times = None if whole is not None else repeated_pieces(t.reply, nearest)
                 out.append(finding("unanswered", session, turn, t.sent, token=t.token, reply=t.reply,
                                    matched_by="reply text, then count", assistant_entries_after=sum(seen.values()),
                                    stored_instead=spare_texts[-1][:120] if spare_texts else None,
                                    **({"reply_unfinished": whole[:120]} if whole is not None else {}),
+                                   **({"reply_repeated": times, "stored_answer": nearest[:120]} if times else {}),
                                    **({"reply_stored_as_user_entry": as_user[t.reply]} if t.reply in as_user else {}),
                                    **({"other_roles": sorted(map(str, decoded.other_roles))[:5]}
                                       if decoded.other_roles else {})))
@@ -1076,3 +1078,20 @@ def session_stats(turns: list[Turn], copies, corrupt_turns, findings: list[dict]
         "crosstalk_online": online, "exists": exists, "evicted": counts["evicted"],
         "expired_after_end": int(after_end),
     }
+
+
+MIN_REPEATED = 8  # characters: a shorter answer held k times over by a reply may be chance ("ok" in "look ok")
+
+
+def repeated_pieces(reply, stored) -> int | None:
+    """k when the client's reply holds every character of the stored answer exactly k >= 2 times and nothing else: a
+    stream that carried each piece k times (LangChain's astream_events, one event per level of the chain, read
+    without --reply-where), so the answer stored is the one sent, read k times over (LangChain hunt 17). None
+    otherwise."""
+    if not isinstance(reply, str) or not isinstance(stored, str) or len(stored.strip()) < MIN_REPEATED:
+        return None
+    times, left = divmod(len(reply), len(stored))
+    if times < 2 or left:
+        return None
+    want = Counter(stored)
+    return times if Counter(reply) == Counter({c: n * times for c, n in want.items()}) else None

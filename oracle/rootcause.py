@@ -112,10 +112,11 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
             if f["class"] == "lost" and isinstance(read_at, (int, float)) and \
                     isinstance(e.get("received"), (int, float)) and 0 <= read_at - e["received"] < LATE_S:
                 e["read_after_s"] = round(read_at - e["received"], 1)
-            if f["class"] == "unanswered" and e.get("reply_unfinished"):
+            if f["class"] == "unanswered" and (e.get("reply_unfinished") or e.get("reply_repeated")):
                 out.unfinished += 1
-                out.unfinished_first = out.unfinished_first or {"reply": e.get("reply"),
-                                                                "stored": e["reply_unfinished"]}
+                out.unfinished_first = out.unfinished_first or (
+                    {"reply": e.get("reply"), "stored": e["reply_unfinished"]} if e.get("reply_unfinished") else
+                    {"reply": e.get("reply"), "stored": e.get("stored_answer"), "repeated": e["reply_repeated"]})
             f["cause"] = _misfiled_reply(f, replies_landed, unanswered, misfiled) or _cause(f, landed, missing, misrouted)
             f["explanation"] = explain(f)
             fh.write(codec.dumps_line(f))

@@ -599,6 +599,12 @@ def unfinished_replies(v: dict | None) -> str | None:
     seen = v.get("unfinished_replies") if isinstance(v, dict) else None
     if not isinstance(seen, dict):
         return None
+    if seen.get("repeated"):  # checkers.repeated_pieces
+        return (f"on {short(seen.get('count'))} turn(s) found unanswered, the reply the client got holds every piece of "
+                f"the answer stored after the turn {short(seen.get('repeated'))} times over (first: "
+                f"{short(seen.get('reply'), 60)} for {short(seen.get('stored'), 60)}): the stream carries each piece "
+                "more than once (one event per level of a chain, as LangChain's astream_events does), so the FAIL "
+                "cannot be trusted: keep only the model's pieces (--reply-where event=on_chat_model_stream, say)")
     return (f"on {short(seen.get('count'))} turn(s) found unanswered, the answer stored after the turn begins with the "
             f"reply the client got and goes on (first: {short(seen.get('reply'), 60)} of {short(seen.get('stored'), 100)})"
             ": the client read answers before the bot finished them (a poll that took a message still being written), "
