@@ -65,6 +65,7 @@ class Evidence:
     expiries: list = field(default_factory=list)   # [(time, expired_keys counter)] likewise; none: not known
     ttl_floor: float | None = None  # the shortest TTL a key under the template was given (oracle.keys.ttl_floor)
     ttl_at: float = 0.0             # when it was measured
+    evicts_untimed: bool = True     # its maxmemory policy may evict a key without a TTL (oracle.keys.evicts_untimed)
 
     def __post_init__(self):
         self._evicted, self._expired = _CounterOverTime(self.evictions), _CounterOverTime(self.expiries)
@@ -74,10 +75,11 @@ class Evidence:
         """From ``keys.store_evidence``'s dict (or an older snapshot's, which has no expiries)."""
         return cls(evidence.get("ttl_in_use", False), [tuple(e) for e in evidence.get("evictions") or []],
                    [tuple(e) for e in evidence.get("expiries") or []], evidence.get("ttl_floor"),
-                   evidence.get("ttl_at") or 0.0)
+                   evidence.get("ttl_at") or 0.0, evidence.get("evicts_untimed") is not False)
 
     def gone_class(self, last_ack: float, first_write: float | None = None, longest_pause: float | None = None) -> str:
-        """``evicted`` when the store evicted keys after the session's last acknowledged turn, else ``expired``
+        """``evicted`` when the store evicted keys after the session's last acknowledged turn (and its policy may evict
+        such a key: ``evicts_untimed``, or keys under the template carry TTLs), else ``expired``
         when keys under the template carry TTLs, the store may have expired a key since the session's first
         write and the session is older than the shortest TTL they were given, else ``vanished``: a key the store
         never expired did not expire (a Redis that restarted without persistence, keys under a 1-hour TTL, lost
@@ -88,8 +90,8 @@ class Evidence:
         TTL, and its last acknowledged turn is older than that TTL. A bot that keeps a history for N seconds after
         its last message (LangChain's ``ttl``) does so by design, and the user never came back: nobody was
         forgotten, the audit just read too late to judge what was stored."""
-        if self._evicted.rose_after(last_ack):
-            return "evicted"
+        if self._evicted.rose_after(last_ack) and (self.ttl_in_use or self.evicts_untimed):
+            return "evicted"  # (a volatile-* policy evicts only keys with a TTL, and none was seen under the template)
         if not self.ttl_in_use:
             return "vanished"
         if self.expiries and not self._expired.rose_after(last_ack if first_write is None else first_write):

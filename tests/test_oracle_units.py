@@ -351,6 +351,40 @@ def test_a_gone_key_is_evicted_only_when_the_store_evicted_after_its_last_ack():
     assert Evidence(False, [(100.0, 7), (110.0, 2)]).gone_class(105.0) == "evicted"  # a restart, then 2 evicted
 
 
+def test_a_store_whose_policy_evicts_only_keys_with_a_ttl_evicted_no_history_without_one():
+    """Another app's cache on a shared Redis (volatile-lru, its own keys with TTLs) evicted keys all run; a history
+    without a TTL deleted there was `evicted`, and --gate evicted=off PASSed it (verdict hunt 17)."""
+    from oracle.judge import Evidence
+    from oracle.keys import evicts_untimed
+
+    evictions = [(100.0, 0), (130.0, 9)]
+    assert Evidence(False, evictions, evicts_untimed=False).gone_class(110.0) == "vanished"
+    assert Evidence(True, evictions, evicts_untimed=False).gone_class(110.0) == "evicted"  # keys with TTLs: may be
+    assert Evidence(False, evictions).gone_class(110.0) == "evicted"  # allkeys-*, or unknown
+    assert Evidence.of({"evictions": evictions, "evicts_untimed": False}).gone_class(110.0) == "vanished"
+    assert Evidence.of({"evictions": evictions}).gone_class(110.0) == "evicted"  # an older snapshot: it may
+    assert [evicts_untimed({"maxmemory_policy": p}) for p in ("volatile-lru", "volatile-ttl", "noeviction",
+                                                                "allkeys-lru", "allkeys-random")] == \
+        [False, False, False, True, True]
+    assert evicts_untimed({}) is True
+
+
+def test_the_store_s_maxmemory_policy_is_read_with_its_evidence(redis_server):
+    from oracle.keys import _info, evicts_untimed
+
+    client = redis_server.client()
+    client.config_set("maxmemory-policy", "volatile-lru")
+    try:
+        assert evicts_untimed(_info(client)) is False
+    finally:
+        client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        assert evicts_untimed(_info(client)) is True
+    finally:
+        client.config_set("maxmemory-policy", "noeviction")
+
+
 def test_a_gone_key_expired_only_when_the_store_expired_a_key_since_the_sessions_first_write():
     """Keys under the template carry a 1-hour TTL, and Redis restarted without persistence: the sessions written
     before the crash were gone, called 'expired', and `--gate expired=off` passed the run (a real LangChain app).
