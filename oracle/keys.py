@@ -772,12 +772,17 @@ def find_in_keys_under(client: redis.Redis, options: StoreOptions,
     second dict, a template that cannot work. A key holding many sessions' is shared: a bot that files every
     conversation under one key (``message_store:default``), so each user reads everyone's history (the first).
     Reads both ends (SHARED_ENTRIES entries each, or SHARED_BYTES of a blob) of the first SHARED_KEYS keys
-    under the template: the sessions looked for are the run's first, at the oldest end of a shared list."""
+    under the template, and of the key its prefix names alone: the sessions looked for are the run's first, at the
+    oldest end of a shared list."""
     if not sessions:
         return {}, {}
     pattern, wanted, shared, renamed = template_pattern(options.key_template), set(sessions), {}, {}
+    # and the key the template names without its session part: a factory that drops the conversation id files every
+    # conversation of a user in message_store:alice, which message_store:alice:* never matches (LangChain hunt 17)
+    stem = options.key_template.partition("{session}")[0].rstrip(":/_-.|")
     try:
-        keys = [k for _, k in zip(range(SHARED_KEYS), client.scan_iter(match=pattern, count=1000))]
+        keys = ([stem.encode()] if stem else []) + \
+            [k for _, k in zip(range(SHARED_KEYS), client.scan_iter(match=pattern, count=1000))]
         pipe = client.pipeline(transaction=False)
         for key in keys:
             pipe.type(key)

@@ -571,23 +571,26 @@ def test_a_store_read_in_the_wrong_direction_is_a_mismatch_naming_the_right_one(
     assert right["anomalies"] == {}
 
 
-def test_a_bot_that_files_every_conversation_under_one_key_fails_naming_it(tmp_path, redis_server):
+@pytest.mark.parametrize("template, shared", [("message_store:{session}", "message_store:default"),
+                                              ("message_store:alice:{session}", "message_store:alice")])
+def test_a_bot_that_files_every_conversation_under_one_key_fails_naming_it(tmp_path, redis_server, template, shared):
     """A LangChain app whose session key ignores the conversation (every user in message_store:default): no key of
     the run's sessions, a bot that remembered (it reads everyone's history), so the store 'did not point where the
     bot writes' (exit 2, no verdict) or every session 'vanished'. Their messages are in a key of many sessions:
-    judged (FAIL), each gone session naming that key."""
+    judged (FAIL), each gone session naming that key. A per-user factory that drops the conversation id writes
+    message_store:alice, the template's prefix alone, which no scan under the template matched (LangChain hunt 17)."""
     run, world = world_run(tmp_path, redis_server, ago=-2)
     client = redis_server.client()
     client.flushall()
     pipe = client.pipeline(transaction=False)
     for s in world.order:
         for _, message in world.stored[s]:
-            pipe.rpush("message_store:default", json.dumps(message))
+            pipe.rpush(shared, json.dumps(message))
     pipe.execute()
-    summary = audit_run(run, StoreOptions(url=redis_server.url))
+    summary = audit_run(run, StoreOptions(url=redis_server.url, key_template=template))
     assert summary["verdict"]["result"] == "fail" and summary["anomalies"] == {"vanished": len(world.order)}
     gone = read_findings(run)
-    assert {f["evidence"].get("found_in_shared") for f in gone} == {"message_store:default"}
+    assert {f["evidence"].get("found_in_shared") for f in gone} == {shared}
     assert "one shared key" in gone[0]["explanation"]
     # every user's memory is that key: cross-talk (the gate counted 0: a dashboard on it missed the classic bug),
     # one root cause, and the store lost nothing
