@@ -291,7 +291,16 @@ def check_lost(session: str, turns: list[Turn], raw: RawSession, v: StoredView) 
             and t.turn not in v.merged]
     oldest = {"oldest": True} if lost and v.copies and max(t.turn for t in lost) < min(v.copies) else {}
     return [finding("lost", session, t.turn, t.sent, token=t.token, key=raw.key,
-                    stored_user_entries=len(v.own), sent=t.sent, received=t.received, **oldest) for t in lost]
+                    stored_user_entries=len(v.own), sent=t.sent, received=t.received, **oldest,
+                    **({} if _overlapped(t, turns) else {"alone": True})) for t in lost]
+
+
+def _overlapped(t: Turn, turns: list[Turn]) -> bool:
+    """Another turn of the session was in flight while ``t`` was (sent before its answer, answered after its send):
+    only then can two requests of it race a read-modify-write (bot hunt 17)."""
+    end = t.received if t.received is not None else float("inf")
+    return any(o is not t and o.sent < end and (o.received if o.received is not None else float("inf")) > t.sent
+               for o in turns)
 
 
 def check_facts(session: str, by_turn: dict[int, Turn], decoded: Decoded, v: StoredView, key: str) -> list[dict]:

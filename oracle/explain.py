@@ -56,6 +56,12 @@ def explain(f: dict) -> str:
                     "a new one, so the bot forgot the conversation so far. By design if the TTL is meant to end idle "
                     "conversations (these turns are no `expired` session: --gate stored_loss judges them); if not, "
                     "give the history a TTL longer than users pause.")
+        restart = e.get("store_restarted_at")
+        if restart:
+            by = f"a {restart['kind']} fault" if restart.get("kind") else "its uptime says"
+            return (f"{head}, nor any of the session's turns before the ones it holds. It was acknowledged before the "
+                    f"store restarted at {_t(restart['at'])} ({by}): the restart kept none of it (no or too little "
+                    "persistence), and the turns after it made a new key. The store lost an acknowledged write.")
         if e.get("other_key_names"):
             k = e["other_key_names"]
             return (f"{head}. {k['found']} of the {k['looked_for']} gone sessions of this run looked for are under "
@@ -67,6 +73,11 @@ def explain(f: dict) -> str:
             return (f"{head}: the store lost an acknowledged write, or has not made it yet: it was acknowledged only "
                     f"{e['read_after_s']} s before the store was read. A bot that writes after it replies "
                     "(write-behind) needs longer than that; a longer --settle tells the two apart.")
+        if e.get("alone"):
+            return (f"{head}: the store lost an acknowledged write, or the bot never made it. No other turn of the "
+                    "session was in flight while this one was, so it is no race between its requests: the bot dropped "
+                    "the write (one made after the reply that failed, a store error swallowed) or rewrote the history "
+                    "without it (a summary or a trim).")
         return (f"{head}: the store lost an acknowledged write, or the bot never made it (a race between concurrent "
                 "turns of the session, a history rewritten without it: a summary or a trim).")
     if cls in ("vanished", "expired"):

@@ -109,6 +109,8 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
                 _other_key_names(f, missing_keys)
             if f["class"] in GONE or f["class"] == "lost" and not e.get("altered"):
                 _acknowledged_while_down(f, outages)
+            if f["class"] == "lost" and e.get("oldest") and not e.get("store_down"):
+                _restarted_since(f, outages, missing_keys)
             if f["class"] == "lost" and isinstance(read_at, (int, float)) and \
                     isinstance(e.get("received"), (int, float)) and 0 <= read_at - e["received"] < LATE_S:
                 e["read_after_s"] = round(read_at - e["received"], 1)
@@ -249,6 +251,21 @@ def _other_key_names(f: dict, missing_keys: dict | None) -> None:
     f["evidence"]["other_key_names"] = {"keys": sorted({k for keys in elsewhere.values() for k in keys})[:EXAMPLES],
                                         "found": len(elsewhere),
                                         "looked_for": missing_keys.get("looked_for") or len(elsewhere)}
+
+
+def _restarted_since(f: dict, outages: list, missing_keys: dict | None) -> None:
+    """A session's oldest turns lost, acknowledged before the store restarted (a fault that took it down, or the
+    server's uptime): the restart kept nothing of them and the turns after it made a new key. They were told as a race
+    or a trim, though the report charged them to the restart (bot hunt 17)."""
+    e, restarts = f["evidence"], [(start, kind) for kind, start, _ in outages]
+    if isinstance((missing_keys or {}).get("restarted_at"), (int, float)):
+        restarts.append((missing_keys["restarted_at"], None))
+    if not isinstance(e.get("received"), (int, float)):
+        return
+    after = [(at, kind) for at, kind in restarts if at >= e["received"]]
+    if after:
+        at, kind = min(after, key=lambda r: r[0])
+        e["store_restarted_at"] = {"at": at, **({"kind": kind} if kind else {})}
 
 
 def _acknowledged_while_down(f: dict, outages: list) -> None:
