@@ -388,7 +388,7 @@ def stored_yet_forgotten(totals, classes) -> list[str]:
     write-behind thread), or reads a replica or a cache that lags, FAILed on probes alone, its report saying "No
     anomalies" with nothing pointing at the stale read (LangChain hunt 16)."""
     failed = totals["failed_probes"]
-    if not failed or classes:
+    if not failed or classes or totals["expired_after_end"]:  # histories not judged: whether they were kept is unknown
         return []
     return [f"store: {failed:,} recall probe(s) failed, yet every acknowledged turn is stored, once and in order: the "
             "facts were kept but not read back when the probe came. The bot answers before its write is readable "

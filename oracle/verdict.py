@@ -40,7 +40,12 @@ NO_PROBE_SENT = ("nothing measured of memory: no recall probe was sent (the load
 NO_PROBE_FINISHED = ("nothing measured of memory: every recall probe sent was still in flight when the test stopped "
                      "(cut short by its end; none timed out or failed): run longer, or give a --script that probes "
                      "sooner")
-UNMEASURED_RUN = (NOTHING_ACKNOWLEDGED, NOTHING_ACKNOWLEDGED_BEFORE, NO_PROBE_SENT, NO_PROBE_FINISHED)  # exit 2 when nothing else failed: the test measured nothing
+# the verdict of a run with no recall probe answered (a script without one) whose every history went unjudged: each key
+# expired after its conversation ended, before the audit read it. It PASSed, having judged nothing (bot hunt 17)
+NOTHING_JUDGED = ("nothing measured: no recall probe was answered and no stored history was judged (every key expired "
+                  "after its conversation ended, before the audit read it): read the store sooner (a --settle shorter "
+                  "than the keys' TTL) or during the run (--audit-every)")
+UNMEASURED_RUN = (NOTHING_ACKNOWLEDGED, NOTHING_ACKNOWLEDGED_BEFORE, NO_PROBE_SENT, NO_PROBE_FINISHED, NOTHING_JUDGED)  # exit 2 when nothing else failed: the test measured nothing
 
 
 class GateError(ValueError):
@@ -418,6 +423,10 @@ def require_measured(v: dict, acknowledged: int, probes: int, answered: int, gat
         for rule in v["rules"] if lines else []:  # its 0 of 0 is no PASS beside the line saying so
             if rule.get("gate") == "probe_amnesia" and rule.get("result") == PASS:
                 rule["result"] = UNMEASURED
+    stored = next((r for r in v["rules"] if r.get("gate") == "stored_loss"), None)
+    if acknowledged and not answered and not lines and stored is not None and stored.get("total") == 0 and \
+            stored.get("result") == PASS:
+        lines, stored["result"] = [NOTHING_JUDGED], UNMEASURED
     if lines:
         v["result"], v["failed"] = FAIL, lines + v["failed"]
     return v

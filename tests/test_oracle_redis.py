@@ -696,6 +696,39 @@ def test_history_keys_that_expire_within_the_hour_are_named_beside_the_verdict(t
         assert "about 30 s" in said[0] or "about 29 s" in said[0], said[0]
 
 
+def test_no_probe_answered_and_every_history_expired_after_its_end_is_nothing_measured(tmp_path, redis_server):
+    """A script without recall probes, every key expired once its conversation was over, before the audit read it:
+    nothing was judged, and the run PASSed (bot hunt 17: a TTL never refreshed, expiring mid-conversation, looked
+    the same). Exit 2, NOTHING MEASURED, naming --settle and --audit-every; no 'facts kept' warning either."""
+    import time
+
+    from support_oracle import TurnSpec
+    from oracle.verdict import NOTHING_JUDGED, exit_code
+
+    specs = [[TurnSpec("plant", "ok"), TurnSpec("chatter", "ok"), TurnSpec("chatter", "ok")] for _ in range(4)]
+    world = build_world(specs, start=time.time() - 120, seed=4)
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    store_with_langchain(redis_server.url, world, ttl=30)
+    client = redis_server.client()
+    expired = int(client.info("stats")["expired_keys"])
+    client.set("message_store:short-lived", "x", px=1)  # the store expires keys under the template
+    wait_until(lambda: client.get("message_store:short-lived") is None and
+               int(client.info("stats")["expired_keys"]) > expired, what="a key to expire")
+    client.delete(*[f"message_store:{s}" for s in world.order])  # as their TTL would have
+    (run / "telemetry.jsonl").write_text(json.dumps(  # the run's telemetry saw the keys with their 30 s TTL
+        {"time": world.records[0]["sent"] + 1, "users": 4, "store": {"template_ttls": {s: 30 for s in world.order}}})
+        + "\n")
+
+    summary = audit_run(run, StoreOptions(url=redis_server.url))
+
+    assert summary["anomalies"] == {} and summary["observed"]["stored_loss"]["total"] == 0
+    assert summary["verdict"]["failed"] == [NOTHING_JUDGED] and exit_code(summary["verdict"]) == 2
+    rules = {r["gate"]: r["result"] for r in summary["verdict"]["rules"]}
+    assert rules["stored_loss"] == "not measured"
+    assert not any("not read back" in p for p in summary["problems"])
+
+
 def test_a_key_that_expired_after_its_conversation_ended_is_no_finding(tmp_path, redis_server):
     """A bot that keeps a history N seconds after its last message (LangChain's ``ttl``), audited more than N
     seconds after a conversation ended: its key is gone by design and its user never came back, yet every such
@@ -729,5 +762,8 @@ def test_a_key_that_expired_after_its_conversation_ended_is_no_finding(tmp_path,
     stored_loss = summary["observed"]["stored_loss"]
     assert stored_loss["total"] == sum(ok_turns[s] for s in kept + [paused])
     assert stored_loss["count"] == ok_turns[paused]
+    # the headline metric (compare and trend pool it) is over the same judged turns: "0 of 874" was read as measured
+    metric = summary["metrics"]["stored_loss"]  # (verdict hunt 17)
+    assert (metric["count"], metric["total"]) == (ok_turns[paused], stored_loss["total"])
     said = [p for p in summary["problems"] if "expired after their conversations ended" in p]
     assert len(said) == 1 and "the keys of 2 session(s)" in said[0], summary["problems"]

@@ -32,3 +32,14 @@ def test_not_said_when_the_store_lost_something_or_every_probe_passed(tmp_path, 
     world.stored[world.order[1]] = world.stored[world.order[1]][2:]  # its first turn lost
     lost = audited(tmp_path / "b", capsys, world)
     assert lost["anomalies"] and not any(SAID in p for p in lost["problems"])
+
+
+def test_not_said_when_histories_were_not_judged():
+    """Keys that expired after their conversations were not read: whether the facts were kept is unknown (bot hunt
+    17: the warning said 'every acknowledged turn is stored' with no history read)."""
+    from collections import Counter
+
+    from oracle.audit import stored_yet_forgotten
+
+    assert stored_yet_forgotten(Counter(failed_probes=3), {}) != []
+    assert stored_yet_forgotten(Counter(failed_probes=3, expired_after_end=2), {}) == []
