@@ -167,7 +167,19 @@ def _load_text(run: dict) -> str | None:
         users = f"{users}, then {', then '.join(printable(str(c)) for c in changed[:5])}"
     return (f"{users} users" if users is not None else "users not said") + (f" at {rate:g}/s" if isinstance(
         rate, (int, float)) else "") + (f" for {printable(str(time))}{'s' if isinstance(time, int) else ''}"
-                                        if time not in (None, 0, "") else " until stopped")
+                                        if time not in (None, 0, "") else " until stopped") + _stopped_early(run)
+
+
+def _stopped_early(run: dict) -> str:
+    """", stopped early by SIGTERM after 5s": a run cut short by a signal (run.json's ``stopped_early``) was compared
+    like for like with a full one, its load said as planned (verdict hunt 17)."""
+    early = run.get("stopped_early")
+    if not isinstance(early, dict):
+        return ""
+    at, start = early.get("time"), run.get("start")
+    after = f" after {at - start:.0f}s" if all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                for v in (at, start)) and at >= start else ""
+    return f", stopped early by {printable(str(early.get('signal') or 'a signal'))}{after}"
 
 
 def candidate_verdict(summary: dict, args) -> dict:

@@ -103,6 +103,12 @@ def test_runs_under_different_loads_warn(tmp_path, capsys):
     _with_load(cand, {"users": 10, "spawn_rate": 5, "run_time": 60, "shape": None, "users_changed": [40]})
     assert compare.main([str(base), str(cand), "--gate", "off"]) == 0  # the web UI's edit of the running test
     assert "v2: 10, then 40 users at 5/s for 60s)" in capsys.readouterr().out
+    _with_load(cand, {"users": 10, "spawn_rate": 5, "run_time": 60, "shape": None})
+    run = json.loads((cand / "run.json").read_text())
+    (cand / "run.json").write_text(json.dumps({**run, "start": 1000.0, "stopped_early": {"signal": "SIGTERM",
+                                                                                      "time": 1005.2}}))
+    assert compare.main([str(base), str(cand), "--gate", "off"]) == 0  # a nightly a CI time-out cut short
+    assert "v2: 10 users at 5/s for 60s, stopped early by SIGTERM after 5s)" in capsys.readouterr().out
 
 
 def test_a_base_that_was_cut_short_makes_a_passing_comparison_not_trusted(tmp_path, capsys):
