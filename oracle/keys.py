@@ -112,10 +112,12 @@ def check_layout(order: Counter, options: StoreOptions, live: bool, forgot: bool
     if order["pickled"] >= 2 and not held and not forgot:
         raise TemplateMismatch(
             f"every entry of the {order['pickled']} sessions with stored entries is a Python pickle (recognised by its "
-            "header; the audit never unpickles: unpickling runs code), and the bot read them back (its recall probes "
-            "passed): the audit cannot read this store as it is. Read the histories with --reader (a function from "
-            "session ids to histories, one message each: docs/oracle.md \"Readers\"), or store JSON. Nothing was "
-            "judged.")
+            "header; the audit never unpickles: unpickling runs code), and the bot read most of them back (at most a "
+            "quarter of its recall probes failed): the audit cannot read this store as it is. Read the histories with "
+            "--reader (a function from session ids to histories, one message each: docs/oracle.md \"Readers\"), or "
+            "store JSON. Probes that failed after a deploy of the bot are pickle drift, most likely: a release that "
+            "cannot unpickle its predecessor's histories starts them afresh, and no --reader reads both; store JSON. "
+            "Nothing was judged.")
     if order["undecodable"] >= 2 and not held:
         # why: the corrupt entries' reasons (oracle/decode.py) of a sample of the keys, counted by kind; a re-audit
         # from the snapshot (or another reader) does not read the store again, so names the possible causes
