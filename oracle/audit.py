@@ -28,6 +28,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 import redis
 import requests
@@ -160,7 +161,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                     tally.first_ack, (tally.totals["failed_probes"], tally.totals["answered"]),
                     sum(r.gone_count for r in results), evidence.get("counters_at_start"),
                     sum(r.keys_seen for r in results), folder.run_json, sessions, bool(evidence.get("ttl_in_use")),
-                    first_restart(faults, tally))
+                    in_process_evidence(folder.path, faults, tally))
             changed = lost_since_the_read(reader.client, folder.run_json, store) \
                 if folder.store.exists() and hasattr(reader, "client") else None
             if changed:  # flushed, restarted or expired while this audit read it: the run's evidence is kept
@@ -561,6 +562,21 @@ def _quiet_judge(audit_pid: int) -> None:
         return
     if os.getppid() != audit_pid:  # the audit died before the signal was set
         os._exit(1)
+
+
+def in_process_evidence(run_dir: Path, faults: list, tally) -> dict | None:
+    """What says a bot keeps its memory in its process, for a store that holds nothing of the run and a bot that
+    mostly remembered: recall probes failing only when another replica than the plant's answered (the journal's
+    --replica-header; uvicorn --workers 2 behind keep-alive, LangChain hunt 17), or only after chaos first
+    restarted something (``first_restart``). None when neither."""
+    from oracle import breakdown
+
+    match = next((t for t in breakdown.compute(run_dir)["tables"] if t["key"] == "replica_match"), None)
+    rows = {r["group"]: r for r in (match or {}).get("rows", ())}
+    same, other = rows.get("the replica that took the plant"), rows.get("another replica")
+    if same and other and same["total"] and not same["count"] and other["count"]:
+        return {"replicas": {"failed": other["count"], "other": other["total"], "same": same["total"]}}
+    return first_restart(faults, tally)
 
 
 def first_restart(faults: list, tally) -> dict | None:

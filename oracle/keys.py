@@ -247,7 +247,7 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     the keys were lost since, whatever else the store says); ``ttl_in_use``: keys under the template were seen
     with a TTL (store_evidence), else the server's expired keys were others' (a cache sharing the Redis) and
     explain none of the gone sessions (judge.Evidence.gone_class calls them vanished then); ``restart``: the first
-    kill or restart chaos applied (oracle.audit.first_restart), when the run had one; ``probes``:
+    kill or restart chaos applied, or how probes failed by replica (oracle.audit.in_process_evidence); ``probes``:
     (failed, answered) recall probes — a bot that remembered (few failed) keeps its memory
     somewhere, so finding none of it here means the wrong place; a bot that forgot may simply not
     keep this run's memory in this store (memory in a process, built per request): a loss.
@@ -356,8 +356,16 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
 
 def _in_process(restart: dict | None, failed: int) -> str:
     """The other story of a store that holds nothing and a bot that remembered: its memory in its own process, lost at
-    the first restart chaos made (every failed probe after it), the likelier one then: the template's story alone sent
-    a user with a dict for memory to fix --store-url (LangChain hunt 16)."""
+    the first restart chaos made (every failed probe after it), or per replica (every failed probe answered by another
+    replica than its plant's), the likelier one then: the template's story alone sent a user with a dict for memory to
+    fix --store-url (LangChain hunts 16 and 17)."""
+    if restart and restart.get("replicas"):
+        r = restart["replicas"]
+        return (f"But each failed probe was answered by another replica than the one that took its plant ({r['failed']} "
+                f"of those {r['other']} probes failed, none of the {r['same']} answered by the plant's own replica): "
+                "more likely each replica keeps its memory in its own process (a dict, an in-memory history, a "
+                "checkpointer in memory), not in this store, which is a bug of the bot once it runs as more than one "
+                "process. ")
     if not restart or not failed or restart["failed_before"]:
         return ""
     return (f"But every failed probe came after chaos's first {restart['kind']} of {restart['target']} (at "

@@ -494,6 +494,27 @@ def test_nothing_anywhere_and_every_failed_probe_after_a_chaos_restart_names_mem
     assert "nothing explains a loss" in str(caught.value) and "own process" not in str(caught.value)
 
 
+def test_nothing_anywhere_and_probes_failing_only_on_another_replica_names_memory_per_process(tmp_path, redis_server):
+    """uvicorn --workers 2 with the quick-start `store = {}` behind keep-alive: nothing in the store, few probes failed
+    (under the quarter that says 'forgot'), each answered by another replica than its plant's (--replica-header). It
+    was told as a wrong template or --store-url only (LangChain hunt 17 #2)."""
+    run, world = world_run(tmp_path, redis_server, ago=-2, sessions=24)
+    redis_server.client().flushall()
+    planted = {r["session"]: r["fact"] for r in world.records if r["kind"] == "plant"}
+    for r in world.records:
+        r["replica"] = "worker-1"
+        if r["kind"] == "probe":  # each probe asks for its session's plant
+            r["fact"] = planted[r["session"]]
+    probes = [r for r in world.records if r["kind"] == "probe" and r["outcome"] == "ok"]
+    for r in probes[:2]:  # these two landed on the other worker, which never saw their plants
+        r["replica"], r["verdict"] = "worker-2", "amnesia"
+    write_journal(run, world.records)
+    with pytest.raises(TemplateMismatch, match=r"But each failed probe was answered by another replica than the one "
+                                               r"that took its plant \(2 of those 2 probes failed, none of the "
+                                               rf"{len(probes) - 2} answered by the plant's own replica\).*its own process"):
+        audit_run(run, StoreOptions(url=redis_server.url))
+
+
 def test_a_shared_store_s_expiries_before_the_run_explain_no_missing_session(tmp_path, redis_server):
     """A staging Redis that has expired thousands of cache keys in its life: its lifetime expired_keys exceeded the
     missing sessions, so a --store-url pointing at the wrong server judged every session "gone" (FAIL) instead of
