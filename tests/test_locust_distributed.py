@@ -106,6 +106,31 @@ def test_master_and_two_workers_on_loopback(tmp_path, late):
 
 
 @pytest.mark.slow
+def test_a_master_sigtermed_during_the_load_records_that_it_stopped_early(tmp_path):
+    """A CI job's time-out on a distributed run: Locust's master quits inside its own SIGTERM handler, stopping the
+    load and finishing goldfish's run before goldfish's quit ran, so run.json said nothing (PASS, exit 0, a 6 s run
+    of 30 taken for a full one: verdict hunt 17). It records stopped_early, as a local run does."""
+    port = free_port()
+    run_dir = tmp_path / "run"
+    with chat_bot("memory") as url:
+        master = run_master(url, run_dir, port, "--think", "0.05", users=4, time_s="60s")
+        workers = start_workers(2, port, tmp_path)
+        try:
+            wait_until(lambda: sum(p.stat().st_size for p in (run_dir / "journal").glob("*.jsonl")) > 4000,
+                       timeout=60, what="turns in the master's journal")
+            os.kill(master.pid, signal.SIGTERM)
+            done = finish(master)
+            for w in workers:
+                w.wait(30)
+        finally:
+            for w in workers:
+                _kill_group(w)
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["stopped_early"]["signal"] == "SIGTERM", (meta, done.stderr[-3000:])
+    assert "SIGTERM during the load" in done.stderr and meta["end"] is not None
+
+
+@pytest.mark.slow
 def test_sigkilled_worker_loses_only_its_in_flight_turns(tmp_path):
     port = free_port()
     run_dir = tmp_path / "run"
