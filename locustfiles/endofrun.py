@@ -921,11 +921,14 @@ class EndOfRun:
 
 
 def _known_store_errors() -> tuple:
-    """The failures of a store or its snapshot whose message is the whole story (``audit FAILED: StoreError ...``):
-    a store that stopped answering at the audit printed 60 lines of traceback before it."""
+    """The failures of a store, its snapshot or the run folder whose message is the whole story (``audit FAILED:
+    StoreError ...``): a store that stopped answering at the audit printed 60 lines of traceback before it, and a
+    full disk the same (input hunt 17)."""
     import redis
     import requests
 
+    from contracts.runfolder import CannotWrite
     from oracle import SnapshotError, StoreError
 
-    return StoreError, SnapshotError, redis.RedisError, requests.RequestException
+    # and a run folder that cannot be written (a full disk: "cannot write the run folder: No space left ...")
+    return StoreError, SnapshotError, CannotWrite, redis.RedisError, requests.RequestException

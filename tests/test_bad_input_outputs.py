@@ -163,6 +163,29 @@ def test_a_live_audit_on_a_full_disk_is_exit_2_and_keeps_the_earlier_snapshot_an
     assert "store.reading/meta.json" in failures[0]  # the read's first write: no free page at all
 
 
+def test_the_end_of_run_audit_on_a_full_disk_is_one_line_not_a_traceback(disk, redis_server):
+    """Locust's end-of-run audit on a full disk logged "audit failed" with a whole traceback before its own clear
+    line (input hunt 17); `oracle audit` said it in one line. Exit 3 (the audit failed, the journal intact) stands."""
+    run = disk.path / "run"
+    world = build_world(simple_specs(6), seed=3)
+    write_journal(run, world.records)
+    fill_redis(redis_server.client(), world)
+    disk.fill()
+    script = ("import sys\nfrom types import SimpleNamespace\nfrom oracle.store import StoreOptions\n"
+              "from locustfiles.endofrun import EndOfRun\n"
+              "code, _ = EndOfRun.audit(SimpleNamespace(audited=None, settings=SimpleNamespace(run_dir=sys.argv[1], "
+              "gates=None, store=StoreOptions(url=sys.argv[2]))))\nprint('code', code)\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", script, str(run), redis_server.url], capture_output=True,
+                              text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    finally:
+        disk.free()
+    out = done.stdout + done.stderr
+    assert "code 3" in done.stdout, out
+    assert "audit FAILED: CannotWrite: cannot write the run folder: No space left on device" in out, out
+    assert "Traceback" not in out and "audit failed\n" not in out, out
+
+
 # ---- D3/D4: a re-audit from the snapshot on a full disk ------------------------------------------------------
 def test_a_reaudit_on_a_full_disk_is_exit_2_blames_the_disk_and_leaves_no_temporaries(disk):
     """With no free page the re-audit said the store failed and the snapshot was marked incomplete (neither
