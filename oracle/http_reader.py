@@ -444,6 +444,11 @@ class HttpReader:
                 if _stale(exc):
                     raise _Retry() from exc
                 raise StoreError(f"GET {url} failed: {exc}{_tls_hint(exc)}") from exc
+            if response.headers.get("Content-Type", "").split(";")[0].strip().lower() == "text/event-stream":
+                response.close()  # an event stream never ends: its keep-alives held the audit to the deadline
+                raise StoreError(f"GET {url} answered an event stream (Content-Type text/event-stream), not a history: "
+                                 "--http-url names the endpoint that lists a session's stored messages (JSON), not "
+                                 "the bot's stream of replies")
             try:
                 content = self._body(response, slot)
             except _TooLarge:

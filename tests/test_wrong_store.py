@@ -121,6 +121,38 @@ def test_an_http_api_empty_for_every_session_behind_a_bot_that_forgot_is_still_a
     assert s["verdict"]["result"] == "fail" and lost == {world.order[0]}
 
 
+class _Stream(BaseHTTPRequestHandler):
+    """A bot's event stream: 200 text/event-stream, a keep-alive comment every 0.2 s (at most 300), never an end."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.end_headers()
+        try:
+            for _ in range(300):
+                self.wfile.write(b": ping\n\n")
+                self.wfile.flush()
+                time.sleep(0.2)
+        except OSError:
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_an_event_stream_given_as_the_history_url_is_refused_at_once(tmp_path):
+    """The bot's SSE endpoint given as --http-url (an easy slip): its keep-alives restarted each read's timeout, and
+    the audit waited out the 120 s deadline of every GET (input hunt 17). Refused at its first reply, exit 2."""
+    from oracle.store import StoreError
+
+    run, _ = journaled(tmp_path)
+    with http_server(_Stream) as server:
+        with pytest.raises(StoreError, match=r"answered an event stream \(Content-Type text/event-stream\), not a "
+                                             r"history"):
+            audit_run(run, StoreOptions(http_url=f"http://127.0.0.1:{server.server_port}/s/{{session}}"))
+
+
 # ---- --store-url: another, empty Redis ----------------------------------------------------------------------------
 
 def test_another_empty_redis_than_the_run_s_is_the_wrong_store_not_a_loss(tmp_path, redis_factory, capsys):
