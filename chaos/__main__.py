@@ -273,6 +273,8 @@ def cmd_targets(args) -> int:
 
 
 def cmd_heal(args) -> int:
+    if not args.run.strip():  # an empty name said "error: : not a run folder" (input hunt 17)
+        raise ValueError(f"{args.run!r} is no run folder: name the run folder to heal")
     folder = RunFolder(args.run)
     if not (folder.is_run() or folder.chaos.is_file() or folder.outstanding.exists()):
         raise ValueError(f"{args.run}: not a run folder (no run.json, journal/, chaos.jsonl or chaos/outstanding.json)")

@@ -52,6 +52,8 @@ def decode(data: bytes, path: str) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # a byte-order mark of UTF-16 (an editor's "Unicode" save)
+            raise YamlError(f"{path}:1: UTF-16 text (its byte-order mark), not UTF-8: save it as UTF-8") from None
         line = data.count(b"\n", 0, exc.start) + 1
         raise YamlError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}): "
                         "is this a binary file?") from None

@@ -342,7 +342,9 @@ def refused_command(exc: BaseException) -> str | None:
     as the store, a Redis Cluster's node): waiting for the store to come back changes nothing. None for any other
     failure."""
     if isinstance(exc, (redis.exceptions.AskError, redis.exceptions.ClusterError)):  # MovedError is an AskError
-        return ("it is a node of a Redis Cluster, which sent a key to another node: the audit reads one Redis "
+        said = "whose cluster is down (CLUSTERDOWN)" if isinstance(exc, redis.exceptions.ClusterDownError) else \
+            "which sent a key to another node"  # a node of a cluster that is down moves nothing (input hunt 17)
+        return (f"it is a node of a Redis Cluster, {said}: the audit reads one Redis "
                 "server; read the cluster with --reader (a function from session ids to histories, using "
                 "redis.cluster.RedisCluster: docs/oracle.md \"Readers\")")
     if not isinstance(exc, redis.ResponseError) or not any(

@@ -228,6 +228,13 @@ def test_heal_on_a_folder_that_is_not_a_run_is_exit_2(folder, tmp_path, capsys):
     assert_named(capsys.readouterr().err, folder, "not a run folder")
 
 
+def test_heal_of_an_empty_name_says_so(capsys):
+    from chaos.__main__ import main
+
+    assert main(["heal", ""]) == 2
+    assert "error: '' is no run folder: name the run folder to heal" in capsys.readouterr().err  # was "error: : not"
+
+
 BACKEND_OPTS = [
     (["--backend-opt", "bogus"], "--backend-opt 'bogus': expected KEY=VALUE"),
     (["--backend-opt", "=1"], "expected KEY=VALUE"),
@@ -1018,3 +1025,24 @@ def test_a_run_id_in_run_json_that_is_not_text_is_refused(tmp_path, capsys, valu
     (run / "run.json").write_text(json.dumps({"run": value}))
     assert main([str(run)]) == 2
     assert_named(capsys.readouterr().err, str(run / "run.json"), "not a run id (text)")
+
+
+def test_a_utf16_yaml_file_is_named_utf16_not_binary():
+    """An editor's "Unicode" save of a plan: it said "not UTF-8 text (byte 0xff): is this a binary file?" (input hunt
+    17)."""
+    from contracts.yamldoc import YamlError, decode
+
+    for data in ("faults: []\n".encode("utf-16"), "faults: []\n".encode("utf-16-be").join([b"\xfe\xff", b""])):
+        with pytest.raises(YamlError, match=r"plan\.yaml:1: UTF-16 text \(its byte-order mark\), not UTF-8"):
+            decode(data, "plan.yaml")
+    with pytest.raises(YamlError, match="is this a binary file"):
+        decode(b"\x80\x81", "plan.yaml")
+
+
+def test_a_cluster_that_is_down_is_not_said_to_move_keys():
+    import redis
+
+    from oracle.audit import refused_command
+
+    assert "whose cluster is down (CLUSTERDOWN)" in refused_command(redis.exceptions.ClusterDownError("down"))
+    assert "which sent a key to another node" in refused_command(redis.exceptions.MovedError("3999 127.0.0.1:6381"))
