@@ -129,21 +129,12 @@ def test_a_bad_meta_field_is_exit_2_naming_meta_json_and_the_field(name, change,
 
 
 # ---- F8: a server that answers, but not as Redis -----------------------------------------------
-@pytest.fixture
-def not_redis():
-    """A loopback server that answers every command with +PONG: redis-py's HELLO gets a string, not a map."""
+def _serving(serve):
+    """A loopback server handing each connection to ``serve(conn, stop)`` in a thread; yields its redis:// URL."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(16)
     stop = threading.Event()
-
-    def serve(conn):
-        with conn:
-            while not stop.is_set():
-                data = conn.recv(65536)
-                if not data:
-                    return
-                conn.sendall(b"+PONG\r\n" * max(1, data.count(b"*")))
 
     def accept():
         while not stop.is_set():
@@ -151,12 +142,57 @@ def not_redis():
                 conn, _ = server.accept()
             except OSError:
                 return
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+            threading.Thread(target=serve, args=(conn, stop), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
     yield f"redis://127.0.0.1:{server.getsockname()[1]}/0"
     stop.set()
     server.close()
+
+
+@pytest.fixture
+def not_redis():
+    """A loopback server that answers every command with +PONG: redis-py's HELLO gets a string, not a map."""
+    def serve(conn, stop):
+        with conn:
+            while not stop.is_set():
+                data = conn.recv(65536)
+                if not data:
+                    return
+                conn.sendall(b"+PONG\r\n" * max(1, data.count(b"*")))
+
+    yield from _serving(serve)
+
+
+@pytest.fixture
+def trickling():
+    """A loopback server that reads a command, then sends "+" every 0.1 s and never ends the line (at most 600)."""
+    def serve(conn, stop):
+        with conn:
+            try:
+                conn.recv(65536)
+                for _ in range(600):
+                    if stop.wait(0.1):
+                        return
+                    conn.sendall(b"+")
+            except OSError:
+                return
+
+    yield from _serving(serve)
+
+
+@pytest.mark.timeout(60)
+def test_a_server_that_never_finishes_a_reply_is_refused_not_waited_for(trickling, monkeypatch):
+    """Each stray byte restarted the socket's timeout: Locust's start check hung before any load, and `oracle audit
+    --store-url` until killed (input hunt 17). The PING has a deadline of its own (shortened here)."""
+    from oracle import redis_reader
+    from oracle.options import OptionError, reach_store
+    from oracle.store import StoreOptions
+
+    monkeypatch.setattr(redis_reader, "PING_DEADLINE_S", 2.0)
+    with pytest.raises(OptionError) as raised:
+        reach_store(StoreOptions(url=trickling))
+    assert_named(str(raised.value), "cannot reach the store", "no complete reply to PING within 2s")
 
 
 def test_a_server_that_does_not_answer_as_redis_is_exit_2(not_redis, snapshot_run, tmp_path, capsys):

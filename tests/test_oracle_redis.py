@@ -696,6 +696,18 @@ def test_history_keys_that_expire_within_the_hour_are_named_beside_the_verdict(t
         assert "about 30 s" in said[0] or "about 29 s" in said[0], said[0]
 
 
+def stored_with_a_ttl(redis_server, world):
+    """The world stored as LangChain stores it with a 30 s TTL, once the store has expired a key under the template
+    (so a gone key may have expired); the client."""
+    store_with_langchain(redis_server.url, world, ttl=30)
+    client = redis_server.client()
+    expired = int(client.info("stats")["expired_keys"])
+    client.set("message_store:short-lived", "x", px=1)
+    wait_until(lambda: client.get("message_store:short-lived") is None and
+               int(client.info("stats")["expired_keys"]) > expired, what="a key to expire")
+    return client
+
+
 def test_no_probe_answered_and_every_history_expired_after_its_end_is_nothing_measured(tmp_path, redis_server):
     """A script without recall probes, every key expired once its conversation was over, before the audit read it:
     nothing was judged, and the run PASSed (bot hunt 17: a TTL never refreshed, expiring mid-conversation, looked
@@ -709,12 +721,7 @@ def test_no_probe_answered_and_every_history_expired_after_its_end_is_nothing_me
     world = build_world(specs, start=time.time() - 120, seed=4)
     run = tmp_path / "run"
     write_journal(run, world.records)
-    store_with_langchain(redis_server.url, world, ttl=30)
-    client = redis_server.client()
-    expired = int(client.info("stats")["expired_keys"])
-    client.set("message_store:short-lived", "x", px=1)  # the store expires keys under the template
-    wait_until(lambda: client.get("message_store:short-lived") is None and
-               int(client.info("stats")["expired_keys"]) > expired, what="a key to expire")
+    client = stored_with_a_ttl(redis_server, world)
     client.delete(*[f"message_store:{s}" for s in world.order])  # as their TTL would have
     (run / "telemetry.jsonl").write_text(json.dumps(  # the run's telemetry saw the keys with their 30 s TTL
         {"time": world.records[0]["sent"] + 1, "users": 4, "store": {"template_ttls": {s: 30 for s in world.order}}})
@@ -745,12 +752,7 @@ def test_a_key_that_expired_after_its_conversation_ended_is_no_finding(tmp_path,
         r["received"] = r["received"] + 40 if r["received"] is not None else None
     run = tmp_path / "run"
     write_journal(run, world.records)
-    store_with_langchain(redis_server.url, world, ttl=30)
-    client = redis_server.client()
-    expired = int(client.info("stats")["expired_keys"])
-    client.set("message_store:short-lived", "x", px=1)  # the store expires keys under the template
-    wait_until(lambda: client.get("message_store:short-lived") is None and
-               int(client.info("stats")["expired_keys"]) > expired, what="a key to expire")
+    client = stored_with_a_ttl(redis_server, world)
     after_end, kept = world.order[:2], world.order[3:]
     client.delete(*[f"message_store:{s}" for s in after_end + [paused]])  # as their TTL would have
 
