@@ -771,6 +771,7 @@ class EndOfRun:
                 "no audit: --no-audit" if run.settings.no_audit else
                 "no audit: --store-url" if run.settings.store is None else
                 "the report could not be written: see above" if run.report_failed else
+                f"draw it: python -m oracle report {run.run_dir}" if audited else  # judged, stopped (verdict hunt 17)
                 "the store was not judged: see above") + ")"
             lines.append(f"{run.run_dir}: {verdict}, exit code {run.final if run.final is not None else self.code}"
                          f" — {where}")

@@ -523,7 +523,10 @@ def test_a_signal_while_the_audit_finishes_says_and_records_the_audits_verdict(t
     meta = json.loads((tmp_path / "run.json").read_text())
     assert meta["verdict"] == "pass" and meta["exit_code"] == 130 and meta["phase"] == "audit"
     assert meta["interrupted"]["signal"] == "SIGINT" and "oracle report" in meta["interrupted"]["finish_with"]
-    assert end.summary_lines()[0].startswith(f"{run.run_dir}: PASS (the audit's; SIGINT during the audit)")
+    line = end.summary_lines()[0]
+    assert line.startswith(f"{run.run_dir}: PASS (the audit's; SIGINT during the audit)")
+    assert f"no report.html (draw it: python -m oracle report {run.run_dir})" in line  # not "the store was not
+    assert "not judged" not in line  # judged" (verdict hunt 17)
     with pytest.raises(SystemExit):  # the stop thrown at main's next wait, as in the process
         gevent.sleep(0)
 
