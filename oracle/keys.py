@@ -228,7 +228,7 @@ class ForeignKeys:
 def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list[str], all_gone: bool,
                           first_ack: float | None, probes: tuple[int, int] = (0, 0), gone_count: int | None = None,
                           at_start: dict | None = None, keys_seen: int = 0, run_json=None,
-                          sessions: int = 0, ttl_in_use: bool = True, restart: dict | None = None) -> dict | None:
+                          sessions: int = 0, ttl_in_use: bool = True, in_process=None) -> dict | None:
     """Evidence about acknowledged sessions whose key does not exist; raises TemplateMismatch when
     the evidence says the oracle looks in the wrong place.
 
@@ -246,8 +246,9 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     whose key the rolling audit read under this template during the run (then the template is right and
     the keys were lost since, whatever else the store says); ``ttl_in_use``: keys under the template were seen
     with a TTL (store_evidence), else the server's expired keys were others' (a cache sharing the Redis) and
-    explain none of the gone sessions (judge.Evidence.gone_class calls them vanished then); ``restart``: the first
-    kill or restart chaos applied, or how probes failed by replica (oracle.audit.in_process_evidence); ``probes``:
+    explain none of the gone sessions (judge.Evidence.gone_class calls them vanished then); ``in_process``: a
+    function giving how probes failed by replica or around chaos's first restart (oracle.audit.in_process_evidence),
+    called only when the message needs it; ``probes``:
     (failed, answered) recall probes — a bot that remembered (few failed) keeps its memory
     somewhere, so finding none of it here means the wrong place; a bot that forgot may simply not
     keep this run's memory in this store (memory in a process, built per request): a loss.
@@ -350,7 +351,8 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             f"{answered} recall probes failed), so its memory is somewhere. The template or --store-url does not "
             "point where the bot writes (or someone flushed the store); a bot that keeps histories where no template "
             "names them (under an id of its own, in one hash per user, in one stream of events) is read with "
-            f"--reader (a function from session ids to histories). {_in_process(restart, failed)}Nothing was judged.")
+            f"--reader (a function from session ids to histories). "
+            f"{_in_process(in_process() if in_process else None, failed)}Nothing was judged.")
     return evidence
 
 
