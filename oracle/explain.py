@@ -236,11 +236,11 @@ def explain(f: dict) -> str:
                     "(--reply-where status=completed, say, or the field of the finished message).")
         times = e.get("reply_repeated")
         if times:
-            return (f"{head} The client was answered {str(e.get('reply') or '')[:120]!r}, which holds every piece of the "
-                    f"answer stored after it, {str(e.get('stored_answer') or '')[:120]!r}, {times} times over: the "
+            return (f"{head} The client was answered {str(e.get('reply') or '')[:120]!r}, which holds every piece of "
+                    f"the answer stored after it, {str(e.get('stored_answer') or '')[:120]!r}, {times} times over: the "
                     "stream carries each piece more than once (one event per level of a chain, as LangChain's "
-                    "astream_events does), so the store may hold the very answer sent: the run is NOT TRUSTED. Keep only "
-                    "the model's pieces (--reply-where event=on_chat_model_stream, say).")
+                    "astream_events does), so the store may hold the very answer sent: the run is NOT TRUSTED. Keep "
+                    "only the model's pieces (--reply-where event=on_chat_model_stream, say).")
         instead = e.get("stored_instead")
         if instead:
             return (f"{head} The nearest assistant entry after it that answers no other turn holds {instead!r}, where "

@@ -941,8 +941,8 @@ def _dbsize(client: redis.Redis, db: int) -> int:
 
 
 def _info(client: redis.Redis) -> dict:
-    """INFO server, stats and memory; ``{REFUSED: why}`` when the store refuses INFO (not a store that does not answer: then
-    what it answered, possibly nothing, as before). A refused INFO is unknown evidence, never zeros."""
+    """INFO server, stats and memory; ``{REFUSED: why}`` when the store refuses INFO (not a store that does not
+    answer: then what it answered, possibly nothing, as before). A refused INFO is unknown evidence, never zeros."""
     info = {}
     for section in ("server", "stats", "memory"):
         try:

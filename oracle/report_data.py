@@ -385,8 +385,8 @@ def _not_a_file(path: Path) -> str | None:
 def load_run(path: str | Path) -> RunData:
     path = Path(path)
     if not path.is_dir():
-        raise NotARun(f"{path}: " + ("not a folder" if path.exists() else "a symbolic link that leads nowhere (a loop, or "
-                                     "to nothing)" if path.is_symlink() else "no such folder"))
+        raise NotARun(f"{path}: " + ("not a folder" if path.exists() else "a symbolic link that leads nowhere (a "
+                                     "loop, or to nothing)" if path.is_symlink() else "no such folder"))
     if not is_run_folder(path):
         raise NotARun(f"{path}: not a run folder (it has neither run.json nor journal/)")
     folder = RunFolder(path)

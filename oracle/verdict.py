@@ -45,7 +45,8 @@ NO_PROBE_FINISHED = ("nothing measured of memory: every recall probe sent was st
 NOTHING_JUDGED = ("nothing measured: no recall probe was answered and no stored history was judged (every key expired "
                   "after its conversation ended, before the audit read it): read the store sooner (a --settle shorter "
                   "than the keys' TTL) or during the run (--audit-every)")
-UNMEASURED_RUN = (NOTHING_ACKNOWLEDGED, NOTHING_ACKNOWLEDGED_BEFORE, NO_PROBE_SENT, NO_PROBE_FINISHED, NOTHING_JUDGED)  # exit 2 when nothing else failed: the test measured nothing
+# exit 2 when nothing else failed: the test measured nothing
+UNMEASURED_RUN = (NOTHING_ACKNOWLEDGED, NOTHING_ACKNOWLEDGED_BEFORE, NO_PROBE_SENT, NO_PROBE_FINISHED, NOTHING_JUDGED)
 
 
 class GateError(ValueError):
