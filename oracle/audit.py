@@ -161,7 +161,8 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
                     tally.first_ack, (tally.totals["failed_probes"], tally.totals["answered"]),
                     sum(r.gone_count for r in results), evidence.get("counters_at_start"),
                     sum(r.keys_seen for r in results), folder.run_json, sessions, bool(evidence.get("ttl_in_use")),
-                    lambda: in_process_evidence(folder.path, faults, tally))  # a journal pass: only if it is asked
+                    lambda: in_process_evidence(folder.path, faults, tally),  # a journal pass: only if it is asked
+                    {s: issued for r in results for s, issued in r.gone_as.items()})
             changed = lost_since_the_read(reader.client, folder.run_json, store) \
                 if folder.store.exists() and hasattr(reader, "client") else None
             if changed:  # flushed, restarted or expired while this audit read it: the run's evidence is kept

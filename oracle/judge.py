@@ -174,7 +174,8 @@ class PartitionResult:
     partition: int
     sessions: int = 0            # judged
     ok_sessions: int = 0         # with an acknowledged turn
-    gone: list = field(default_factory=list)  # a sample of sessions whose key is gone
+    gone: list = field(default_factory=list)  # a sample of sessions whose key is gone (the store's ids)
+    gone_as: dict = field(default_factory=dict)  # of them, journal session -> the id the bot issued (--session-from)
     gone_count: int = 0
     entries: int = 0             # stored entries read (a JSON blob counts as one)
     problems: Problems = field(default_factory=Problems)
@@ -406,6 +407,8 @@ class _Partition:
                 r.gone_count += 1
                 if len(r.gone) < GONE_SAMPLE:
                     r.gone.append(self.issued.get(record.session, record.session))
+                    if record.session in self.issued:
+                        r.gone_as[record.session] = self.issued[record.session]
         return record.session, turns, set(record.lost), set(record.anomalous)
 
     def _tally(self, judged: list, dirty: dict) -> None:

@@ -23,6 +23,7 @@ import msgspec
 import numpy as np
 import redis
 
+from contracts import codec
 from contracts.jsonl import LINE_BYTES, line_chunks, read_jsonl
 from contracts.runfolder import RunFolder
 from contracts.timeline import telemetry_sample
@@ -228,7 +229,8 @@ class ForeignKeys:
 def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list[str], all_gone: bool,
                           first_ack: float | None, probes: tuple[int, int] = (0, 0), gone_count: int | None = None,
                           at_start: dict | None = None, keys_seen: int = 0, run_json=None,
-                          sessions: int = 0, ttl_in_use: bool = True, in_process=None) -> dict | None:
+                          sessions: int = 0, ttl_in_use: bool = True, in_process=None,
+                          issued: dict | None = None) -> dict | None:
     """Evidence about acknowledged sessions whose key does not exist; raises TemplateMismatch when
     the evidence says the oracle looks in the wrong place.
 
@@ -248,7 +250,8 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
     with a TTL (store_evidence), else the server's expired keys were others' (a cache sharing the Redis) and
     explain none of the gone sessions (judge.Evidence.gone_class calls them vanished then); ``in_process``: a
     function giving how probes failed by replica or around chaos's first restart (oracle.audit.in_process_evidence),
-    called only when the message needs it; ``probes``:
+    called only when the message needs it; ``issued``: the gone sample's journal session -> the id the bot issued
+    (--session-from), by which ``gone`` names them; ``probes``:
     (failed, answered) recall probes — a bot that remembered (few failed) keeps its memory
     somewhere, so finding none of it here means the wrong place; a bot that forgot may simply not
     keep this run's memory in this store (memory in a process, built per request): a loss.
@@ -267,7 +270,7 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
         (_since(int(info.get(name) or 0), (at_start or {}).get(name)) for name in COUNTERS)
     failed, answered = probes
     forgot = answered > 0 and failed > answered * FORGETFUL
-    shared, renamed = find_in_keys_under(client, options, [s for s in gone[:SAMPLE] if s not in found])
+    shared, renamed = find_in_keys_under(client, options, [s for s in gone[:SAMPLE] if s not in found], issued)
     evidence = {"found_elsewhere": {s: places_text({s: p}, _own_db(client)) for s, p in found.items()},
                 "found_in_shared": shared, "looked_for": len(gone[:SAMPLE]),
                 "restarted_at": restarted_at if restarted else None,
@@ -313,7 +316,10 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             f"{f' (and {len(renamed) - 1} more sessions each in a key of its own)' if len(renamed) > 1 else ''}. The "
             "bot names each conversation's key by something other than the session id (a hash of it, another case), "
             "which no template can give: key histories by the id the client sends, or read them with --reader "
-            "(a function from session ids to histories). Nothing was judged.")
+            "(a function from session ids to histories). "
+            + (f"The id the bot issued for it (--session-from) is {codec.short((issued or {}).get(session), 60)}: "
+               "when it holds more than the key's id (a signed cookie: its payload and a signature), name the part the "
+               "key uses, or key by the whole id. " if session in (issued or {}) else "") + "Nothing was judged.")
     recorded = _recorded_store_url(run_json)
     if recorded is not None and not _same_store(options.url, recorded):
         empty = _holds_no_key(client)
@@ -776,8 +782,8 @@ def _per_message_names(client: redis.Redis, db: int, prefix: str, sessions: list
     return own
 
 
-def find_in_keys_under(client: redis.Redis, options: StoreOptions,
-                       sessions: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+def find_in_keys_under(client: redis.Redis, options: StoreOptions, sessions: list[str],
+                       issued: dict | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """({session: shared key}, {session: key}) for ``sessions`` whose messages (their tokens) are inside a key
     under the template that is not named by their id. A key whose tokens are mostly one session's is that
     session's own history under a name the template cannot give (a hash of the id, the id upper-cased): the
@@ -785,10 +791,13 @@ def find_in_keys_under(client: redis.Redis, options: StoreOptions,
     conversation under one key (``message_store:default``), so each user reads everyone's history (the first).
     Reads both ends (SHARED_ENTRIES entries each, or SHARED_BYTES of a blob) of the first SHARED_KEYS keys
     under the template, and of the key its prefix names alone: the sessions looked for are the run's first, at the
-    oldest end of a shared list."""
+    oldest end of a shared list. ``issued``: journal session -> the id the bot issued, by which ``sessions`` name
+    them (--session-from): the tokens in the keys carry the journal's, by which the dicts name them (LangChain hunt
+    17: a signed cookie's sessions were never found)."""
     if not sessions:
         return {}, {}
-    pattern, wanted, shared, renamed = template_pattern(options.key_template), set(sessions), {}, {}
+    pattern, shared, renamed = template_pattern(options.key_template), {}, {}
+    wanted = set(sessions) | {journaled for journaled, bot in (issued or {}).items() if bot in set(sessions)}
     # and the key the template names without its session part: a factory that drops the conversation id files every
     # conversation of a user in message_store:alice, which message_store:alice:* never matches (LangChain hunt 17)
     stem = options.key_template.partition("{session}")[0].rstrip(":/_-.|")

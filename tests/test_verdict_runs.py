@@ -671,6 +671,25 @@ def test_keys_named_by_a_hash_of_the_session_id_are_no_verdict_not_a_total_loss(
         audit_run(run, StoreOptions(url=redis_server.url))
 
 
+def test_keys_named_by_the_payload_of_a_signed_cookie_are_found_under_the_ids_the_bot_issued(tmp_path, redis_server):
+    """--session-from a signed cookie (itsdangerous: payload.signature) and the bot keys by the payload: the store was
+    read under the whole cookie, and the keys under the template holding each session's messages were never found,
+    as the gone sessions were named by the bot's ids and the messages carry the journal's (LangChain hunt 17 #4)."""
+    import uuid
+
+    run, world = world_run(tmp_path, redis_server, ago=-2, sessions=6)
+    payload = {s: str(uuid.uuid5(uuid.NAMESPACE_URL, s)) for s in world.order}
+    for r in world.records:
+        r["bot_session"] = f"{payload[r['session']]}.c2lnbmF0dXJl"  # the cookie: the payload and a signature
+    write_journal(run, world.records)
+    client = redis_server.client()
+    client.flushall()
+    _store(client, world, lambda s: f"message_store:{payload[s]}")
+    with pytest.raises(TemplateMismatch, match=r"in keys under it named otherwise: session gf.*The id the bot issued "
+                                               r"for it \(--session-from\) is '[0-9a-f-]+\.c2lnbmF0dXJl'"):
+        audit_run(run, StoreOptions(url=redis_server.url))
+
+
 def test_langchain_chat_messages_are_read_by_their_role(tmp_path, redis_server):
     """LangChain's ChatMessage(role="user") is stored as {"type": "chat", "data": {"role": "user", ...}}: every user
     entry was of role "chat", and a correct app FAILed with 100% stored_loss."""
