@@ -289,10 +289,20 @@ def check_lost(session: str, turns: list[Turn], raw: RawSession, v: StoredView) 
         return []
     lost = [t for t in turns if t.outcome == "ok" and t.turn not in v.copies and t.turn not in v.corrupt_turns
             and t.turn not in v.merged]
-    oldest = {"oldest": True} if lost and v.copies and max(t.turn for t in lost) < min(v.copies) else {}
+    oldest = {"oldest": True} if lost and v.copies and _oldest(lost, [t for t in turns if t.turn in v.copies]) else {}
     return [finding("lost", session, t.turn, t.sent, token=t.token, key=raw.key,
                     stored_user_entries=len(v.own), sent=t.sent, received=t.received, **oldest,
                     **({} if _overlapped(t, turns) else {"alone": True})) for t in lost]
+
+
+def _oldest(lost: list[Turn], kept: list[Turn]) -> bool:
+    """Every lost turn is older than every kept one, or was in flight with it (a double-send has no order: a busy
+    bot stores its second message first, and a window memory keeping the last N then keeps the later turn number and
+    loses the earlier; the window warning went for every session: bot hunt 14 #8)."""
+    first = min(t.turn for t in kept)
+    if max(t.turn for t in lost) < first:
+        return True
+    return all(_overlapped(t, [k]) for t in lost for k in kept if k.turn < t.turn)
 
 
 def _overlapped(t: Turn, turns: list[Turn]) -> bool:

@@ -71,3 +71,15 @@ def test_oldest_turns_acknowledged_before_a_store_restart_name_the_restart(tmp_p
     for f in lost:
         assert f["evidence"]["store_restarted_at"] == {"at": restart, "kind": "redis-restart"}
         assert "before the store restarted" in f["explanation"] and "race" not in f["explanation"], f["explanation"]
+
+
+def test_a_double_send_stored_out_of_order_still_leaves_the_losses_the_oldest():
+    """A window memory keeping the last 2 exchanges, its bot storing a double-send's second message first: it keeps
+    turn 3 and loses turn 4, which was in flight with it. The losses were not 'the oldest', and the window warning
+    went for every session (bot hunt 14 #8). Turns 3 and 4 one after the other are ordered: not the oldest."""
+    burst = [_turn(0, 100.0, 100.5), _turn(1, 101.0, 101.5), _turn(2, 102.0, 102.5), _turn(3, 103.0, 104.0),
+             _turn(4, 103.1, 103.6), _turn(5, 105.0, 105.5)]
+    found = _lost(burst, kept=[3, 5])
+    assert [f["turn"] for f in found] == [0, 1, 2, 4] and all(f["evidence"].get("oldest") for f in found)
+    ordered = burst[:4] + [_turn(4, 104.5, 104.8), burst[5]]
+    assert not any(f["evidence"].get("oldest") for f in _lost(ordered, kept=[3, 5]))
