@@ -35,11 +35,13 @@ def test_an_ai_sdk_stream_without_text_or_with_an_error_part_is_no_reply():
 
 def test_reply_where_keeps_the_model_s_pieces_of_a_langserve_event_stream(tmp_path):
     """LangServe's /stream_events sends each token once per level of the chain: --reply-field data.chunk.content
-    alone reads every answer three times over, so a bot that remembers fails as unanswered;
+    alone reads every answer three times over, so a bot that remembers fails as unanswered, which is said NOT TRUSTED
+    (exit 3) naming the option (LangChain hunt 17: it was a plain FAIL blaming the bot);
     --reply-where event=on_chat_model_stream keeps the model's pieces, and it passes."""
     options = ("--reply-format", "sse", "--reply-field", "data.chunk.content")
     garbled = run(tmp_path / "garbled", "stream-events", *options)
-    assert garbled.returncode == 1 and verdict(garbled) == "fail", garbled.output[-3000:]
+    assert garbled.returncode == 3 and verdict(garbled) == "fail", garbled.output[-3000:]
+    assert "3 times over" in garbled.output and "--reply-where event=on_chat_model_stream" in garbled.output
     assert any(r["reply"] == "NotNotNoted.ed.ed." for r in garbled.records() if r["outcome"] == "ok")
     kept = run(tmp_path / "kept", "stream-events", *options, "--reply-where", "event=on_chat_model_stream")
     assert kept.returncode == 0 and verdict(kept) == "pass", kept.output[-3000:]
