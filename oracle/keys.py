@@ -561,7 +561,6 @@ def _recorded_end(run_json) -> float | None:
     """When the run ended, as its run.json records (``end``: after its own audit); None when not known."""
     if run_json is None:
         return None
-    from contracts import codec
     try:
         end = codec.load_document(run_json).get("end")
     except (OSError, ValueError, AttributeError):
@@ -574,7 +573,6 @@ def _recorded_store_url(run_json) -> str | None:
     none or the file cannot be read (then nothing is compared)."""
     if run_json is None:
         return None
-    from contracts import codec
     try:
         url = codec.load_document(run_json)["options"]["store"]["url"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -796,8 +794,8 @@ def find_in_keys_under(client: redis.Redis, options: StoreOptions, sessions: lis
     17: a signed cookie's sessions were never found)."""
     if not sessions:
         return {}, {}
-    pattern, shared, renamed = template_pattern(options.key_template), {}, {}
-    wanted = set(sessions) | {journaled for journaled, bot in (issued or {}).items() if bot in set(sessions)}
+    pattern, shared, renamed, wanted = template_pattern(options.key_template), {}, {}, set(sessions)
+    wanted |= {journaled for journaled, bot in (issued or {}).items() if bot in wanted}
     # and the key the template names without its session part: a factory that drops the conversation id files every
     # conversation of a user in message_store:alice, which message_store:alice:* never matches (LangChain hunt 17)
     stem = options.key_template.partition("{session}")[0].rstrip(":/_-.|")
@@ -1126,7 +1124,6 @@ def journaled_sessions(folder: RunFolder, sessions: set[str]) -> set[str]:
 def issued_ids(folder: RunFolder) -> bool:
     """Whether the run's sessions are kept under ids the bot issued (run.json's ``options.session_from``), which
     look like nothing in particular; else under goldfish's own (``SESSION_RE``)."""
-    from contracts import codec
     try:
         return bool(codec.load_document(folder.run_json)["options"]["session_from"])
     except (OSError, ValueError, KeyError, TypeError):

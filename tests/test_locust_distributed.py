@@ -67,6 +67,18 @@ def run_master(url, run_dir, port, *extra, users=6, time_s="6s", expect=2):
                             start_new_session=True)
 
 
+def finish_with_workers(master, workers):
+    """The master's end, then its workers'; each worker killed whatever happens."""
+    try:
+        done = finish(master)
+        for w in workers:
+            w.wait(30)
+        return done
+    finally:
+        for w in workers:
+            _kill_group(w)
+
+
 def finish(master, timeout=120):
     try:
         out, err = finish_or_dump(master, timeout)
@@ -93,12 +105,8 @@ def test_master_and_two_workers_on_loopback(tmp_path, late):
                            what="the first worker's turns")
                 (tmp_path / "late").mkdir()
                 workers += start_workers(1, port, tmp_path / "late")
-            done = finish(master)
-            for w in workers:
-                w.wait(30)
         finally:
-            for w in workers:
-                _kill_group(w)
+            done = finish_with_workers(master, workers)
     run = LocustRun(done, run_dir, run_dir / "locust" / "stats.json")
     assert run.returncode == 0, run.output
     master_journal_equals_worker_shards(run_dir)  # both workers' shards, whole
@@ -119,12 +127,8 @@ def test_a_master_sigtermed_during_the_load_records_that_it_stopped_early(tmp_pa
             wait_until(lambda: sum(p.stat().st_size for p in (run_dir / "journal").glob("*.jsonl")) > 4000,
                        timeout=60, what="turns in the master's journal")
             os.kill(master.pid, signal.SIGTERM)
-            done = finish(master)
-            for w in workers:
-                w.wait(30)
         finally:
-            for w in workers:
-                _kill_group(w)
+            done = finish_with_workers(master, workers)
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["stopped_early"]["signal"] == "SIGTERM", (meta, done.stderr[-3000:])
     assert "SIGTERM during the load" in done.stderr and meta["end"] is not None
