@@ -56,6 +56,15 @@ def explain(f: dict) -> str:
                     "a new one, so the bot forgot the conversation so far. By design if the TTL is meant to end idle "
                     "conversations (these turns are no `expired` session: --gate stored_loss judges them); if not, "
                     "give the history a TTL longer than users pause.")
+        if e.get("expired_unrenewed"):
+            x = e["expired_unrenewed"]
+            return (f"{head}, nor any of the session's turns before turn {x['before_turn']}, though no pause was as "
+                    f"long as the TTL keys under the template carry (at least {x['ttl_floor']:g} s) and no turn was in "
+                    f"flight with another. The key was {x['age_s']:g} s old when turn {x['before_turn']} came and the "
+                    "store expired keys meanwhile: the key most likely expired while the conversation went on, and "
+                    "the next turn made a new one. A TTL set when the key is made and not renewed by each write "
+                    "(EXPIRE ... NX, SET ... EX on creation only) ends every conversation longer than it: renew it "
+                    "at each write.")
         restart = e.get("store_restarted_at")
         if restart:
             by = f"a {restart['kind']} fault" if restart.get("kind") else "its uptime says"

@@ -105,21 +105,27 @@ class Evidence:
         return "expired"
 
 
-    def expired_in_pause(self, first_write: float, last_ack: float, next_sent: float) -> bool:
-        """The key may have expired in the pause between a session's last lost turn (acknowledged at ``last_ack``)
-        and its next turn (sent at ``next_sent``), which made a new one: keys under the template carry a TTL no longer
-        than that pause, and the store expired keys since the session's first write (as ``gone_class`` asks of a gone
-        key). A history that lost its oldest turns so was said lost by a race or a trim (LangChain hunt 16)."""
+    def expired_before(self, first_write: float, last_ack: float, next_sent: float) -> str | None:
+        """How the key may have expired before a session's next turn (sent at ``next_sent``), which made a new one,
+        its oldest turns lost: keys under the template carry a TTL, the store evicted no key since the last lost
+        turn's answer (``last_ack``) and expired keys since the session's first write (as ``gone_class`` asks of a
+        gone key). ``pause``: the pause before that turn was at least the TTL (a history said lost by a race or a
+        trim: LangChain hunt 16). ``unrenewed``: no pause was, but the key was older than the TTL when that turn came:
+        a TTL set when the key is made and not renewed by each write (``EXPIRE ... NX``, ``SET ... EX`` on creation
+        only) ends the history mid-conversation (bot hunt 17). None: neither."""
         if not self.ttl_in_use or self.ttl_floor is None or self._evicted.rose_after(last_ack):
-            return False
+            return None
         if self.expiries and not self._expired.rose_after(first_write):
-            return False
-        return next_sent - last_ack >= self.ttl_floor
+            return None
+        if next_sent - last_ack >= self.ttl_floor:
+            return "pause"
+        return "unrenewed" if next_sent - first_write >= self.ttl_floor else None
 
 
 def mark_expired_in_pause(findings: list[dict], turns: list[Turn], evidence: Evidence) -> None:
-    """Lost turns that are the session's oldest, before a pause its key may have expired in (``expired_in_pause``):
-    each says so (evidence ``expired_in_pause``: the pause and the TTL). The class stays: the bot forgot them."""
+    """Lost turns that are the session's oldest, before a turn its key may have expired before
+    (``Evidence.expired_before``): each says so (evidence ``expired_in_pause``: the pause and the TTL, or
+    ``expired_unrenewed``: the key's age and the TTL). The class stays: the bot forgot them."""
     lost = [f for f in findings if f["class"] == "lost" and f["evidence"].get("oldest")]
     numbers = {f["turn"] for f in lost}
     if not lost or not evidence.ttl_in_use:
@@ -131,11 +137,18 @@ def mark_expired_in_pause(findings: list[dict], turns: list[Turn], evidence: Evi
     after = [t for t in ordered if t.turn not in numbers and t.outcome == "ok" and t.sent > acked]
     if not after:
         return
-    if evidence.expired_in_pause(min(t.sent for t in gone), acked, after[0].sent):
-        for f in lost:
-            f["evidence"]["expired_in_pause"] = {"pause_s": round(after[0].sent - acked, 1),
-                                                 "ttl_floor": int(evidence.ttl_floor * 10) / 10,  # a lower bound
+    first = min(t.sent for t in gone)
+    how = evidence.expired_before(first, acked, after[0].sent)
+    if how == "unrenewed" and not all(f["evidence"].get("alone") for f in lost):
+        how = None  # a lost turn in flight with another is a race's more likely than a TTL's
+    ttl = int(evidence.ttl_floor * 10) / 10 if how else None  # a lower bound
+    for f in lost:
+        if how == "pause":
+            f["evidence"]["expired_in_pause"] = {"pause_s": round(after[0].sent - acked, 1), "ttl_floor": ttl,
                                                  "before_turn": after[0].turn}
+        elif how == "unrenewed":
+            f["evidence"]["expired_unrenewed"] = {"age_s": round(after[0].sent - first, 1), "ttl_floor": ttl,
+                                                  "before_turn": after[0].turn}
 
 
 class _CounterOverTime:

@@ -46,3 +46,31 @@ def test_no_ttl_a_shorter_pause_or_no_expiry_since_leave_the_losses_as_they_were
         found = lost_oldest(ts)
         mark_expired_in_pause(found, ts, ev)
         assert not any("expired_in_pause" in f["evidence"] for f in found)
+
+
+def alone(found: list[dict]) -> list[dict]:
+    for f in found:
+        f["evidence"]["alone"] = True  # check_lost: no other turn of the session was in flight with it
+    return found
+
+
+def test_oldest_turns_lost_with_short_pauses_but_a_key_older_than_its_ttl_say_the_ttl_is_not_renewed():
+    """A TTL set only when the key is made (EXPIRE NX): the key expires mid-conversation though no pause was as long
+    as the TTL (bot hunt 17 #1: explained as a race or a trim)."""
+    ts = turns(pause=2.0)  # turn 2 sent 4 s after the first write, 2.5 s after turn 1's answer
+    found = alone(lost_oldest(ts))
+    mark_expired_in_pause(found, ts, evidence())
+    for f in found:
+        assert "expired_in_pause" not in f["evidence"]
+        assert f["evidence"]["expired_unrenewed"] == {"age_s": 4.0, "ttl_floor": 3.0, "before_turn": 2}
+        f["cause"] = "lost"
+        said = explain(f)
+        assert "4 s old" in said and "renew it at each write" in said and "race" not in said, said
+
+
+def test_a_key_younger_than_its_ttl_or_a_lost_turn_in_flight_with_another_is_no_unrenewed_ttl():
+    for found, ev in ((alone(lost_oldest(turns(2.0))), evidence(ttl_floor=5.0)),  # the key was 4 s old: younger
+                      (lost_oldest(turns(2.0)), evidence()),  # not alone: a race is likelier
+                      (alone(lost_oldest(turns(2.0))), evidence(expired_since=T0 - 5))):  # nothing expired since
+        mark_expired_in_pause(found, turns(2.0), ev)
+        assert not any("expired_unrenewed" in f["evidence"] or "expired_in_pause" in f["evidence"] for f in found)
