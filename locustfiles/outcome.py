@@ -52,15 +52,27 @@ _CHARSET = re.compile(r";\s*charset\s*=\s*\"?([^\";\s]+)", re.IGNORECASE)
 def as_utf8(content: bytes | None, content_type) -> bytes | None:
     """The body in UTF-8, which every reply format is read as: a bot answering ``text/plain; charset=ISO-8859-1``
     (or JSON it declares so) was read byte for byte as UTF-8, its accents replaced, and its stored replies then
-    differed from the journal's. An unknown charset is left as it is."""
+    differed from the journal's. An unknown charset is left as it is, and so is a body that is UTF-8 with some
+    character beyond ASCII whatever its label says: text in a one-byte charset with accents almost never decodes as
+    UTF-8, while frameworks label UTF-8 JSON ``charset=iso-8859-1`` by default (PHP's default_charset), which a
+    browser's ``fetch().json()`` ignores as RFC 8259 says: read as Latin-1, every reply was mojibake and a correct
+    bot FAILed "unanswered" (API hunt 18)."""
     match = _CHARSET.search(content_type) if content and isinstance(content_type, str) else None
-    if match is None:
+    if match is None or not content.isascii() and _is_utf8(content):
         return content
     try:
         charset = codecs.lookup(match.group(1)).name
     except LookupError:
         return content
     return content if charset == "utf-8" else content.decode(charset, "replace").encode("utf-8")
+
+
+def _is_utf8(content: bytes) -> bool:
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def judge_response(status: int, content: bytes | None, error: BaseException | None,

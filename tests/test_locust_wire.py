@@ -331,6 +331,9 @@ def test_a_connection_close_header_opens_a_connection_per_turn(raw_server):
     ("text", "text/plain; charset=ISO-8859-1", "¿Señor, qué tal?".encode("latin-1")),
     ("json", "application/json; charset=windows-1252", '{"reply": "¿Señor, qué tal?"}'.encode("cp1252")),
     ("text", "text/plain; charset=utf-8", "¿Señor, qué tal?".encode()),
+    # UTF-8 labelled ISO-8859-1 (PHP's default_charset): RFC 8259 says the label has no effect (API hunt 18)
+    ("json", "application/json; charset=iso-8859-1", '{"reply": "¿Señor, qué tal?"}'.encode()),
+    ("text", "text/plain; charset=ISO-8859-1", "¿Señor, qué tal?".encode()),
 ])
 def test_a_reply_is_read_in_the_charset_the_bot_declares(raw_server, reply_format, content_type, body):
     """A bot answering text/plain in ISO-8859-1 was read as UTF-8, each accent replaced (so its stored replies,
