@@ -48,6 +48,13 @@ def claimable(pf: PlanFault, k: int, instances: list[str], busy: set, held: int,
     return ([] if full else chosen), full
 
 
+def held_by(pf: PlanFault, chosen: list[str], instances: list[str]) -> list[str]:
+    """What an occurrence that took ``chosen`` holds: a whole-target fault (a rolling restart) holds its target and
+    every instance of it, so that no per-instance fault takes one meanwhile (a kill of a member the rolling restart
+    then found down made it fail half applied, and a correct bot FAIL the chaos gate: chaos hunt 18)."""
+    return [*chosen, *instances] if pf.kind in WHOLE_TARGET_KINDS else chosen
+
+
 class Controller:
     def __init__(self, plan: Plan, backend: Backend, run_dir: str | Path, toxiproxy: str | None = None,
                  stop_timeout: float = 120.0, outstanding: Outstanding | None = None):
@@ -129,6 +136,12 @@ class Controller:
         """Occurrences that will find their target taken, by ``_claim``'s rule (one fault per instance at a time,
         max_concurrent), each fault holding its instances for its duration: said before the run, not only on the
         timeline after it. A heal that takes long (a restart) can make more collide than predicted."""
+        return [skip for _, skip in self.predicted_claims(schedule) if skip]
+
+    def predicted_claims(self, schedule) -> list[tuple[list[str], str | None]]:
+        """For each occurrence of ``schedule``: the instances it will take, by ``_claim``'s rule among the instances
+        free then (the dry run showed a partial count's pick among all of them, and the run picked another: chaos
+        hunt 18), or why it will be skipped."""
         busy: dict[str, tuple[float, str]] = {}  # instance -> (when it is free, the occurrence holding it)
         out = []
         for t, f, k, _ in schedule:
@@ -136,19 +149,21 @@ class Controller:
             instances = self.instances[f.id]
             chosen, full = claimable(f, k, instances, set(busy), len(busy), self.plan)
             if full:
-                out.append(f"{self.plan.where(f, 'kind')}: {f.id}#{k} at +{t:g}s will be skipped: max_concurrent "
-                           f"{self.plan.max_concurrent} is reached then ({len(busy)} fault(s) in force)")
+                out.append(([], f"{self.plan.where(f, 'kind')}: {f.id}#{k} at +{t:g}s will be skipped: "
+                                f"max_concurrent {self.plan.max_concurrent} is reached then ({len(busy)} fault(s) in "
+                                "force)"))
                 continue
             if not chosen:
                 taken = sorted(set(busy) & (set(instances) | {f.target}))
                 until, holder = busy[taken[0]]
-                out.append(f"{self.plan.where(f, 'kind')}: {f.id}#{k} at +{t:g}s will be skipped: {taken[0]!r} of "
-                           f"target {f.target!r} is still under {holder} until +{until:g}s (one fault per instance "
-                           "at a time)")
+                out.append(([], f"{self.plan.where(f, 'kind')}: {f.id}#{k} at +{t:g}s will be skipped: "
+                                f"{taken[0]!r} of target {f.target!r} is still under {holder} until +{until:g}s (one "
+                                "fault per instance at a time)"))
                 continue
             hold = (f.duration or 0.0) if KINDS[f.kind].duration != "none" else 0.0
-            for instance in chosen:
+            for instance in held_by(f, chosen, instances):
                 busy[instance] = (t + hold, f"{f.id}#{k}")
+            out.append((instances if f.kind in WHOLE_TARGET_KINDS else chosen, None))
         return out
 
     def not_running(self) -> list[str]:
@@ -170,17 +185,19 @@ class Controller:
         occurrences, one line counts the rest (describing 100,000 occurrences took minutes)."""
         lines = []
         schedule = self.validate()
-        for t, f, k, chosen in schedule[:DRY_RUN_SHOWN]:
+        claims = self.predicted_claims(schedule)
+        for (t, f, k, _), (chosen, skip) in zip(schedule[:DRY_RUN_SHOWN], claims):
             be = self.backend_for(f.kind)
             dur = f" for {f.duration:g}s" if f.duration else ""
-            lines.append(f"+{t:g}s {f.id}#{k} {f.kind}{dur} on {f.target}:")
+            lines.append(f"+{t:g}s {f.id}#{k} {f.kind}{dur} on {f.target}:" + (" skipped (below)" if skip else ""))
             for inst in chosen:
                 lines.append(f"    {be.describe(inst)}")
         if len(schedule) > DRY_RUN_SHOWN:
             last = schedule[-1][0]
             lines.append(f"... and {len(schedule) - DRY_RUN_SHOWN} more occurrence(s), the last at +{last:g}s "
                          f"(the first {DRY_RUN_SHOWN} of {len(schedule)} are shown)")
-        return lines + [f"warning: {skip}" for skip in shown(self.predicted_skips(schedule)) + self.not_running()]
+        skips = [skip for _, skip in claims if skip]
+        return lines + [f"warning: {skip}" for skip in shown(skips) + self.not_running()]
 
     # ---- running ----------------------------------------------------------------------------
     def start(self) -> "Controller":
@@ -292,6 +309,7 @@ class Controller:
                 key = Outstanding.key(fault.id, inst)
                 keys.append((key, inst))
                 self.outstanding.add({"key": key, "fault": fault.to_dict(), "instance": inst, "state": "applying",
+                                      "members": [m for m in held_by(pf, [], instances) if m != inst],
                                       "undo": {}, "applied": None, "planned": planned,
                                       "toxiproxy": self.toxiproxy.url if fault.kind == TOXIC else None})
             return keys, None

@@ -68,7 +68,7 @@ class Outstanding:
 
     def instances(self) -> set[str]:
         with self._lock:
-            return {e["instance"] for e in self._entries.values()}
+            return {i for e in self._entries.values() for i in (e["instance"], *e.get("members", ()))}
 
     def __len__(self) -> int:
         with self._lock:
@@ -125,6 +125,9 @@ def _checked(data: dict, path: Path) -> tuple[str, dict, list[dict]]:
         for name in ("key", "instance"):
             if not isinstance(entry.get(name), str):
                 bad(f"faults[{i}].{name}", "missing or not text")
+        members = entry.get("members", [])
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            bad(f"faults[{i}].members", "must be a list of instance names")
         fault = entry.get("fault")
         if not isinstance(fault, dict):
             bad(f"faults[{i}].fault", "missing or not an object")

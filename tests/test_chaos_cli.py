@@ -268,3 +268,32 @@ def test_validate_and_dry_run_say_which_occurrences_will_be_skipped_and_the_run_
     skipped = sorted(r["fault"] for r in read_timeline(tmp_path / "run")
                      if r["event"] == "apply" and "skipped" in (r.get("error") or ""))
     assert skipped == ["f2#0", "f3#0"], read_timeline(tmp_path / "run")
+
+
+def test_a_rolling_restart_holds_every_instance_of_its_target_and_the_dry_run_shows_the_free_pick(chaos_stack,
+                                                                                                  tmp_path):
+    """A kill of bot-2 while a rolling restart held target 'bot' ran: the rolling restart found bot-2 down and
+    failed half applied, and a correct bot FAILed the chaos gate (chaos hunt 18). It is skipped now (recorded so:
+    the chaos gate does not count it). And a partial count's pick while bot-1 is paused is bot-2 in the dry run as in the run (the dry run
+    showed bot-1, a pick among all instances)."""
+    plan = write_plan(tmp_path, """
+        seed: 0
+        faults:
+          - {kind: rolling-restart, target: bot, at: 0s, release: v2, pause: 1}
+          - {kind: kill, target: bot-2, at: 500ms, duration: 1s}
+          - {kind: pause, target: bot-1, at: 6s, duration: 2s}
+          - {kind: pause, target: bot, count: 1, at: 6500ms, duration: 500ms}
+    """)
+    dry = run_chaos("run", plan, "--backend", "local", "--state-dir", chaos_stack.state_dir, "--run-dir",
+                    tmp_path / "dry", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    shown = dry.stdout.split("f4#0 pause for 0.5s on bot:")[1].splitlines()[1]
+    assert shown.strip().startswith("bot-2 "), dry.stdout
+    done = run_chaos("run", plan, "--backend", "local", "--state-dir", chaos_stack.state_dir, "--run-dir",
+                     tmp_path / "run")
+    assert done.returncode == 0, done.stderr + done.stdout
+    tl = read_timeline(tmp_path / "run")
+    applied = {(r["fault"], r["instance"]) for r in tl if r["event"] == "apply" and r["outcome"] == "ok"}
+    assert ("f1#0", "bot") in applied and ("f4#0", "bot-2") in applied, tl
+    assert [r["error"].split(":")[0] for r in tl if r["fault"] == "f2#0"] == ["skipped"], tl
+    assert all(chaos_stack.member(b)["release"] == "v2" for b in ("bot-1", "bot-2"))
