@@ -259,6 +259,10 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
             t["errors"], t["errors_quiet"], t["turns_quiet"], t["turns"], gates), faults), unapplied(folder.path))
         if linked.unfinished:  # a FAIL of it is NOT TRUSTED (verdict.unfinished_replies)
             result["verdict"]["unfinished_replies"] = {"count": linked.unfinished, **linked.unfinished_first}
+        elif one_reply_read(linked, result["turns"]["ok"]):  # likewise
+            (reply, count), = linked.unanswered_replies.items()
+            result["verdict"]["unfinished_replies"] = {"count": count, "reply": reply, "same": True,
+                                                       "stored": sorted(linked.stored_instead)[0]}
         result["verdict"]["root_causes"] = verdict.root_causes(linked.causes, linked.misrouted + linked.misfiled_replies,
                                                                result["metrics"]["probe_amnesia"]["count"],
                                                                tally.totals["leaked_sessions"])
@@ -418,6 +422,19 @@ def after_end_note(totals, evidence: dict, rolling: bool = False) -> list[str]:
             "To judge them, read the store before the TTL runs out: "
             + ("a shorter --audit-every than this run's (its rolling audit read them after they expired too)"
                if rolling else "a shorter --settle, or the rolling audit during the run (--audit-every)")]
+
+
+ONE_REPLY_MIN = 10  # turns found unanswered, all with the one reply, before it says more of the options than the bot
+
+
+def one_reply_read(linked, ok_turns: int) -> bool:
+    """Nearly every acknowledged turn (9 in 10, at least ``ONE_REPLY_MIN``) was found unanswered with the same reply
+    read ('' or 'ok'), while the store holds other answers in their place: the options read the reply where the bot
+    does not put it (a constant field, an empty body beside a reply in a header), and every probe failed on it too.
+    A correct bot FAILed '100% unanswered, 100% probe amnesia', its storage blamed (API hunt 18)."""
+    count = sum(linked.unanswered_replies.values())
+    return len(linked.unanswered_replies) == 1 and count >= max(ONE_REPLY_MIN, 0.9 * ok_turns) and \
+        len(linked.stored_instead) >= 2
 
 
 def errors_said(v: dict, tally: Tally) -> list[str]:

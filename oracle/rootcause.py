@@ -44,6 +44,8 @@ class Linked:
     shared_keys: dict = field(default_factory=dict)       # key -> the sessions it was read for, two or more
     unfinished: int = 0                                   # unanswered turns whose reply the client read unfinished
     unfinished_first: dict | None = None                  # the first of them: its reply and the stored answer
+    unanswered_replies: Counter = field(default_factory=Counter)  # unanswered turns per reply the client read
+    stored_instead: set = field(default_factory=set)      # a few of the assistant entries stored in their place
 
 
 def link(source: Path, target: Path, journal: Journal, window_s: float, missing_keys: dict | None,
@@ -119,6 +121,10 @@ def link(source: Path, target: Path, journal: Journal, window_s: float, missing_
                 out.unfinished_first = out.unfinished_first or (
                     {"reply": e.get("reply"), "stored": e["reply_unfinished"]} if e.get("reply_unfinished") else
                     {"reply": e.get("reply"), "stored": e.get("stored_answer"), "repeated": e["reply_repeated"]})
+            if f["class"] == "unanswered" and len(out.unanswered_replies) <= 1:  # is it one reply, read every turn?
+                out.unanswered_replies[e.get("reply")] += 1
+                if e.get("stored_instead") and len(out.stored_instead) < 3:
+                    out.stored_instead.add(e["stored_instead"])
             f["cause"] = _misfiled_reply(f, replies_landed, unanswered, misfiled) or _cause(f, landed, missing, misrouted)
             f["explanation"] = explain(f)
             fh.write(codec.dumps_line(f))

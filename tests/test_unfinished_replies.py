@@ -76,3 +76,38 @@ def test_a_reply_that_only_shares_the_stored_answer_s_letters_is_no_repetition()
     assert repeated_pieces(stored + stored[::-1], stored) == 2  # the same letters twice: the count is the rule
     assert repeated_pieces(each_piece_4_times(stored) + "!", stored) is None
     assert repeated_pieces(stored, stored) is None and repeated_pieces("okok", "ok") is None  # once; too short
+
+
+def run_with_one_reply_read(tmp_path, reply: str, every: bool = True):
+    """Every acknowledged turn's reply read as ``reply`` (the options read a field that is always the same, or an
+    empty body beside a reply sent in a header), the store holding the real answers; or only one session's."""
+    world = build_world(simple_specs(4), seed=11)
+    first = world.order[0]
+    for r in world.records:
+        if r["outcome"] == "ok" and (every or r["session"] == first):
+            r["reply"] = reply
+    run = tmp_path / "run"
+    write_journal(run, world.records)
+    write_snapshot(run, world)
+    return run
+
+
+def test_a_fail_on_one_reply_read_for_every_turn_is_not_trusted(tmp_path, capsys):
+    """A correct bot answering in a header, its body empty, read with --reply-format text (or --reply-field naming
+    a field that is always 'ok') FAILed '100% unanswered, 100% probe amnesia', its storage blamed (API hunt 18)."""
+    for reply in ("", "ok"):
+        run = run_with_one_reply_read(tmp_path / repr(reply), reply)
+        code, out, _ = oracle_main(capsys, "audit", run)
+        assert code == 3, out
+        assert f"the reply the client read was {reply!r} on every one of them" in out, out
+        assert "point --reply-field / --reply-format at the answer" in out, out
+        seen = json.loads((run / "audit" / "summary.json").read_text())["verdict"]["unfinished_replies"]
+        assert seen["same"] is True and seen["reply"] == reply and seen["count"] >= 10
+
+
+def test_one_session_answered_a_constant_text_is_a_fail_that_stands(tmp_path, capsys):
+    """A bot that answered 'Sorry, try again' on some turns while storing another answer misled its user: a FAIL,
+    not the options' misreading."""
+    run = run_with_one_reply_read(tmp_path, "Sorry, try again.", every=False)
+    code, out, _ = oracle_main(capsys, "audit", run)
+    assert code == 1 and "NOT TRUSTED" not in out, out
