@@ -186,6 +186,9 @@ def remove(path=None) -> None:
     state_path(path).unlink(missing_ok=True)
 
 
+LOCK_POLL_S = 0.02
+
+
 @contextmanager
 def locked_state(path=None, missing_ok: bool = False):
     """Hold the stack's lock, yield its state dict, and save it on exit if it changed.
@@ -195,7 +198,7 @@ def locked_state(path=None, missing_ok: bool = False):
     directory = state_dir(path)
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / LOCK_NAME, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        _wait_for_lock(lock)
         try:
             state = load(directory)
             if state is None:
@@ -210,6 +213,19 @@ def locked_state(path=None, missing_ok: bool = False):
                     save(state, directory)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _wait_for_lock(lock) -> None:
+    """flock, asked again every LOCK_POLL_S rather than blocking: under Locust the chaos controller's greenlets
+    share one thread, and a heal's blocking flock stopped the whole hub while an apply greenlet held the lock
+    (a restart in its grace): the run hung for good, deaf to SIGTERM (chaos hunt 18). time.sleep lets the holder
+    run (gevent patches it) and is a plain wait in threads."""
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(LOCK_POLL_S)
 
 
 # --- processes ---------------------------------------------------------------------------
