@@ -277,8 +277,14 @@ def stop_follower(run, timeout: float = FOLLOWER_STOP_S) -> None:
     follower, run.follower = run.follower, None
     if follower is None:
         return
-    if follower.poll() is None:
-        follower.send_signal(signal.SIGTERM)
+    if follower.poll() is not None:  # it ended before the load did: its progress stopped then (soak hunt 18)
+        if follower.returncode != 0:
+            how = f"signal {-follower.returncode}" if follower.returncode < 0 else f"exit {follower.returncode}"
+            say(f"the rolling audit (pid {follower.pid}) ended during the run by {how} (see "
+                f"{Path(run.run_dir) / 'follow.log'}): its progress stopped then; the final audit judges the "
+                "conversations it had not")
+        return
+    follower.send_signal(signal.SIGTERM)
     started = time.monotonic()
     told = False
     while follower.poll() is None and time.monotonic() - started < timeout:

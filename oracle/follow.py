@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Annotated, get_type_hints
 
 import msgspec
+import redis
 
 from contracts import codec
 from contracts.durations import DurationError, parse_duration
@@ -31,6 +32,7 @@ from oracle.keys import store_evidence
 from oracle.options import OptionError, check_store
 from oracle.store import StoreError, StoreOptions, make_reader
 
+STORE_DOWN = (redis.ConnectionError, redis.TimeoutError, StoreError)  # a pass's store trouble: not the end of it
 ENV = "GOLDFISH_FOLLOW"  # the store options, as JSON: not on the command line, where `ps` shows passwords
 _TYPES = {"user_roles": tuple[str, ...], "assistant_roles": tuple[str, ...],  # a string is not its characters
           "timeout_s": Annotated[float, msgspec.Meta(gt=0, le=3600)]}  # NaN, 0 or -5 was a traceback
@@ -64,21 +66,42 @@ def follow(run_dir: Path, store: StoreOptions, every: float, settle: float, stop
             while waiting and waiting[0][0] <= now - settle:
                 ready.append(waiting.popleft())
             if ready:
-                evidence = store_evidence(reader, folder, store)  # what the store says now: TTLs, evictions so far
-                judging = Judging(Context(folder.path, store, True, Evidence.of(evidence),
-                                          (), [], 5.0, 5.0, rolling=True), list(range(PARTITIONS)))
-                with rare_full_collections():
-                    for _, p, entry in ready:
-                        judging.add(p, entry)
-                    judging.close()
-                for part in judging.parts.values():
-                    progress["sessions"] += part.result.sessions
-                    classes.update(part.result.classes)
+                try:
+                    judged = _judge_pass(folder, store, reader, ready)
+                except STORE_DOWN as exc:  # restarting, paused, dropped: judged again next pass (soak hunt 18)
+                    waiting.extendleft(reversed(ready))
+                    progress["store_errors"] = progress.get("store_errors", 0) + 1
+                    progress["store_error"] = f"{time.strftime('%H:%M:%S')}: {exc}"
+                    print(f"oracle follow: pass {progress['passes'] + 1}: the store did not answer ({exc}); its "
+                          f"{len(ready)} session(s) are judged at the next pass", file=sys.stderr)
+                else:
+                    for part in judged:
+                        progress["sessions"] += part.result.sessions
+                        classes.update(part.result.classes)
             progress.update(findings=dict(classes), passes=progress["passes"] + 1, updated=time.time(),
                             waiting=len(waiting))
             _write(folder, progress)
         _sleep(every, lambda: stopping() or orphaned())
     return progress
+
+
+def _judge_pass(folder: RunFolder, store: StoreOptions, reader, ready: list) -> list:
+    """Judge the sessions ``ready`` in a pass; their partitions (their counts in ``result``). A store that stops
+    answering midway raises (STORE_DOWN), the files closed: a session judged before it is judged again next pass,
+    and the final audit takes a session's last judgement."""
+    evidence = store_evidence(reader, folder, store)  # what the store says now: TTLs, evictions so far
+    judging = Judging(Context(folder.path, store, True, Evidence.of(evidence), (), [], 5.0, 5.0, rolling=True),
+                      list(range(PARTITIONS)))
+    try:
+        with rare_full_collections():
+            for _, p, entry in ready:
+                judging.add(p, entry)
+            judging.close()
+    except STORE_DOWN:
+        for part in judging.parts.values():
+            part.close()
+        raise
+    return list(judging.parts.values())
 
 
 def _write(folder: RunFolder, progress: dict) -> None:

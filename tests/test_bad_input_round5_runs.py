@@ -185,6 +185,33 @@ def test_a_rolling_audit_that_never_stops_is_killed_after_a_bounded_wait_and_sai
     assert time.monotonic() - started < FOLLOWER_STOP_S + 50
 
 
+def test_a_rolling_audit_that_died_during_the_load_is_said(tmp_path, redis_server):
+    """The follower killed during the load (a traceback, an OOM kill): nothing said it, and the run's progress
+    stopped there without a word (soak hunt 18). The end of the run says it, and the run ends as without it."""
+    import re
+
+    from support_locust import chat_bot, quick_script
+
+    run = tmp_path / "run"
+    with chat_bot("memory") as url:
+        started = time.monotonic()
+        proc, out = _start_locust(tmp_path, url, run, "--script", quick_script(tmp_path), "--think", "0.05",
+                                  "--store-url", redis_server.url, "--audit-every", "1s", "--settle", "0",
+                                  time_s="5s")
+        pid = None
+        while pid is None and time.monotonic() - started < 30 and proc.poll() is None:
+            out.seek(0)
+            found = re.search(r"rolling audit: every 1s \(pid (\d+)", out.read())
+            pid = int(found.group(1)) if found else None
+            time.sleep(0.1)
+        assert pid is not None, out.read()
+        os.kill(pid, signal.SIGKILL)
+        said = _finish(proc, out, timeout=120)
+    assert f"the rolling audit (pid {pid}) ended during the run by signal 9" in said, said[-3000:]
+    record = json.loads((run / "run.json").read_text())  # the run ended all the same (this bot keeps no store)
+    assert record["phase"] == "done" and record["exit_code"] == proc.returncode, record
+
+
 def test_a_follow_log_that_is_a_directory_stops_the_test_at_once_with_a_message(tmp_path, redis_server):
     """A run folder made beforehand whose follow.log is a directory: an IsADirectoryError traceback, the load ran
     all the same, then "NO VERDICT, exit code 2". Now one message names the file and the test stops at once."""

@@ -204,3 +204,39 @@ def test_a_key_judged_whole_that_expired_after_its_conversation_stays_judged(tmp
 
     assert summary["rolling"] == {"reused": 8}
     assert summary["anomalies"] == {} and read_findings(run) == []
+
+
+def test_a_store_that_stops_answering_during_a_pass_is_judged_again_at_the_next(tmp_path, redis_factory):
+    """A Redis restart (nothing lost) during a rolling pass ended `oracle follow` with a traceback, and the rolling
+    audit was gone for the rest of the run without a word (soak hunt 18). The pass is said and judged again."""
+    server = redis_factory("aof-always")
+    world = build_world(simple_specs(12), seed=7)
+    run = tmp_path / "run"
+    write_journal(run, world.records, by_user=True)
+    store_with_langchain(server.url, world)
+    progress_file = run / "audit" / "rolling" / "progress.json"
+    stopped = []
+
+    def stop_once(_partition, _sessions):  # the store goes down after the pass's first batch
+        if not stopped:
+            stopped.append(True)
+            server.stop()
+
+    def stopping() -> bool:
+        if not progress_file.exists():
+            return False
+        progress = json.loads(progress_file.read_text())
+        if progress.get("store_errors") and server.proc.poll() is not None:
+            server.start()  # back, its data kept (AOF)
+        return progress.get("sessions", 0) >= 8
+
+    progress = follow(run, StoreOptions(url=server.url, batch=2, on_batch=stop_once), every=0.01, settle=0.0,
+                      stopping=stopping)
+    assert progress["store_errors"] == 1 and "store_error" in progress, progress
+    assert progress["sessions"] == 8 and progress["findings"] == {}, progress
+    fresh = tmp_path / "fresh"
+    shutil.copytree(run, fresh, ignore=shutil.ignore_patterns("rolling"))
+    summary = audit_run(run, StoreOptions(url=server.url))
+    assert summary["rolling"] == {"reused": 8}  # the judgements of the pass made again stand
+    again = audit_run(fresh, StoreOptions(url=server.url))
+    assert finding_keys(fresh) == finding_keys(run) and again["metrics"] == summary["metrics"]
