@@ -25,8 +25,8 @@ from contracts import codec, redact
 from contracts.journal import MAX_EPOCH
 from contracts.runfolder import RunFolder, write_text
 from oracle import charts
-from oracle.compare import bad_statistics, compare_pair, printable, run_identity, same_run, trend_rows, \
-    with_printable_label
+from oracle.compare import bad_statistics, compare_pair, like_for_like, printable, run_identity, same_run, \
+    trend_rows, with_printable_label
 from oracle.history import JournalError
 from oracle.report_data import (RATE_METRICS as POOLED, NotAudited, RunData, RunFolderError, load_run,
                                 rate)
@@ -177,10 +177,11 @@ def per_run(runs: list[RunData], alpha: float, margin: float, failed: list[Unjud
     with a row for each run in ``failed`` (no rates, verdict ``no-verdict`` and its reason), all in start order."""
     results = {r.path.as_posix(): compare_pair(prev, r, alpha, margin) for prev, r in zip(runs, runs[1:])}
     rows = trend_rows(runs, results)
-    for row, r in zip(rows, runs):
+    for row, prev, r in zip(rows, [None, *runs], runs):
         result, why = own_result(r)  # as its own audit exits
         row.update(night=night(r), result=result, reason=why,
-                   vs_previous="-" if row["verdict"] == "base" else row["verdict"], start=r.run.get("start"))
+                   vs_previous="-" if row["verdict"] == "base" else row["verdict"], start=r.run.get("start"),
+                   unlike=like_for_like([prev, r]) if prev is not None else [])  # as compare warns of the pair
     rows += [{"label": u.label, "run": printable(u.path.name), "verdict": "-", "throughput": None, "p95": None,
               **{m: rate(None) for m in POOLED}, "night": night(u), "result": NO_VERDICT, "vs_previous": "-",
               "start": u.run.get("start"), "reason": u.reason} for u in failed]
@@ -231,7 +232,12 @@ def format_text(rows: list[dict], releases: list[dict]) -> str:
                                                           pct(r["session_amnesia"]["rate"]), number(r["throughput"], 1),
                                                           ms(r["p95"]))
         lines.append(f"  {r['night']:<17} {shown_label(r['label']):<{width}}{c[0]:>22}{c[1]:>24}{c[2]:>13}{c[3]:>9}"
-                     f"{c[4]:>9}  {r['result']:<7} {r['vs_previous']}")
+                     f"{c[4]:>9}  {r['result']:<7} {r['vs_previous']}" + (" *" if r.get("unlike") else ""))
+    unlike = [r for r in rows if r.get("unlike")]
+    if unlike:  # a nightly whose load or plan changed reads as "better" or "worse" for that alone (soak hunt 18)
+        lines += ["", "* not like for like with the run before it, so its 'vs previous' says little:"]
+        lines += [f"  {r['night']:<17} {r['run']}: {'; '.join(w.removeprefix('not like for like: ') for w in r['unlike'])}"
+                  for r in unlike]
     lines += ["", "per release, pooled over its runs",
               f"  {'label':<{width}}{'runs':>5}{'probe amnesia':>22}  {'95% interval':<18}{'stored loss':>24}"
               "  95% interval"]

@@ -302,3 +302,20 @@ def test_a_summary_without_verdict_and_observations_keeps_the_failed_rules_its_m
     assert compare.main([str(base), str(cand)]) == 1
     assert of_summary(load_run(cand).summary, parse_gates("corrupt=off"))["result"] != FAIL or \
         breach not in of_summary(load_run(cand).summary, parse_gates("corrupt=off"))["failed"]
+
+
+def test_trend_marks_a_night_not_like_for_like_with_the_one_before(tmp_path, capsys):
+    """compare warned of two runs under different loads; trend showed the same pair 'better' or 'worse' with no
+    word (soak hunt 18): the row is marked, and a note says why, in the text and the HTML page."""
+    from oracle import trend
+
+    runs = [_with_load(synthetic(tmp_path / name, label=name, seed=seed), {"users": users, "spawn_rate": 5,
+                                                                            "run_time": 60, "shape": None})
+            for name, seed, users in (("n1", 1, 10), ("n2", 2, 10), ("n3", 3, 50))]
+    assert trend.main([str(r) for r in runs] + ["--html", str(tmp_path / "trend.html")]) == 0
+    out = capsys.readouterr().out
+    marked = [line for line in out.splitlines() if line.rstrip().endswith(" *")]
+    assert len(marked) == 1 and " n3 " in marked[0], out
+    assert "* not like for like with the run before it" in out, out
+    assert "the runs had different loads (n2: 10 users at 5/s for 60s, n3: 50 users at 5/s for 60s)" in out, out
+    assert "not like for like: the runs had different loads" in (tmp_path / "trend.html").read_text()
