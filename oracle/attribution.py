@@ -6,7 +6,13 @@ when no fault was in force or recovering — what users feel during the fault.
 
 *Lost after*: a lost turn was acknowledged at some moment and gone at the audit, so what destroyed
 it happened after its acknowledgement: the first fault in force at or after that moment is the
-candidate. A kind's *exposure* is every acknowledged turn whose first fault after the ack is of
+candidate. A store's restart or failover (``LASTING``) destroys a write made any time before it, and is the
+candidate for every turn acknowledged before it; any other fault (a bot killed or paused, connections
+dropped) can only cut a write still in flight, and is the candidate only for turns acknowledged at most the
+recovery margin before it began, or while it was in force, with no store restart or failover after them: a
+Redis crash's losses were charged to every bot fault between the acks and the crash (chaos hunt 18). The
+price: a write-behind bot's losses to a kill, followed by a store restart that lost nothing, are charged to
+the restart. A kind's *exposure* is every acknowledged turn whose first fault after the ack is of
 that kind; the baseline's is every acknowledged turn with no fault after it. A kind is charged with
 its lost turns only when its loss rate over its exposure is above the baseline's (Fisher's exact
 test, one-sided, p < ALPHA — the test ``oracle compare`` uses): a bot that loses turns at the same
@@ -25,6 +31,7 @@ from oracle.metrics import wilson
 from oracle.timeline import Fault as TimelineFault
 
 ALPHA = 0.05
+LASTING = frozenset({"redis-restart", "redis-failover"})  # fault kinds that can destroy writes made long before
 RATES = ("probe_amnesia", "stored_loss", "anomalies")
 
 
@@ -44,12 +51,18 @@ def overlapping(starts: np.ndarray, ends: np.ndarray, intervals: list[tuple[floa
     return mask
 
 
-def first_fault_after(ok: np.ndarray, done: np.ndarray, faults: list, quiet: int) -> np.ndarray:
-    """Per turn, the kind index of the first effective fault in force at or after its ack (``quiet``
-    for none, and for turns not acknowledged); ``faults`` have ``kind``, ``start``, ``end``."""
+def first_fault_after(ok: np.ndarray, done: np.ndarray, faults: list, quiet: int, reach_s: float) -> np.ndarray:
+    """Per turn, the kind index of the fault that can have destroyed it (``quiet`` for none, and for turns not
+    acknowledged): the first ``lasting`` one (``LASTING``) in force at or after its ack, else the first other one
+    in force at or after its ack, acked at most ``reach_s`` before it began; ``faults`` have ``kind``, ``start``,
+    ``end``, ``lasting``."""
     kinds = np.full(len(done), quiet, dtype=np.int64)
-    for fault in sorted(faults, key=lambda f: f.start):  # the earliest fault wins
-        kinds[ok & (kinds == quiet) & (done <= fault.end)] = fault.kind
+    for lasting in (True, False):
+        for fault in sorted((f for f in faults if f.lasting == lasting), key=lambda f: f.start):  # the earliest wins
+            reached = done <= fault.end
+            if not lasting:
+                reached &= done >= fault.start - reach_s
+            kinds[ok & (kinds == quiet) & reached] = fault.kind
     return kinds
 
 

@@ -36,6 +36,7 @@ import requests
 from contracts import codec
 from contracts.runfolder import RunFolder, cannot_write
 from oracle import judge, rootcause, verdict
+from oracle.attribution import LASTING
 from oracle.history import MAX_PROBLEMS, PARTITIONS, Journal, JournalError, NoRecords, Problems
 from oracle.judge import Context, Evidence, Fault
 from oracle.keys import (FORGETFUL, ForeignKeys, SessionSet, TemplateMismatch, check_layout, diagnose_missing_keys,
@@ -129,7 +130,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
     kinds = tuple(sorted({f.kind for f in faults}))
     context = Context(folder.path, options, live,
                       Evidence.of(evidence),
-                      kinds, [Fault(kinds.index(f.kind), f.start, f.end if f.end is not None else float("inf"))
+                      kinds, [Fault(kinds.index(f.kind), f.start, f.end if f.end is not None else float("inf"), f.kind in LASTING)
                               for f in faults if f.effective], window_s, recovery_s)
     shutil.rmtree(folder.audit / "parts", ignore_errors=True)
     writer = SnapshotWriter(folder.path, store, evidence, PARTITIONS) if live else None

@@ -54,6 +54,7 @@ class Fault:
     kind: int
     start: float
     end: float
+    lasting: bool = False  # it can destroy writes made long before it (attribution.LASTING)
 
 
 @dataclass
@@ -463,7 +464,8 @@ class _Partition:
         for f, (start, end) in zip(ctx.faults, margins):
             during[:, f.kind] |= (sent >= start) & (sent < end)
         quiet = ~overlapping(sent, done, margins)
-        self.tally.add_turns(arrays, during, first_fault_after(ok, done, ctx.faults, len(ctx.kinds)), quiet)
+        self.tally.add_turns(arrays, during, first_fault_after(ok, done, ctx.faults, len(ctx.kinds), ctx.recovery_s),
+                            quiet)
         self.tally.add_failures(turns[i].error for i in np.flatnonzero(error & quiet).tolist())
         if ctx.faults:
             self.tally.add_spans(np.minimum.reduceat(np.where(ok, done, np.inf), starts),
