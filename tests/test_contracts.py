@@ -168,3 +168,21 @@ def test_redaction_of_headers_documents_and_error_lines():
                                                                                   "batch": 5}}, "n": [1, "x"]}
     assert redact.text("Error 111 connecting to redis://:pw@h:1/0. Refused.") == \
         "Error 111 connecting to redis://:***@h:1/0. Refused."
+
+
+def test_an_error_line_holding_a_long_value_is_redacted_in_one_pass():
+    """Every error line goes through redact.text; its URL search was tried from each letter of a long run of letters,
+    so a 100,000-character value took 16 s to report and a 400,000-character one minutes (fuzz hunt 18). Run in a
+    child with a deadline: a search from each letter again would not end within it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from contracts import redact
+
+    code = ("from contracts import redact; s = redact.text('pid_file ' + 'a' * 2_000_000 + ' redis://:pw@h/0 .x://');"
+            "print(len(s), s[-24:])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.split() == ["2000032", "a", "redis://:***@h/0", ".x://"], done.stdout + done.stderr
+    assert redact.text("xyzhttps://a:b@c (https://x:y@z)") == "xyzhttps://a:***@c (https://x:***@z)"
