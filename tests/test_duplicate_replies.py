@@ -124,6 +124,18 @@ def test_a_welcome_stored_before_the_first_message_is_no_copy_of_a_later_reply_o
     assert judge(turns, [("ai", welcome)] + stored) == []
     twice = stored[:4] + [("ai", welcome)] + stored[4:]  # the reply itself written twice is still found
     assert classes(judge(turns, [("ai", welcome)] + twice)) == [("duplicated", 1)]
+    greeting = [("ai", "Hi there!"), ("ai", welcome)]  # a welcome in two bubbles: neither is a copy
+    assert judge(turns, greeting + stored) == []
+
+
+def test_copies_of_a_reply_stored_before_the_first_message_are_excused_once():
+    """Every assistant entry before the first user entry was excused as a welcome: 100,000 copies of a reply written
+    at the old end of a history PASSed, where one at the new end FAILed (fuzz hunt 18). One of each text is."""
+    turns = [turn(0, "Noted."), turn(1, "Sure."), turn(2, "Bye.")]
+    stored = [("human", 0), ("ai", "Noted."), ("human", 1), ("ai", "Sure."), ("human", 2), ("ai", "Bye.")]
+    assert judge(turns, [("ai", "Bye.")] + stored) == []  # once: maybe a welcome of that text
+    found = judge(turns, [("ai", "Bye.")] * 50 + stored)
+    assert classes(found) == [("duplicated", 2)] and found[0]["evidence"]["copies"] == 50, found  # one excused
 
 
 def test_a_message_stored_again_without_its_token_is_a_second_copy_of_it():
