@@ -28,6 +28,8 @@ whatever the main backend is. Signals: never signal a pid without ``refuse_own_p
 from __future__ import annotations
 
 import os
+import threading
+import time
 from abc import ABC, abstractmethod
 
 from chaos.faults import Fault
@@ -48,6 +50,16 @@ class MissingExtra(RuntimeError):
 class Backend(ABC):
     name: str = "abstract"
     kinds: frozenset[str] = frozenset()
+    stopping: threading.Event | None = None  # the controller's stop: a long apply goes no further (``pause_between``)
+
+    def pause_between(self, seconds: float) -> bool:
+        """Wait ``seconds`` between the steps of a long apply (a rolling restart's replicas); True when the run is
+        stopping, so the apply ends with the steps done: one pausing 127 s outlived the load and the stop's wait,
+        and rolled on after the heal (chaos hunt 18)."""
+        if self.stopping is None:
+            time.sleep(seconds)
+            return False
+        return self.stopping.wait(seconds)
 
     @abstractmethod
     def instances(self, target: str) -> list[str]:

@@ -61,6 +61,8 @@ class Controller:
         """``outstanding``: what an earlier controller left (``heal_run``); without it the run folder must have
         no fault left outstanding (ValueError, nothing touched), since this controller rewrites that file."""
         self.plan, self.backend, self.run_dir = plan, backend, Path(run_dir)
+        self._stop = threading.Event()
+        backend.stopping = self._stop  # a long apply (a rolling restart's pauses) ends at the stop
         if outstanding is None:
             refuse_unhealed(self.run_dir)
             outstanding = Outstanding(self.run_dir, backend.name, backend.config())
@@ -74,10 +76,10 @@ class Controller:
         self.outstanding = outstanding
         self.failures: list[dict] = []        # failed recoveries (also on the timeline)
         self.unapplied: list[str] = []        # occurrences whose apply failed (a target not running...), with why
-        self._stop = threading.Event()
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._claimed: set[str] = set()
+        self._cut_short: set[str] = set()      # applies the stop's heal recorded and recovered while they ran
         self._threads: list[threading.Thread] = []
         self._scheduler: threading.Thread | None = None
         self.t0_mono = self.t0_wall = None
@@ -274,6 +276,7 @@ class Controller:
             return
         for key, inst in keys:
             started = time.time()
+            self.outstanding.update(key, started=started)  # a stop that comes before the apply ends records it
             try:
                 undo = be.apply(fault, inst)
             except Exception as exc:  # noqa: BLE001 - log, then make sure nothing is left half-done
@@ -285,7 +288,10 @@ class Controller:
                 else:
                     self._recover(key, via="apply-failed")
                 continue
-            self.outstanding.update(key, state="applied", undo=undo or {}, applied=started)
+            with self._lock:
+                if key in self._cut_short:  # the stop's heal recorded it, and recovered it, while it applied
+                    continue
+                self.outstanding.update(key, state="applied", undo=undo or {}, applied=started)
             self.timeline.record("apply", fault, inst, "ok", planned=planned, detail=undo or None, when=started)
         if KINDS[fault.kind].duration != "none":
             if self._wait_until(self.t0_mono + offset + (fault.duration or 0)):
@@ -347,12 +353,25 @@ class Controller:
         failed = []
         for entry in self.outstanding.entries():
             try:
+                self._record_unfinished(entry)
                 if not self._recover(entry["key"], via=via):
                     failed.append(entry)
             except Exception:  # noqa: BLE001
                 log.exception("chaos heal of %s failed", entry.get("key"))
                 failed.append(entry)
         return failed
+
+    def _record_unfinished(self, entry: dict) -> None:
+        """An apply still running when the heal comes (a rolling restart pausing between replicas outlived the
+        load and ``stop_timeout``) is recorded as applied from its start, partly, before it is recovered: the
+        timeline had a recover with no apply, and the audit took it for a damaged file, NO VERDICT (chaos hunt 18)."""
+        with self._lock:
+            if entry.get("state") != "applying" or not entry.get("started") or entry["key"] in self._cut_short:
+                return
+            self._cut_short.add(entry["key"])
+        self.timeline.record("apply", Fault.from_dict(entry["fault"]), entry["instance"], "ok",
+                             planned=entry.get("planned"), when=entry["started"],
+                             detail={"unfinished": "still being applied when the run stopped: applied in part"})
 
     def stop(self, via: str = "stop") -> list[dict]:
         """Stop scheduling, let in-flight applies finish (bounded), heal everything; never raises."""

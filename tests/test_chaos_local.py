@@ -203,3 +203,44 @@ def test_rolling_restart_moves_every_replica_to_v2(chaos_stack, tmp_path):
         assert m["pid"] != old[b] and m["release"] == "v2" and m["env"]["REFBOT_RELEASE"] == "v2"
         assert requests.get(m["health"]["http"], timeout=5).json()["release"] == "v2"
     wait_until(lambda: all(chaos_stack.lb_status(b) == "UP" for b in old), timeout=10, what="both UP")
+
+
+def test_a_rolling_restart_pausing_between_replicas_ends_at_the_stop(chaos_stack, tmp_path):
+    """A rolling restart pausing 127 s between replicas outlived the load and the stop's 120 s wait, then rolled on
+    after the heal, the stack left half rolled (chaos hunt 18). It ends at the stop, with the replicas it did."""
+    ctl = controller_for(chaos_stack, "faults: [{kind: rolling-restart, target: bot, at: 0s, release: v2, pause: 600}]",
+                         tmp_path / "run")
+    ctl.start()
+    wait_until(lambda: chaos_stack.member("bot-1")["release"] == "v2", timeout=30, what="bot-1 on v2")
+    assert ctl.stop() == []
+    tl = read_timeline(tmp_path / "run")
+    assert [(r["event"], r["outcome"]) for r in tl] == [("apply", "ok"), ("recover", "ok")], tl
+    assert tl[0]["detail"]["members"] == ["bot-1"], tl
+    assert chaos_stack.member("bot-2")["release"] != "v2"
+
+
+def test_a_rolling_restart_still_applying_at_the_stop_is_recorded_applied_in_part(chaos_stack, tmp_path):
+    """An apply that outlives the stop's wait (a restart in a long grace, an apply that does not hear the stop): the
+    heal recovered it, but the timeline had a recover with no apply, and the audit called the file damaged, NO
+    VERDICT (chaos hunt 18). It is recorded as applied from its start, in part, and once only."""
+    import threading
+
+    from oracle.timeline import load_faults
+
+    ctl = controller_for(chaos_stack, "faults: [{kind: rolling-restart, target: bot, at: 0s, release: v2, pause: 3}]",
+                         tmp_path / "run")
+    ctl.backend.stopping = threading.Event()  # an apply deaf to the stop
+    ctl.stop_timeout = 0.5
+    ctl.start()
+    wait_until(lambda: chaos_stack.member("bot-1")["release"] == "v2", timeout=30, what="bot-1 on v2")
+    assert ctl.stop() == []
+    wait_until(lambda: chaos_stack.member("bot-2")["release"] == "v2" and chaos_stack.healthy("bot-2"), timeout=60,
+               what="the deaf apply done")
+    for th in ctl._threads:
+        th.join(30)
+    tl = read_timeline(tmp_path / "run")
+    applies = [r for r in tl if r["event"] == "apply"]
+    assert len(applies) == 1 and applies[0]["outcome"] == "ok" and "unfinished" in applies[0]["detail"], tl
+    assert [r["event"] for r in tl] == ["apply", "recover"] and tl[0]["time"] <= tl[1]["time"], tl
+    faults = load_faults(tmp_path / "run")
+    assert len(faults) == 1 and faults[0].end is not None, faults

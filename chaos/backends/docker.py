@@ -259,8 +259,8 @@ class DockerBackend(Backend):
                 if server:
                     self._haproxy(f"set server {server} state ready")
             done.append(name)
-            if fault.params.get("pause"):
-                time.sleep(float(fault.params["pause"]))
+            if fault.params.get("pause") and self.pause_between(float(fault.params["pause"])):
+                break
         return {"members": done, "release": release}
 
     def _replace(self, old, name: str, env_update: dict, grace: int) -> None:

@@ -256,8 +256,8 @@ class LocalBackend(Backend):
             if server:
                 self._haproxy(f"set server {server} state ready")
             done.append(name)
-            if fault.params.get("pause"):
-                time.sleep(float(fault.params["pause"]))
+            if fault.params.get("pause") and self.pause_between(float(fault.params["pause"])):
+                break
         return {"members": done, "release": release}
 
     def _redis(self, instance: str, timeout: float = 10) -> redis.Redis:
