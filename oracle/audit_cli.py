@@ -141,6 +141,23 @@ def render(summary: dict, run: Path) -> str:
     return "\n".join(lines)
 
 
+def _faults_left(run) -> str:
+    """The faults the run's chaos left in force (chaos/outstanding.json: its Locust process killed mid-fault), said
+    beside a store that cannot be read: a Redis it left paused answered "Timeout reading from socket", and nothing
+    pointed at `chaos heal` (chaos hunt 18). '' when it lists none or cannot be read."""
+    try:
+        faults = codec.load_document(RunFolder(run).outstanding).get("faults")
+    except (OSError, codec.DecodeError, AttributeError):
+        return ""
+    if not isinstance(faults, list) or not faults:
+        return ""
+    first = faults[0] if isinstance(faults[0], dict) else {}
+    fault = first.get("fault") if isinstance(first.get("fault"), dict) else {}
+    return (f"; {RunFolder(run).outstanding} lists {len(faults)} fault(s) this run's chaos left in force (first: "
+            f"{fault.get('id')} {fault.get('kind')} on {first.get('instance')}), which may hold the store: run "
+            f"`python -m chaos heal {run}` first")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     keep_on_after_hangup(RunFolder(args.run).hangup_log)
@@ -226,7 +243,7 @@ def _audit(args) -> int:
                               f"snapshot in {RunFolder(run).store} as it was read; pass --store-url (or --http-url / "
                               "--reader) with them to read the store again")
     except OptionError as exc:
-        print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
+        print(f"oracle audit: {redact.text(exc)}{_faults_left(run)}", file=sys.stderr)
         return 2
     untellable = untellable_re_audit(run)
     if untellable:
@@ -243,7 +260,8 @@ def _audit(args) -> int:
         print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
         return _online(run, limits, args.recovery)
     except (JournalError, SnapshotError, StoreError, WorkerError, AuditBusy) as exc:
-        print(f"oracle audit: {redact.text(exc)}", file=sys.stderr)
+        print(f"oracle audit: {redact.text(exc)}{_faults_left(run) if isinstance(exc, StoreError) else ''}",
+              file=sys.stderr)
         return 2
     except OSError as exc:
         if exc.filename is None:

@@ -344,3 +344,24 @@ def test_a_journal_with_one_sessions_lines_unreadable_is_judged_again_from_its_s
     assert summary["sessions"] == len(world.order) - 1
     assert any(f"have no readable journal line (for example {victim})" in p for p in summary["problems"]), \
         summary["problems"]
+
+
+def test_a_store_that_cannot_be_read_names_the_faults_the_run_s_chaos_left_in_force(tmp_path, capsys):
+    """Locust killed while its plan held Redis paused: `oracle audit` said only "cannot reach the store: Timeout",
+    though chaos/outstanding.json listed the pause and `chaos heal` was the fix (chaos hunt 18)."""
+    from conftest import free_port
+    from support_oracle import build_world, oracle_main, simple_specs, write_journal
+
+    run = tmp_path / "run"
+    write_journal(run, build_world(simple_specs(2), seed=3).records)
+    (run / "chaos").mkdir()
+    (run / "chaos" / "outstanding.json").write_text(json.dumps({"backend": "local", "faults": [
+        {"key": "stop-redis#0@redis", "instance": "redis", "state": "applied",
+         "fault": {"id": "stop-redis#0", "kind": "pause", "target": "redis"}}]}))
+    code, _, err = oracle_main(capsys, "audit", run, "--store-url", f"redis://127.0.0.1:{free_port()}/0")
+    assert code == 2, err
+    assert "cannot reach the store" in err and "lists 1 fault(s) this run's chaos left in force (first: " \
+        "stop-redis#0 pause on redis)" in err and f"python -m chaos heal {run}" in err, err
+    (run / "chaos" / "outstanding.json").write_text(json.dumps({"backend": "local", "faults": []}))
+    code, _, err = oracle_main(capsys, "audit", run, "--store-url", f"redis://127.0.0.1:{free_port()}/0")
+    assert code == 2 and "chaos heal" not in err, err
