@@ -352,9 +352,12 @@ def _of_another_run(summary: dict, run: dict, folder: RunFolder) -> str | None:
     does not record it). A summary or run.json with no run id (an older goldfish, a folder built by hand) is
     no check."""
     audited, journal, recorded = summary.get("run"), _journal_run(folder), run.get("run")
+    again = f"audit the folder again (`python -m oracle audit {folder.path}`)"
+    if "run" in summary and not isinstance(audited, str):  # null or NaN was taken as no check, and its PASS (fuzz 18)
+        return (f"this audit's run is {audited!r}, not a run id: {folder.audit / 'summary.json'} is damaged, so whose "
+                f"audit it is cannot be told; {again}")
     if not isinstance(audited, str):
         return None
-    again = f"audit the folder again (`python -m oracle audit {folder.path}`)"
     if isinstance(journal, str) and journal != audited:
         return (f"this audit is of run {audited!r}, but the journal in {folder.journal} is run {journal!r}: another "
                 f"run's audit/ is in this folder (copied, or restored from another run's backup); {again}")

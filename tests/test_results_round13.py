@@ -75,6 +75,24 @@ def test_another_runs_audit_with_no_journal_size_is_refused_too(tmp_path, capsys
     assert code == 2 and "of run 'run-A'" in err and "'run-Bbbbbbb'" in err, out + err
 
 
+def test_an_audit_whose_run_id_is_null_is_refused_and_one_without_it_is_still_read(tmp_path, capsys):
+    """A summary.json whose run is null (or NaN) skipped the check of whose audit it is, and trend took its PASS
+    (fuzz hunt 18); one with no run at all is an older goldfish's and is still read."""
+    a = _run(tmp_path / "A", "run-A")
+    assert _audit(capsys, a) == 0
+    path = a / "audit" / "summary.json"
+    summary = json.loads(path.read_text())
+    path.write_text(json.dumps({**summary, "run": None}))
+    code, out, err = oracle_main(capsys, "trend", a)
+    assert code == 2 and "this audit's run is None, not a run id" in out + err, out + err
+    code, out, err = oracle_main(capsys, "report", a)
+    assert code == 2 and "summary.json is damaged" in err, out + err
+    del summary["run"]
+    path.write_text(json.dumps(summary))
+    code, out, err = oracle_main(capsys, "trend", a)
+    assert code == 0 and "pass" in out, out + err
+
+
 # ---- D1: run.json of another run ------------------------------------------------------------------------------------
 def test_another_runs_run_json_in_a_cut_short_run_is_refused_by_report_compare_and_trend(tmp_path, capsys):
     """C was cut short (phase load, no end): its audit is NOT TRUSTED, exit 3. With finished run A's run.json in its
