@@ -51,7 +51,6 @@ def follow(run_dir: Path, store: StoreOptions, every: float, settle: float, stop
     classes: Counter = Counter()
     waiting: deque = deque()  # (noticed complete at, partition, session lines)
     tail = None
-    judging = None
     parent = os.getppid()
     orphaned = lambda: os.getppid() != parent  # noqa: E731 - the Locust master is gone
     while not stopping() and not orphaned():

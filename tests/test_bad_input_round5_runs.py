@@ -149,27 +149,35 @@ def _finish(proc, out, timeout: float) -> str:
     return out.read()
 
 
+def _start_with_follower(tmp_path, url, run, redis_server):
+    """A 5 s Locust run with a rolling audit every second: (its process, its output, the rolling audit's pid)."""
+    import re
+
+    from support_locust import quick_script
+
+    started = time.monotonic()
+    proc, out = _start_locust(tmp_path, url, run, "--script", quick_script(tmp_path), "--think", "0.05",
+                              "--store-url", redis_server.url, "--audit-every", "1s", "--settle", "0", time_s="5s")
+    pid = None
+    while pid is None and time.monotonic() - started < 30 and proc.poll() is None:
+        out.seek(0)
+        found = re.search(r"rolling audit: every 1s \(pid (\d+)", out.read())
+        pid = int(found.group(1)) if found else None
+        time.sleep(0.1)
+    assert pid is not None, out.read()
+    return proc, out, pid
+
+
 def test_a_rolling_audit_that_never_stops_is_killed_after_a_bounded_wait_and_said(tmp_path, redis_server):
     """The follower frozen (SIGSTOP) during the load: the run sat in settle, without a word, until a CI timeout
     killed it. Now it waits a bounded time, kills the follower, says so with its pid, and the run ends."""
-    import re
-
     from locustfiles.endofrun import FOLLOWER_STOP_S
-    from support_locust import chat_bot, quick_script
+    from support_locust import chat_bot
 
     run = tmp_path / "run"
     with chat_bot("memory") as url:
         started = time.monotonic()
-        proc, out = _start_locust(tmp_path, url, run, "--script", quick_script(tmp_path), "--think", "0.05",
-                                  "--store-url", redis_server.url, "--audit-every", "1s", "--settle", "0",
-                                  time_s="5s")
-        pid = None
-        while pid is None and time.monotonic() - started < 30 and proc.poll() is None:
-            out.seek(0)
-            found = re.search(r"rolling audit: every 1s \(pid (\d+)", out.read())
-            pid = int(found.group(1)) if found else None
-            time.sleep(0.1)
-        assert pid is not None, out.read()
+        proc, out, pid = _start_with_follower(tmp_path, url, run, redis_server)
         os.kill(pid, signal.SIGSTOP)
         try:
             said = _finish(proc, out, timeout=FOLLOWER_STOP_S + 60)
@@ -188,23 +196,11 @@ def test_a_rolling_audit_that_never_stops_is_killed_after_a_bounded_wait_and_sai
 def test_a_rolling_audit_that_died_during_the_load_is_said(tmp_path, redis_server):
     """The follower killed during the load (a traceback, an OOM kill): nothing said it, and the run's progress
     stopped there without a word (soak hunt 18). The end of the run says it, and the run ends as without it."""
-    import re
-
-    from support_locust import chat_bot, quick_script
+    from support_locust import chat_bot
 
     run = tmp_path / "run"
     with chat_bot("memory") as url:
-        started = time.monotonic()
-        proc, out = _start_locust(tmp_path, url, run, "--script", quick_script(tmp_path), "--think", "0.05",
-                                  "--store-url", redis_server.url, "--audit-every", "1s", "--settle", "0",
-                                  time_s="5s")
-        pid = None
-        while pid is None and time.monotonic() - started < 30 and proc.poll() is None:
-            out.seek(0)
-            found = re.search(r"rolling audit: every 1s \(pid (\d+)", out.read())
-            pid = int(found.group(1)) if found else None
-            time.sleep(0.1)
-        assert pid is not None, out.read()
+        proc, out, pid = _start_with_follower(tmp_path, url, run, redis_server)
         os.kill(pid, signal.SIGKILL)
         said = _finish(proc, out, timeout=120)
     assert f"the rolling audit (pid {pid}) ended during the run by signal 9" in said, said[-3000:]
