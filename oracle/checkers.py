@@ -696,6 +696,8 @@ def check_unanswered(session: str, by_turn: dict[int, Turn], decoded: Decoded,
                 pass  # sent before a turn of the same reply was answered: a burst answered once, one copy for both
             elif like is not None:  # stored otherwise than it was sent (a footer the API adds, cut short, normalised)
                 del spare[like], spare_texts[like]
+            elif t.crosstalk and spare:  # the client got another session's reply (cross-talk, counted there): the
+                del spare[-1], spare_texts[-1]  # entry after its question is its own answer (API hunt 18)
             else:
                 whole = nearest if isinstance(nearest, str) and t.reply and len(nearest) > len(t.reply) \
                     and nearest.startswith(t.reply) else None  # the client read the answer before it was finished
