@@ -12,8 +12,8 @@ dropped) can only cut a write still in flight, and is the candidate only for tur
 recovery margin before it began, or while it was in force, with no store restart or failover after them: a
 Redis crash's losses were charged to every bot fault between the acks and the crash (chaos hunt 18). The
 price: a write-behind bot's losses to a kill, followed by a store restart that lost nothing, are charged to
-the restart. A kind's *exposure* is every acknowledged turn whose first fault after the ack is of
-that kind; the baseline's is every acknowledged turn with no fault after it. A kind is charged with
+the restart. A kind's *exposure* is every acknowledged turn whose candidate is of that kind; the
+baseline's is every acknowledged turn with no candidate. A kind is charged with
 its lost turns only when its loss rate over its exposure is above the baseline's (Fisher's exact
 test, one-sided, p < ALPHA — the test ``oracle compare`` uses): a bot that loses turns at the same
 rate with or without the fault (memory in a per-process dict) is not the fault's doing.

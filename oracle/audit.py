@@ -130,8 +130,8 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
     kinds = tuple(sorted({f.kind for f in faults}))
     context = Context(folder.path, options, live,
                       Evidence.of(evidence),
-                      kinds, [Fault(kinds.index(f.kind), f.start, f.end if f.end is not None else float("inf"), f.kind in LASTING)
-                              for f in faults if f.effective], window_s, recovery_s)
+                      kinds, [Fault(kinds.index(f.kind), f.start, f.end if f.end is not None else float("inf"),
+                                    f.kind in LASTING) for f in faults if f.effective], window_s, recovery_s)
     shutil.rmtree(folder.audit / "parts", ignore_errors=True)
     writer = SnapshotWriter(folder.path, store, evidence, PARTITIONS) if live else None
     jobs = _jobs(jobs, journal, store)

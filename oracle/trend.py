@@ -236,8 +236,8 @@ def format_text(rows: list[dict], releases: list[dict]) -> str:
     unlike = [r for r in rows if r.get("unlike")]
     if unlike:  # a nightly whose load or plan changed reads as "better" or "worse" for that alone (soak hunt 18)
         lines += ["", "* not like for like with the run before it, so its 'vs previous' says little:"]
-        lines += [f"  {r['night']:<17} {r['run']}: {'; '.join(w.removeprefix('not like for like: ') for w in r['unlike'])}"
-                  for r in unlike]
+        lines += [f"  {r['night']:<17} {r['run']}: " + "; ".join(w.removeprefix("not like for like: ")
+                                                                 for w in r["unlike"]) for r in unlike]
     lines += ["", "per release, pooled over its runs",
               f"  {'label':<{width}}{'runs':>5}{'probe amnesia':>22}  {'95% interval':<18}{'stored loss':>24}"
               "  95% interval"]

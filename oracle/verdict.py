@@ -612,9 +612,10 @@ def unfinished_replies(v: dict | None) -> str | None:
     if seen.get("same"):  # audit.one_reply_read
         return (f"{short(seen.get('count'))} turn(s) were found unanswered, and the reply the client read was "
                 f"{short(seen.get('reply'), 60)} on every one of them, while the store holds other answers in their "
-                f"place (as {short(seen.get('stored'), 60)}): the reply is not where the options read it (--reply-field "
-                "names a field that is always the same, or the body is empty and the answer comes elsewhere, in a "
-                "header say), so the FAIL cannot be trusted: point --reply-field / --reply-format at the answer")
+                f"place (as {short(seen.get('stored'), 60)}): the reply is not where the options read it "
+                "(--reply-field names a field that is always the same, or the body is empty and the answer comes "
+                "elsewhere, in a header say), so the FAIL cannot be trusted: point --reply-field / --reply-format at "
+                "the answer")
     if seen.get("repeated"):  # checkers.repeated_pieces
         return (f"on {short(seen.get('count'))} turn(s) found unanswered, the reply the client got holds every piece of "
                 f"the answer stored after the turn {short(seen.get('repeated'))} times over (first: "

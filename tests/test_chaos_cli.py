@@ -274,8 +274,8 @@ def test_a_rolling_restart_holds_every_instance_of_its_target_and_the_dry_run_sh
                                                                                                   tmp_path):
     """A kill of bot-2 while a rolling restart held target 'bot' ran: the rolling restart found bot-2 down and
     failed half applied, and a correct bot FAILed the chaos gate (chaos hunt 18). It is skipped now (recorded so:
-    the chaos gate does not count it). And a partial count's pick while bot-1 is paused is bot-2 in the dry run as in the run (the dry run
-    showed bot-1, a pick among all instances)."""
+    the chaos gate does not count it). And a partial count's pick while bot-1 is paused is bot-2 in the dry run as
+    in the run (the dry run showed bot-1, a pick among all instances)."""
     plan = write_plan(tmp_path, """
         seed: 0
         faults:
