@@ -224,8 +224,9 @@ def store_arguments(store) -> str:
     else:
         where = " --store-url URL"
     defaults = type(store)()
-    for option, field in (("--key-template", "key_template"), ("--store-format", "format"), ("--direction", "direction"),
-                          ("--role-field", "role_field"),
+    if store.given_template() != defaults.key_template:
+        where += f" --key-template {shlex.quote(store.given_template())}"
+    for option, field in (("--store-format", "format"), ("--direction", "direction"), ("--role-field", "role_field"),
                           ("--content-field", "content_field"), ("--messages-field", "messages_field")):
         if getattr(store, field) != getattr(defaults, field):
             where += f" {option} {shlex.quote(str(getattr(store, field)))}"

@@ -143,7 +143,7 @@ def _audit_run(run_dir, store, window_s, recovery_s, gates, jobs, shape) -> dict
             raise NoRecords(f"{folder.journal} holds no valid journal records"
                                + (f"; first problem: {first}" if first else ""))
         check_layout(sum((r.order for r in results), Counter()), options, live,
-                     tally.totals["failed_probes"] > tally.totals["answered"] * FORGETFUL, issued_ids(folder))
+                     tally.totals["failed_probes"] > tally.totals["answered"] * FORGETFUL, issued_ids(folder, options))
         owned = SessionSet()
         for r in results:
             owned.merge(r.judged)

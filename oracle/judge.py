@@ -298,7 +298,7 @@ class _Partition:
             return
         entries, self.pending = self.pending, []
         turns_by = self._turns(entries)
-        self.issued = issued_ids(turns_by)
+        self.issued = {} if self.ctx.store.own_ids else issued_ids(turns_by)  # keys by goldfish's ids: as journaled
         self.journaled = {e.session: (e.shard, journal_print(e)) for e in entries} \
             if self.rolling is not None or self.prior is not None else {}
         reused = self._reusable([e for e in entries if e.session in turns_by], turns_by) if self.prior is not None \

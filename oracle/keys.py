@@ -1078,7 +1078,7 @@ def store_evidence(reader, folder: RunFolder, options: StoreOptions | None = Non
     for name in COUNTERS:  # INFO refused: the counters now are unknown, not 0 (judge.Evidence: none known)
         if not info.get(REFUSED):
             samples[name].append((time.time(), int(info.get(name) or 0)))
-    any_id = issued_ids(folder)
+    any_id = issued_ids(folder, template_options)
     _keep_largest(bounds, template_ttls(client, template_options.key_template, any_id=any_id)[0])
     own = bounds if any_id else {i: bounds[i] for i in journaled_sessions(folder, set(bounds))}
     # each a lower bound of the one TTL the keys are given (ttl_floor): the largest is the tightest, and a sample
@@ -1121,9 +1121,12 @@ def journaled_sessions(folder: RunFolder, sessions: set[str]) -> set[str]:
     return {session for session, _ in sent}
 
 
-def issued_ids(folder: RunFolder) -> bool:
+def issued_ids(folder: RunFolder, options: StoreOptions) -> bool:
     """Whether the run's sessions are kept under ids the bot issued (run.json's ``options.session_from``), which
-    look like nothing in particular; else under goldfish's own (``SESSION_RE``)."""
+    look like nothing in particular; else under goldfish's own (``SESSION_RE``; ``{conversation}`` in the template:
+    ``StoreOptions.own_ids``)."""
+    if options.own_ids:
+        return False
     try:
         return bool(codec.load_document(folder.run_json)["options"]["session_from"])
     except (OSError, ValueError, KeyError, TypeError):

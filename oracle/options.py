@@ -14,7 +14,7 @@ import re
 import weakref
 
 from contracts import redact
-from oracle.store import StoreOptions
+from oracle.store import StoreOptions, own_ids_template
 
 _D = StoreOptions()
 
@@ -89,7 +89,8 @@ STORE = [
                                    "chat's own token ('Authorization: Bearer ...')")),
     (("--reader",), dict(default="", action=OnceNotEmpty, help="module:function that reads a batch of sessions (docs/oracle.md)")),
     (("--key-template",), dict(default=_D.key_template, help="store key of a session's history "
-                                                             "(default message_store:{session})")),
+                                                             "(default message_store:{session}; {conversation}: "
+                                                             "goldfish's own id where the bot issues its own)")),
     (("--store-format", "--format"), dict(default=_D.format, help="list (one entry per message), blob (one "
                                                                   "JSON list in a string key) or auto (by key type)")),
     (("--direction",), dict(default=_D.direction, help="lpush: newest first (LangChain, default); rpush: oldest first")),
@@ -181,8 +182,9 @@ def store_options(values) -> StoreOptions | None:
     headers = tuple(http_header(text) for text in get("http_header") or ())
     if headers and not http_url:
         raise OptionError("--http-header: goes with --http-url (the history API's GETs), which is not given")
+    key_template, own_ids = own_ids_template(str(get("key_template") or _D.key_template))
     options = StoreOptions(
-        url=url, http_url=http_url, http_headers=headers, reader=reader, key_template=str(get("key_template") or _D.key_template),
+        url=url, http_url=http_url, http_headers=headers, reader=reader, key_template=key_template, own_ids=own_ids,
         format=str(get("store_format") or _D.format), direction=str(get("direction") or _D.direction),
         role_field=str(get("role_field") or _D.role_field), content_field=str(get("content_field") or _D.content_field),
         user_roles=tuple(get("user_role") or _D.user_roles), assistant_roles=tuple(get("assistant_role") or _D.assistant_roles),

@@ -24,7 +24,7 @@ from contracts import codec
 from contracts.jsonl import LINE_BYTES, JsonlError, line_chunks, read_jsonl
 from contracts.runfolder import RunFolder, cannot_write, write_text
 from oracle.history import PARTITIONS
-from oracle.store import RAW_TYPES, RawSession, StoreOptions
+from oracle.store import RAW_TYPES, RawSession, StoreOptions, own_ids_template
 
 
 class SnapshotError(Exception):
@@ -111,7 +111,7 @@ class SnapshotWriter:
         shutil.rmtree(self.dir, ignore_errors=True)  # a killed read's
         self.kept_earlier = False  # closed: a failed read left the earlier complete snapshot in place
         self.meta = {
-            "reader": options.name(), "url": options.where(), "key_template": options.key_template,
+            "reader": options.name(), "url": options.where(), "key_template": options.given_template(),
             "format": options.format, "direction": options.direction,
             "shape": {"role_field": options.role_field, "content_field": options.content_field,
                       "user_roles": list(options.user_roles), "assistant_roles": list(options.assistant_roles),
@@ -249,8 +249,8 @@ def _meta_disagrees(meta: dict, folder: RunFolder) -> str | None:
     or ``[]``: ignored by the judge, which reads every partition's file), or a ``shape`` of null (the re-audit
     decoded the entries with the defaults, whatever shape the store was read with)."""
     template = meta.get("key_template")
-    if template is not None and "{session}" not in template:
-        return f"`$.key_template` {codec.short(template)} does not contain {{session}}"
+    if template is not None and "{session}" not in own_ids_template(template)[0]:
+        return f"`$.key_template` {codec.short(template)} does not contain {{session}} (or {{conversation}})"
     files = meta.get("files")
     if files is not None and isinstance(meta.get("partitions"), int):
         expected = [folder.snapshot_part(p).name for p in range(meta["partitions"])]
@@ -295,7 +295,8 @@ class _Meta(msgspec.Struct):
 def options_from_meta(meta: dict) -> StoreOptions:
     """The element shape the snapshot was read with, so a re-audit decodes it the same way."""
     shape = meta.get("shape") or {}
-    options = StoreOptions(key_template=meta.get("key_template") or "message_store:{session}",
+    key_template, own_ids = own_ids_template(meta.get("key_template") or "message_store:{session}")
+    options = StoreOptions(key_template=key_template, own_ids=own_ids,
                            format=meta.get("format") or "auto", direction=meta.get("direction") or "lpush")
     options.role_field = shape.get("role_field", options.role_field)
     options.content_field = shape.get("content_field", options.content_field)

@@ -51,10 +51,16 @@ class StoreOptions:
     batch: int = 1000                         # sessions per pipeline round trip
     scan_foreign: bool = True                 # SCAN the namespace for keys no session owns
     timeout_s: float = 10.0
+    own_ids: bool = False                     # keys named by goldfish's own conversation ids (``{conversation}`` in
+    #                                           --key-template), also where the bot issued ids of its own
     on_batch: Callable[[int, int], None] | None = None  # hook(partition, its sessions judged) per batch, for tests
 
     def key(self, session: str) -> str:
         return self.key_template.replace("{session}", session)
+
+    def given_template(self) -> str:
+        """--key-template as the user gives it (``{conversation}`` for ``own_ids``), for a command to run again."""
+        return self.key_template.replace("{session}", CONVERSATION) if self.own_ids else self.key_template
 
     def name(self) -> str:
         """The reader kind, for messages and store/meta.json."""
@@ -74,11 +80,24 @@ class StoreOptions:
         if self.format not in ("auto", "list", "blob"):
             raise StoreError(f"--format must be auto, list or blob, not {self.format!r}")
         if "{session}" not in self.key_template:
-            raise StoreError(f"--key-template {self.key_template!r} must contain {{session}}")
+            raise StoreError(f"--key-template {self.key_template!r} must contain {{session}} (or {{conversation}}: "
+                             "goldfish's own id of the conversation, where the bot issues ids of its own)")
         if self.http_url and "{session}" not in self.http_url:
             raise StoreError(f"--http-url {self.http_url!r} must contain {{session}}")
         if not (self.url or self.http_url or self.reader):
             raise StoreError("no store given: pass --store-url, --http-url or --reader")
+
+
+def own_ids_template(template: str) -> tuple[str, bool]:
+    """``--key-template`` with ``{conversation}`` read as ``{session}``, and whether it named goldfish's own ids so:
+    a bot that issues a login token (--session-from) but keys its histories by the conversation id goldfish sends
+    in the body (``{conversation}``) could not be audited (API hunt 18)."""
+    if CONVERSATION in template and "{session}" not in template:
+        return template.replace(CONVERSATION, "{session}"), True
+    return template, False
+
+
+CONVERSATION = "{conversation}"
 
 
 class Reader(Protocol):

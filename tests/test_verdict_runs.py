@@ -998,3 +998,30 @@ def test_a_redirect_that_cannot_be_followed_is_a_failed_turn_not_an_exception(tm
     probes = [r for r in run.records() if r["kind"] == "probe" and not r["error"].startswith("interrupted")]
     assert probes and all(r["error"].startswith("a redirect that cannot be followed") for r in probes), probes[:2]
 
+
+
+def test_keys_named_by_goldfish_s_own_conversation_id_beside_an_issued_login_token(tmp_path, redis_server, capsys):
+    """A bot that issues a login token (--session-from reply:access_token) but keys each history by the
+    conversation id goldfish sends in the body ({conversation}) could not be audited: --key-template
+    'chat:{conversation}' was refused and the default looked for the tokens' keys (API hunt 18). The template
+    now names goldfish's own ids, live, offline from the snapshot and in the re-audit command of the meta."""
+    import shutil
+
+    from support_oracle import oracle_main
+
+    run, world = world_run(tmp_path, redis_server, key_template="chat:{session}")
+    for r in world.records:
+        r["bot_session"] = f"tok-{r['session'][-6:]}"  # the login token the bot issued
+    shutil.rmtree(run / "journal")
+    write_journal(run, world.records)
+    with pytest.raises(TemplateMismatch):
+        audit_run(run, StoreOptions(url=redis_server.url, key_template="chat:{session}"), gates=REFUSALS_ALLOWED)
+    code, out, err = oracle_main(capsys, "audit", run, "--store-url", redis_server.url, "--key-template",
+                                 "chat:{conversation}", "--gate", "strict,errors=off")
+    assert code == 0 and "PASS" in out, out + err
+    meta = json.loads((run / "store" / "meta.json").read_text())
+    assert meta["key_template"] == "chat:{conversation}", meta
+    code, out, err = oracle_main(capsys, "audit", run, "--gate", "strict,errors=off")  # offline, from the snapshot
+    assert code == 0 and "PASS" in out, out + err
+    code, _, err = oracle_main(capsys, "audit", run, "--store-url", redis_server.url, "--key-template", "chat:{id}")
+    assert code == 2 and "must contain {session} (or {conversation}" in err, err
