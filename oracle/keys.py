@@ -310,6 +310,13 @@ def diagnose_missing_keys(client: redis.Redis, options: StoreOptions, gone: list
             "Nothing was judged.")
     if renamed:
         session, key = next(iter(renamed.items()))
+        if issued and session in issued and key == options.key(session):  # the journal's own id: {conversation}
+            raise TemplateMismatch(
+                f"no acknowledged session of this run has a key under the key template {template!r} by the ids the "
+                f"bot issued (--session-from), but under goldfish's own ids of the conversations: session {session}'s "
+                f"are in {key}, not under its issued id {codec.short(issued[session], 60)}. The bot keys each history "
+                "by the conversation id goldfish sends ({conversation} in --body or --header): pass --key-template "
+                f"{template.replace('{session}', '{conversation}')!r}. Nothing was judged.")
         raise TemplateMismatch(
             f"no acknowledged session of this run has a key under the key template {template!r}, but their messages "
             f"are in keys under it named otherwise: session {session}'s are in {key}"

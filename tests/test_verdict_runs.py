@@ -1014,7 +1014,8 @@ def test_keys_named_by_goldfish_s_own_conversation_id_beside_an_issued_login_tok
         r["bot_session"] = f"tok-{r['session'][-6:]}"  # the login token the bot issued
     shutil.rmtree(run / "journal")
     write_journal(run, world.records)
-    with pytest.raises(TemplateMismatch):
+    with pytest.raises(TemplateMismatch, match="under goldfish's own ids of the conversations: .* pass "
+                       "--key-template 'chat:\\{conversation\\}'"):
         audit_run(run, StoreOptions(url=redis_server.url, key_template="chat:{session}"), gates=REFUSALS_ALLOWED)
     code, out, err = oracle_main(capsys, "audit", run, "--store-url", redis_server.url, "--key-template",
                                  "chat:{conversation}", "--gate", "strict,errors=off")
