@@ -169,7 +169,8 @@ def start(environment) -> None:
     if interval > 0 and getattr(rt, "telemetry", None) is None:
         store = redis_store(rt.settings)
         rt.telemetry = Sampler(rt.settings.run_dir, environment.runner, store and store.url, interval,
-                               store and store.key_template, bool(rt.settings.session_from) and not store.own_ids)
+                               store and store.key_template,
+                               bool(rt.settings.session_from) and not (store and store.own_ids))
 
 
 def stop(environment) -> None:
