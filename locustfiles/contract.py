@@ -156,12 +156,6 @@ class ChatContract:
         (or a whole number) of printable characters, at most MAX_BOT_SESSION long."""
         return next(filter(None, map(usable_session, self._issued(content, header, cookie, reply_format))), None)
 
-    def issued_in_location(self) -> bool:
-        """--session-from names a URL header (``header:Location``): the id is in the response's URL, a redirect's
-        included (``303 See Other`` after a POST that made the conversation)."""
-        source, name = self.session_source or ("", "")
-        return source == "header" and name.lower() in URL_HEADERS
-
     def no_session_issued(self, content: bytes, header=None, cookie=None, reply_format: str | None = None) -> str:
         """Why a 2xx response issued no usable id (``issued_session`` None): its error text."""
         longest = max((v for v in self._issued(content, header, cookie, reply_format) if isinstance(v, str)),

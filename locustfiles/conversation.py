@@ -308,18 +308,15 @@ class ChatUser(FastHttpUser):
                 gevent.sleep(self.think())
 
     def start_conversation(self, session: str) -> bool:
-        """POST ``--start-path``: the response issues the conversation's id (``--session-from``; read as JSON; in a
-        URL header, a redirect's too: its 303 was followed, and the id never seen: API hunt 18). A normal Locust
-        request named ``chat start``, which fails when no id comes back. Then the first turn
+        """POST ``--start-path``: the response issues the conversation's id (``--session-from``; read as JSON).
+        A normal Locust request named ``chat start``, which fails when no id comes back. Then the first turn
         is journaled as ``fail`` (definitely not applied: it never left), so the errors gate counts a bot that
         cannot start conversations as it counts one that cannot answer them."""
         contract, rt = self.rt.contract, self.rt
         sent = time()
-        located = contract.issued_in_location()  # a 303 See Other to the new conversation's URL is read, not followed
         with self.client.post(contract.start_path, json=contract.start_request(session), name="chat start",
-                              headers=contract.start_headers(session) or None, catch_response=True,
-                              allow_redirects=not located) as resp:
-            if resp.status_code and (200 <= resp.status_code < 300 or located and 300 <= resp.status_code < 400):
+                              headers=contract.start_headers(session) or None, catch_response=True) as resp:
+            if resp.status_code and 200 <= resp.status_code < 300:
                 answer = resp.content or b""
                 self.bot_session = contract.issued_session(answer, resp.headers.get, self.cookie, "json")
                 error = None if self.bot_session else \

@@ -50,7 +50,6 @@ The test bots are real HTTP servers in their own processes, each a deliberately 
                Retry-After (a limiter behind the memory write; the client will send it again)
     located    the threads API, whose start answers 201 with an empty body and the thread's whole URL in
                ``Location`` (``http://<host>/threads/th%20<n>``)
-    seeother   the same, its start answering ``303 See Other`` (a GET of the thread's URL is 405)
 
 Every mode serves what it stored at ``GET /history/<session>``: ``{"messages": [{"role": "user",
 "content": ...}, {"role": "assistant", ...}]}`` (a layout other than LangChain's, for audit tests).
@@ -170,9 +169,7 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
             if path != "/webhooks/rest/webhook":
                 return respond(start, "404 Not Found", b"[]")
             session, message = body["sender"], body["message"]
-        elif mode in ("threads", "threads-flaky", "located", "seeother"):
-            if mode == "seeother" and environ.get("REQUEST_METHOD") == "GET":  # a client that followed the 303
-                return respond(start, "405 Method Not Allowed", b'{"error": "POST only"}')
+        elif mode in ("threads", "threads-flaky", "located"):
             body = json.loads(raw)
             if path == "/threads":
                 if body.get("assistant") != "gf":
@@ -182,10 +179,9 @@ def make_app(mode: str, delay: float = 0.0, log_path: str | None = None):
                     return respond(start, "503 Service Unavailable", b'{"error": "busy"}')
                 thread = f"th {n}"
                 histories[thread] = []
-                if mode in ("located", "seeother"):
+                if mode == "located":
                     where = f"http://{environ.get('HTTP_HOST')}/threads/{quote(thread)}"
-                    return respond(start, "201 Created" if mode == "located" else "303 See Other", b"",
-                                   extra=[("Location", where)])
+                    return respond(start, "201 Created", b"", extra=[("Location", where)])
                 return respond(start, "201 Created", json.dumps({"id": thread, "object": "thread"}).encode())
             parts = path.split("/")  # /threads/<id>/messages, the id decoded by the server
             if len(parts) != 4 or parts[1] != "threads" or parts[3] != "messages" or parts[2] not in histories:
