@@ -315,7 +315,7 @@ class Controller:
                 key = Outstanding.key(fault.id, inst)
                 keys.append((key, inst))
                 self.outstanding.add({"key": key, "fault": fault.to_dict(), "instance": inst, "state": "applying",
-                                      "members": [m for m in held_by(pf, [], instances) if m != inst],
+                                      "members": instances if pf.kind in WHOLE_TARGET_KINDS else [],
                                       "undo": {}, "applied": None, "planned": planned,
                                       "toxiproxy": self.toxiproxy.url if fault.kind == TOXIC else None})
             return keys, None
